@@ -1,0 +1,46 @@
+//! Model file formats: GGUF and Hugging Face safetensors folders, both memory-mapped, both read
+//! through [`TensorSource`] so that the model loader does not care where weights come from.
+
+pub mod gguf;
+pub mod mmap;
+
+use std::{borrow::Cow, path::Path};
+
+use crate::{error::Result, quant::GgmlType};
+
+/// A tensor as a source holds it: GGML-order dims (`[cols, rows]` for a matrix), type and bytes.
+pub struct RawTensor<'a> {
+    /// Dimensions, fastest-varying first.
+    pub dims: Vec<u64>,
+    /// Element type.
+    pub kind: GgmlType,
+    /// The data, borrowed from the map when no rearrangement was needed.
+    pub data: Cow<'a, [u8]>,
+}
+
+/// Where a model's tensors come from, addressed by their GGUF names (`blk.0.attn_q.weight`), already
+/// laid out as GGUF lays them out.
+pub trait TensorSource {
+    /// The file or folder, for error messages.
+    fn origin(&self) -> &Path;
+
+    /// The tensor named `name`, or `None` when the source has none by that name.
+    ///
+    /// # Errors
+    /// When the tensor exists but cannot be read.
+    fn tensor(&self, name: &str) -> Result<Option<RawTensor<'_>>>;
+}
+
+impl TensorSource for gguf::GgufFile {
+    fn origin(&self) -> &Path {
+        self.path()
+    }
+
+    fn tensor(&self, name: &str) -> Result<Option<RawTensor<'_>>> {
+        Ok(gguf::GgufFile::tensor(self, name).map(|info| RawTensor {
+            dims: info.dims.clone(),
+            kind: info.kind,
+            data: Cow::Borrowed(self.tensor_data(info)),
+        }))
+    }
+}

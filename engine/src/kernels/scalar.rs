@@ -1,0 +1,93 @@
+//! Plain reference kernels: the definition every optimized tier is tested against.
+//!
+//! Names follow ggml (`vec_dot_q4_1_q8_1`: Q4_1 weights against Q8_1 activations).
+
+use half::{bf16, f16};
+
+use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
+
+/// Lanes of independent accumulators, so that the compiler can vectorize float sums.
+const LANES: usize = 8;
+
+/// `sum(a[i] * b[i])` in f32.
+pub fn vec_dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let mut ca = a.chunks_exact(LANES);
+    let mut cb = b.chunks_exact(LANES);
+    for (x, y) in ca.by_ref().zip(cb.by_ref()) {
+        for l in 0..LANES {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+/// f16 weights against f16 activations, accumulated in f32 (ggml `ggml_vec_dot_f16`).
+pub fn vec_dot_f16(a: &[f16], b: &[f16]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let mut ca = a.chunks_exact(LANES);
+    let mut cb = b.chunks_exact(LANES);
+    for (x, y) in ca.by_ref().zip(cb.by_ref()) {
+        for l in 0..LANES {
+            acc[l] += x[l].to_f32() * y[l].to_f32();
+        }
+    }
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x.to_f32() * y.to_f32()).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+/// bf16 weights against bf16 activations, accumulated in f32 (ggml `ggml_vec_dot_bf16`).
+pub fn vec_dot_bf16(a: &[bf16], b: &[bf16]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let mut ca = a.chunks_exact(LANES);
+    let mut cb = b.chunks_exact(LANES);
+    for (x, y) in ca.by_ref().zip(cb.by_ref()) {
+        for l in 0..LANES {
+            acc[l] += x[l].to_f32() * y[l].to_f32();
+        }
+    }
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x.to_f32() * y.to_f32()).sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+fn dot_i8(a: &[i8; QK], b: &[i8; QK]) -> i32 {
+    a.iter().zip(b).map(|(&x, &y)| x as i32 * y as i32).sum()
+}
+
+/// ggml `ggml_vec_dot_q8_0_q8_0`.
+pub fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+    x.iter().zip(y).map(|(a, b)| dot_i8(&a.qs, &b.qs) as f32 * (a.d.to_f32() * b.d.to_f32())).sum()
+}
+
+/// Unpacks the 32 nibbles of a 4-bit block in element order.
+fn nibbles(qs: &[u8; QK / 2]) -> [i8; QK] {
+    let mut out = [0i8; QK];
+    for j in 0..QK / 2 {
+        out[j] = (qs[j] & 0x0f) as i8;
+        out[j + QK / 2] = (qs[j] >> 4) as i8;
+    }
+    out
+}
+
+/// ggml `ggml_vec_dot_q4_0_q8_0`.
+pub fn vec_dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
+    x.iter()
+        .zip(y)
+        .map(|(a, b)| {
+            let q = nibbles(&a.qs).map(|v| v - 8);
+            dot_i8(&q, &b.qs) as f32 * (a.d.to_f32() * b.d.to_f32())
+        })
+        .sum()
+}
+
+/// ggml `ggml_vec_dot_q4_1_q8_1`: `sum(d_x d_y q_x q_y) + m_x s_y` per block.
+pub fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+    x.iter()
+        .zip(y)
+        .map(|(a, b)| {
+            let q = nibbles(&a.qs);
+            dot_i8(&q, &b.qs) as f32 * (a.d.to_f32() * b.d.to_f32()) + a.m.to_f32() * b.s.to_f32()
+        })
+        .sum()
+}

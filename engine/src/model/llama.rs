@@ -1,0 +1,500 @@
+//! The Llama forward pass (RMSNorm, RoPE, grouped-query attention, SwiGLU, tied or untied head) over a
+//! key/value cache, batched over the tokens of one sequence.
+
+use rayon::prelude::*;
+
+use crate::{
+    error::{Error, Result},
+    format::{RawTensor, TensorSource},
+    kernels::{self, MatmulScratch},
+    model::config::{LlamaConfig, RopeStyle},
+    quant::{self, GgmlType},
+    weights::{Weight, WeightType},
+};
+
+/// How a model is loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// The runtime type of the weight matrices; `None` keeps each file type the engine can run.
+    pub weights: Option<WeightType>,
+    /// Worker threads of the engine's pool (0 = one per available core).
+    pub threads: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self { weights: None, threads: 0 }
+    }
+}
+
+/// Which positions of a forward pass need logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    /// Only the last token's (generation).
+    Last,
+    /// Every token's (perplexity, scoring).
+    All,
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    wq: Weight,
+    wk: Weight,
+    wv: Weight,
+    wo: Weight,
+    bq: Option<Vec<f32>>,
+    bk: Option<Vec<f32>>,
+    bv: Option<Vec<f32>>,
+    ffn_norm: Vec<f32>,
+    w_gate: Weight,
+    w_up: Weight,
+    w_down: Weight,
+}
+
+/// A loaded Llama-family model with its own thread pool.
+pub struct Llama {
+    config: LlamaConfig,
+    embedding: Weight,
+    output: Option<Weight>,
+    output_norm: Vec<f32>,
+    layers: Vec<Layer>,
+    /// Inverse frequency of each RoPE pair.
+    inv_freq: Vec<f64>,
+    pool: rayon::ThreadPool,
+}
+
+/// Keys and values of every processed position, per layer: `[layer][position][kv_dim]`.
+pub struct KvCache {
+    k: Vec<f32>,
+    v: Vec<f32>,
+    kv_dim: usize,
+    capacity: usize,
+    len: usize,
+}
+
+impl KvCache {
+    /// A cache for `capacity` positions of `config`'s model.
+    pub fn new(config: &LlamaConfig, capacity: usize) -> Self {
+        let size = config.n_layers * capacity * config.kv_dim();
+        Self { k: vec![0.0; size], v: vec![0.0; size], kv_dim: config.kv_dim(), capacity, len: 0 }
+    }
+
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no position is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Positions the cache can hold.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Forgets every position.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
+    /// Forgets positions from `len` on.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    fn layer_offset(&self, layer: usize) -> usize {
+        layer * self.capacity * self.kv_dim
+    }
+}
+
+/// Per-call activations of a forward pass.
+struct Buffers {
+    x: Vec<f32>,
+    xb: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    proj: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    scratch: MatmulScratch,
+}
+
+impl Buffers {
+    fn new(config: &LlamaConfig, n: usize) -> Self {
+        let (d, kv, f) = (config.dim, config.kv_dim(), config.ffn_dim);
+        Self {
+            x: vec![0.0; n * d],
+            xb: vec![0.0; n * d],
+            q: vec![0.0; n * d],
+            k: vec![0.0; n * kv],
+            v: vec![0.0; n * kv],
+            att: vec![0.0; n * d],
+            proj: vec![0.0; n * d],
+            gate: vec![0.0; n * f],
+            up: vec![0.0; n * f],
+            scratch: MatmulScratch::default(),
+        }
+    }
+}
+
+impl Llama {
+    /// Loads the weights named by GGUF convention from `source`.
+    ///
+    /// # Errors
+    /// When a tensor is missing, has the wrong shape or type, or the thread pool cannot start.
+    pub fn load(config: LlamaConfig, source: &dyn TensorSource, options: LoadOptions) -> Result<Self> {
+        let loader = Loader { source, config: &config, target: options.weights };
+        let embedding = loader.matrix("token_embd.weight", config.vocab_size, config.dim, loader.head_target("token_embd.weight")?)?;
+        let output = match source.tensor("output.weight")? {
+            Some(_) => Some(loader.matrix("output.weight", config.vocab_size, config.dim, loader.head_target("output.weight")?)?),
+            None => None,
+        };
+        let output_norm = loader.vector("output_norm.weight", config.dim)?;
+        let layers = (0..config.n_layers).map(|i| loader.layer(i)).collect::<Result<Vec<_>>>()?;
+        let half = config.head_dim / 2;
+        let inv_freq =
+            (0..half).map(|i| (config.rope_theta as f64).powf(-2.0 * i as f64 / config.head_dim as f64)).collect();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(options.threads)
+            .thread_name(|i| format!("strata-engine-{i}"))
+            .build()
+            .map_err(|e| Error::model(source.origin(), format!("cannot start the engine's thread pool: {e}")))?;
+        Ok(Self { config, embedding, output, output_norm, layers, inv_freq, pool })
+    }
+
+    /// The model's hyperparameters.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// Threads in the engine's pool.
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    /// The runtime type of the transformer blocks' matrices.
+    pub fn weight_type(&self) -> WeightType {
+        self.layers.first().map_or(self.embedding.kind(), |l| l.wq.kind())
+    }
+
+    /// Bytes of weights held in memory.
+    pub fn weight_bytes(&self) -> usize {
+        let layers: usize = self
+            .layers
+            .iter()
+            .map(|l| {
+                [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down].iter().map(|w| w.byte_size()).sum::<usize>()
+                    + 4 * (l.attn_norm.len() + l.ffn_norm.len())
+            })
+            .sum();
+        layers + self.embedding.byte_size() + self.output.as_ref().map_or(0, Weight::byte_size)
+    }
+
+    /// A key/value cache sized for `capacity` positions.
+    pub fn new_cache(&self, capacity: usize) -> KvCache {
+        KvCache::new(&self.config, capacity.min(self.config.context_length))
+    }
+
+    /// Runs `tokens` at the positions after those already in `cache`, appending their keys and values,
+    /// and returns logits (`vocab` values for [`Logits::Last`], `tokens.len() * vocab` for [`Logits::All`]).
+    ///
+    /// # Errors
+    /// When `tokens` is empty, holds an id outside the vocabulary, or does not fit in the cache.
+    pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, logits: Logits) -> Result<Vec<f32>> {
+        self.check_input(tokens, cache)?;
+        self.pool.install(|| Ok(self.forward_inner(tokens, cache, logits)))
+    }
+
+    fn check_input(&self, tokens: &[u32], cache: &KvCache) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(Error::InvalidRequest("no tokens to evaluate".into()));
+        }
+        if let Some(bad) = tokens.iter().find(|&&t| t as usize >= self.config.vocab_size) {
+            return Err(Error::InvalidRequest(format!(
+                "token id {bad} is outside the vocabulary of {} tokens",
+                self.config.vocab_size
+            )));
+        }
+        if cache.kv_dim != self.config.kv_dim() || cache.k.len() != self.config.n_layers * cache.capacity * cache.kv_dim {
+            return Err(Error::InvalidRequest("the key/value cache was made for another model".into()));
+        }
+        if cache.len + tokens.len() > cache.capacity {
+            return Err(Error::InvalidRequest(format!(
+                "{} cached + {} new tokens exceed the context of {} positions",
+                cache.len,
+                tokens.len(),
+                cache.capacity
+            )));
+        }
+        Ok(())
+    }
+
+    fn forward_inner(&self, tokens: &[u32], cache: &mut KvCache, logits: Logits) -> Vec<f32> {
+        let c = &self.config;
+        let n = tokens.len();
+        let start = cache.len;
+        let mut b = Buffers::new(c, n);
+        for (t, &token) in tokens.iter().enumerate() {
+            self.embedding.row_to_f32(token as usize, &mut b.x[t * c.dim..(t + 1) * c.dim]);
+        }
+        for (index, layer) in self.layers.iter().enumerate() {
+            self.attention_block(index, layer, &mut b, cache, start, n);
+            self.ffn_block(layer, &mut b, n);
+        }
+        cache.len = start + n;
+        self.head(&mut b, n, logits)
+    }
+
+    fn attention_block(&self, index: usize, layer: &Layer, b: &mut Buffers, cache: &mut KvCache, start: usize, n: usize) {
+        let c = &self.config;
+        rms_norm(&b.x, &layer.attn_norm, c.rms_eps, &mut b.xb);
+        kernels::matmul(&layer.wq, &b.xb, n, &mut b.q, &mut b.scratch);
+        kernels::matmul(&layer.wk, &b.xb, n, &mut b.k, &mut b.scratch);
+        kernels::matmul(&layer.wv, &b.xb, n, &mut b.v, &mut b.scratch);
+        add_bias(&mut b.q, layer.bq.as_deref());
+        add_bias(&mut b.k, layer.bk.as_deref());
+        add_bias(&mut b.v, layer.bv.as_deref());
+        for t in 0..n {
+            let pos = start + t;
+            self.rope(&mut b.q[t * c.dim..(t + 1) * c.dim], pos);
+            self.rope(&mut b.k[t * c.kv_dim()..(t + 1) * c.kv_dim()], pos);
+        }
+        let kv = c.kv_dim();
+        let base = cache.layer_offset(index);
+        cache.k[base + start * kv..base + (start + n) * kv].copy_from_slice(&b.k);
+        cache.v[base + start * kv..base + (start + n) * kv].copy_from_slice(&b.v);
+        let keys = &cache.k[base..base + (start + n) * kv];
+        let values = &cache.v[base..base + (start + n) * kv];
+        self.attend(&b.q, keys, values, start, &mut b.att);
+        kernels::matmul(&layer.wo, &b.att, n, &mut b.proj, &mut b.scratch);
+        add_in_place(&mut b.x, &b.proj);
+    }
+
+    /// Causal grouped-query attention of every (token, head) pair over the cached keys and values.
+    fn attend(&self, q: &[f32], keys: &[f32], values: &[f32], start: usize, out: &mut [f32]) {
+        let c = &self.config;
+        let (hd, kv) = (c.head_dim, c.kv_dim());
+        let group = c.n_heads / c.n_kv_heads;
+        let scale = 1.0 / (hd as f32).sqrt();
+        out.par_chunks_mut(hd).enumerate().for_each_init(Vec::new, |scores, (task, o)| {
+            let (t, h) = (task / c.n_heads, task % c.n_heads);
+            let kvh = h / group;
+            let qh = &q[t * c.dim + h * hd..t * c.dim + (h + 1) * hd];
+            let visible = start + t + 1;
+            scores.clear();
+            scores.extend((0..visible).map(|j| {
+                kernels::scalar::vec_dot_f32(qh, &keys[j * kv + kvh * hd..j * kv + (kvh + 1) * hd]) * scale
+            }));
+            softmax(scores);
+            o.fill(0.0);
+            for (j, &p) in scores.iter().enumerate() {
+                let vj = &values[j * kv + kvh * hd..j * kv + (kvh + 1) * hd];
+                for (acc, &v) in o.iter_mut().zip(vj) {
+                    *acc += p * v;
+                }
+            }
+        });
+    }
+
+    fn ffn_block(&self, layer: &Layer, b: &mut Buffers, n: usize) {
+        let c = &self.config;
+        rms_norm(&b.x, &layer.ffn_norm, c.rms_eps, &mut b.xb);
+        kernels::matmul(&layer.w_gate, &b.xb, n, &mut b.gate, &mut b.scratch);
+        kernels::matmul(&layer.w_up, &b.xb, n, &mut b.up, &mut b.scratch);
+        for (g, &u) in b.gate.iter_mut().zip(&b.up) {
+            *g = silu(*g) * u;
+        }
+        kernels::matmul(&layer.w_down, &b.gate, n, &mut b.proj, &mut b.scratch);
+        add_in_place(&mut b.x, &b.proj);
+    }
+
+    fn head(&self, b: &mut Buffers, n: usize, logits: Logits) -> Vec<f32> {
+        let c = &self.config;
+        let (rows, first) = match logits {
+            Logits::Last => (1, n - 1),
+            Logits::All => (n, 0),
+        };
+        let x = &b.x[first * c.dim..];
+        let xb = &mut b.xb[..rows * c.dim];
+        rms_norm(x, &self.output_norm, c.rms_eps, xb);
+        let head = self.output.as_ref().unwrap_or(&self.embedding);
+        let mut out = vec![0.0; rows * c.vocab_size];
+        kernels::matmul(head, xb, rows, &mut out, &mut b.scratch);
+        out
+    }
+
+    /// Rotates every head of `x` (one token's q or k) to position `pos`.
+    fn rope(&self, x: &mut [f32], pos: usize) {
+        let hd = self.config.head_dim;
+        let half = hd / 2;
+        for head in x.chunks_exact_mut(hd) {
+            for (i, &freq) in self.inv_freq.iter().enumerate() {
+                let theta = pos as f64 * freq;
+                let (sin, cos) = (theta.sin() as f32, theta.cos() as f32);
+                let (a, b) = match self.config.rope_style {
+                    RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+                    RopeStyle::Neox => (i, i + half),
+                };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * cos - x1 * sin;
+                head[b] = x0 * sin + x1 * cos;
+            }
+        }
+    }
+}
+
+/// Reads and checks tensors for [`Llama::load`].
+struct Loader<'a> {
+    source: &'a dyn TensorSource,
+    config: &'a LlamaConfig,
+    target: Option<WeightType>,
+}
+
+impl Loader<'_> {
+    fn require(&self, name: &str) -> Result<RawTensor<'_>> {
+        self.source.tensor(name)?.ok_or_else(|| Error::model(self.source.origin(), format!("tensor {name} is missing")))
+    }
+
+    /// The type of the embedding / output head: never below 8 bits when the blocks run in 4 bits
+    /// (as llama.cpp's quantizer keeps them), unless the file itself holds it in 4 bits.
+    fn head_target(&self, name: &str) -> Result<Option<WeightType>> {
+        let Some(target) = self.target else { return Ok(None) };
+        if !target.is_4bit() {
+            return Ok(Some(target));
+        }
+        let file_kind = self.source.tensor(name)?.map(|t| t.kind);
+        Ok(match file_kind.and_then(WeightType::of_file_type) {
+            Some(kind) if kind.is_4bit() || kind == WeightType::Q8_0 => Some(kind),
+            _ => Some(WeightType::Q8_0),
+        })
+    }
+
+    fn matrix(&self, name: &str, rows: usize, cols: usize, target: Option<WeightType>) -> Result<Weight> {
+        let raw = self.require(name)?;
+        let want = [cols as u64, rows as u64];
+        if raw.dims != want {
+            return Err(Error::model(
+                self.source.origin(),
+                format!("tensor {name} has shape {:?}, expected {want:?}", raw.dims),
+            ));
+        }
+        let effective = target.or(WeightType::of_file_type(raw.kind));
+        let block = effective.map_or(1, WeightType::block_size).max(raw.kind.block_size());
+        if cols % block != 0 {
+            return Err(Error::model(
+                self.source.origin(),
+                format!("tensor {name}: row length {cols} is not a multiple of the block size {block}"),
+            ));
+        }
+        check_len(self.source, name, &raw, rows * cols)?;
+        Ok(Weight::from_bytes(raw.kind, &raw.data, rows, cols, target))
+    }
+
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+        let raw = self.require(name)?;
+        self.vector_from(name, raw, len)
+    }
+
+    fn optional_vector(&self, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
+        match self.source.tensor(name)? {
+            Some(raw) => self.vector_from(name, raw, len).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn vector_from(&self, name: &str, raw: RawTensor<'_>, len: usize) -> Result<Vec<f32>> {
+        if raw.dims != [len as u64] {
+            return Err(Error::model(
+                self.source.origin(),
+                format!("tensor {name} has shape {:?}, expected [{len}]", raw.dims),
+            ));
+        }
+        if raw.kind.block_size() != 1 {
+            return Err(Error::model(self.source.origin(), format!("tensor {name}: {} vectors are not supported", raw.kind)));
+        }
+        check_len(self.source, name, &raw, len)?;
+        let mut out = vec![0.0; len];
+        quant::dequantize_bytes(raw.kind, &raw.data, &mut out);
+        Ok(out)
+    }
+
+    fn layer(&self, i: usize) -> Result<Layer> {
+        let c = self.config;
+        let (d, kv, f) = (c.dim, c.kv_dim(), c.ffn_dim);
+        let name = |suffix: &str| format!("blk.{i}.{suffix}");
+        let t = self.target;
+        Ok(Layer {
+            attn_norm: self.vector(&name("attn_norm.weight"), d)?,
+            wq: self.matrix(&name("attn_q.weight"), d, d, t)?,
+            wk: self.matrix(&name("attn_k.weight"), kv, d, t)?,
+            wv: self.matrix(&name("attn_v.weight"), kv, d, t)?,
+            wo: self.matrix(&name("attn_output.weight"), d, d, t)?,
+            bq: self.optional_vector(&name("attn_q.bias"), d)?,
+            bk: self.optional_vector(&name("attn_k.bias"), kv)?,
+            bv: self.optional_vector(&name("attn_v.bias"), kv)?,
+            ffn_norm: self.vector(&name("ffn_norm.weight"), d)?,
+            w_gate: self.matrix(&name("ffn_gate.weight"), f, d, t)?,
+            w_up: self.matrix(&name("ffn_up.weight"), f, d, t)?,
+            w_down: self.matrix(&name("ffn_down.weight"), d, f, t)?,
+        })
+    }
+}
+
+fn check_len(source: &dyn TensorSource, name: &str, raw: &RawTensor<'_>, elements: usize) -> Result<()> {
+    let kind: GgmlType = raw.kind;
+    let want = elements / kind.block_size() * kind.block_bytes();
+    if raw.data.len() != want {
+        return Err(Error::model(
+            source.origin(),
+            format!("tensor {name} holds {} bytes, its shape and type need {want}", raw.data.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Per row of `dim` values: `out = x / sqrt(mean(x^2) + eps) * weight`.
+fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let dim = weight.len();
+    for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
+        let mean = xr.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / dim as f64;
+        let scale = (1.0 / (mean + eps as f64).sqrt()) as f32;
+        for ((o, &v), &w) in or.iter_mut().zip(xr).zip(weight) {
+            *o = v * scale * w;
+        }
+    }
+}
+
+fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f64;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+fn add_in_place(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(bias) = bias {
+        for row in x.chunks_exact_mut(bias.len()) {
+            add_in_place(row, bias);
+        }
+    }
+}

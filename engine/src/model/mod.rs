@@ -1,0 +1,8 @@
+//! Llama-family models: hyperparameters, weights loaded from any [`crate::format::TensorSource`], the
+//! forward pass and its key/value cache.
+
+pub mod config;
+pub mod llama;
+
+pub use config::{LlamaConfig, RopeStyle};
+pub use llama::{KvCache, Llama, LoadOptions, Logits};

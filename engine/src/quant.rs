@@ -1,0 +1,515 @@
+//! GGML tensor types and their block formats: layout, dequantization to f32, and the reference
+//! quantizers (ports of ggml's `quantize_row_*_ref`, so that requantizing at load gives the same
+//! weights that `llama-quantize` writes).
+
+use half::{bf16, f16};
+
+/// Elements per block of the 32-wide formats.
+pub const QK: usize = 32;
+/// Elements per K-quant super-block.
+pub const QK_K: usize = 256;
+
+/// A tensor element type as GGUF numbers it (ggml's `ggml_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GgmlType {
+    /// 32-bit float.
+    F32,
+    /// IEEE half.
+    F16,
+    /// Blocks of 32 4-bit values with one scale.
+    Q4_0,
+    /// Blocks of 32 4-bit values with a scale and a minimum.
+    Q4_1,
+    /// Blocks of 32 8-bit values with one scale.
+    Q8_0,
+    /// 4-bit K-quant (super-blocks of 256). Dequantized at load.
+    Q4K,
+    /// 6-bit K-quant (super-blocks of 256). Dequantized at load.
+    Q6K,
+    /// bfloat16.
+    BF16,
+}
+
+impl GgmlType {
+    /// Maps ggml's numeric type id; `None` for ids the engine does not read.
+    pub fn from_id(id: u32) -> Option<Self> {
+        Some(match id {
+            0 => Self::F32,
+            1 => Self::F16,
+            2 => Self::Q4_0,
+            3 => Self::Q4_1,
+            8 => Self::Q8_0,
+            12 => Self::Q4K,
+            14 => Self::Q6K,
+            30 => Self::BF16,
+            _ => return None,
+        })
+    }
+
+    /// ggml's numeric type id.
+    pub fn id(self) -> u32 {
+        match self {
+            Self::F32 => 0,
+            Self::F16 => 1,
+            Self::Q4_0 => 2,
+            Self::Q4_1 => 3,
+            Self::Q8_0 => 8,
+            Self::Q4K => 12,
+            Self::Q6K => 14,
+            Self::BF16 => 30,
+        }
+    }
+
+    /// Elements per block.
+    pub fn block_size(self) -> usize {
+        match self {
+            Self::F32 | Self::F16 | Self::BF16 => 1,
+            Self::Q4_0 | Self::Q4_1 | Self::Q8_0 => QK,
+            Self::Q4K | Self::Q6K => QK_K,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            Self::F32 => 4,
+            Self::F16 | Self::BF16 => 2,
+            Self::Q4_0 => size_of::<BlockQ4_0>(),
+            Self::Q4_1 => size_of::<BlockQ4_1>(),
+            Self::Q8_0 => size_of::<BlockQ8_0>(),
+            Self::Q4K => 144,
+            Self::Q6K => 210,
+        }
+    }
+
+    /// The name ggml uses (`Q4_1`, `F16`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "F32",
+            Self::F16 => "F16",
+            Self::Q4_0 => "Q4_0",
+            Self::Q4_1 => "Q4_1",
+            Self::Q8_0 => "Q8_0",
+            Self::Q4K => "Q4_K",
+            Self::Q6K => "Q6_K",
+            Self::BF16 => "BF16",
+        }
+    }
+}
+
+impl std::fmt::Display for GgmlType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// ggml `block_q4_0`: `x = (q - 8) * d`; low nibbles hold elements 0..16, high nibbles 16..32.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[repr(C)]
+pub struct BlockQ4_0 {
+    /// Scale.
+    pub d: f16,
+    /// Packed 4-bit values.
+    pub qs: [u8; QK / 2],
+}
+const _: () = assert!(size_of::<BlockQ4_0>() == 18);
+
+/// ggml `block_q4_1`: `x = q * d + m`; nibble order as in [`BlockQ4_0`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[repr(C)]
+pub struct BlockQ4_1 {
+    /// Scale.
+    pub d: f16,
+    /// Minimum.
+    pub m: f16,
+    /// Packed 4-bit values.
+    pub qs: [u8; QK / 2],
+}
+const _: () = assert!(size_of::<BlockQ4_1>() == 20);
+
+/// ggml `block_q8_0`: `x = q * d`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
+pub struct BlockQ8_0 {
+    /// Scale.
+    pub d: f16,
+    /// Values.
+    pub qs: [i8; QK],
+}
+const _: () = assert!(size_of::<BlockQ8_0>() == 34);
+
+impl Default for BlockQ8_0 {
+    fn default() -> Self {
+        Self { d: f16::ZERO, qs: [0; QK] }
+    }
+}
+
+/// ggml `block_q8_1`: like [`BlockQ8_0`] plus `s = d * sum(qs)`, the activation format paired with Q4_1.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
+pub struct BlockQ8_1 {
+    /// Scale.
+    pub d: f16,
+    /// `d * sum(qs)`.
+    pub s: f16,
+    /// Values.
+    pub qs: [i8; QK],
+}
+const _: () = assert!(size_of::<BlockQ8_1>() == 36);
+
+impl Default for BlockQ8_1 {
+    fn default() -> Self {
+        Self { d: f16::ZERO, s: f16::ZERO, qs: [0; QK] }
+    }
+}
+
+fn f16_at(bytes: &[u8], at: usize) -> f16 {
+    f16::from_le_bytes([bytes[at], bytes[at + 1]])
+}
+
+/// Parses Q4_0 blocks from file bytes (length a multiple of 18).
+pub fn parse_q4_0(bytes: &[u8]) -> Vec<BlockQ4_0> {
+    bytes
+        .chunks_exact(18)
+        .map(|b| {
+            let mut qs = [0u8; 16];
+            qs.copy_from_slice(&b[2..18]);
+            BlockQ4_0 { d: f16_at(b, 0), qs }
+        })
+        .collect()
+}
+
+/// Parses Q4_1 blocks from file bytes (length a multiple of 20).
+pub fn parse_q4_1(bytes: &[u8]) -> Vec<BlockQ4_1> {
+    bytes
+        .chunks_exact(20)
+        .map(|b| {
+            let mut qs = [0u8; 16];
+            qs.copy_from_slice(&b[4..20]);
+            BlockQ4_1 { d: f16_at(b, 0), m: f16_at(b, 2), qs }
+        })
+        .collect()
+}
+
+/// Parses Q8_0 blocks from file bytes (length a multiple of 34).
+pub fn parse_q8_0(bytes: &[u8]) -> Vec<BlockQ8_0> {
+    bytes
+        .chunks_exact(34)
+        .map(|b| {
+            let mut qs = [0i8; QK];
+            for (q, &byte) in qs.iter_mut().zip(&b[2..34]) {
+                *q = byte as i8;
+            }
+            BlockQ8_0 { d: f16_at(b, 0), qs }
+        })
+        .collect()
+}
+
+/// Serializes blocks back to GGUF bytes.
+pub fn q4_0_bytes(blocks: &[BlockQ4_0]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(blocks.len() * 18);
+    for b in blocks {
+        out.extend_from_slice(&b.d.to_le_bytes());
+        out.extend_from_slice(&b.qs);
+    }
+    out
+}
+
+/// Serializes blocks back to GGUF bytes.
+pub fn q4_1_bytes(blocks: &[BlockQ4_1]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(blocks.len() * 20);
+    for b in blocks {
+        out.extend_from_slice(&b.d.to_le_bytes());
+        out.extend_from_slice(&b.m.to_le_bytes());
+        out.extend_from_slice(&b.qs);
+    }
+    out
+}
+
+/// Serializes blocks back to GGUF bytes.
+pub fn q8_0_bytes(blocks: &[BlockQ8_0]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(blocks.len() * 34);
+    for b in blocks {
+        out.extend_from_slice(&b.d.to_le_bytes());
+        out.extend(b.qs.iter().map(|&q| q as u8));
+    }
+    out
+}
+
+/// Dequantizes Q4_0 blocks into `out` (32 values per block).
+pub fn dequantize_q4_0(blocks: &[BlockQ4_0], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        let d = b.d.to_f32();
+        for j in 0..QK / 2 {
+            y[j] = ((b.qs[j] & 0x0f) as i32 - 8) as f32 * d;
+            y[j + QK / 2] = ((b.qs[j] >> 4) as i32 - 8) as f32 * d;
+        }
+    }
+}
+
+/// Dequantizes Q4_1 blocks into `out`.
+pub fn dequantize_q4_1(blocks: &[BlockQ4_1], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        let (d, m) = (b.d.to_f32(), b.m.to_f32());
+        for j in 0..QK / 2 {
+            y[j] = (b.qs[j] & 0x0f) as f32 * d + m;
+            y[j + QK / 2] = (b.qs[j] >> 4) as f32 * d + m;
+        }
+    }
+}
+
+/// Dequantizes Q8_0 blocks into `out`.
+pub fn dequantize_q8_0(blocks: &[BlockQ8_0], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        let d = b.d.to_f32();
+        for (v, &q) in y.iter_mut().zip(&b.qs) {
+            *v = q as f32 * d;
+        }
+    }
+}
+
+/// ggml `quantize_row_q8_0_ref`.
+pub fn quantize_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
+    for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        b.d = f16::from_f32(d);
+        for (q, &v) in b.qs.iter_mut().zip(xs) {
+            *q = (v * id).round() as i8;
+        }
+    }
+}
+
+/// ggml `quantize_row_q8_1_ref`: Q8_0 plus the scaled block sum.
+pub fn quantize_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
+    for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let mut sum = 0i32;
+        for (q, &v) in b.qs.iter_mut().zip(xs) {
+            *q = (v * id).round() as i8;
+            sum += *q as i32;
+        }
+        b.d = f16::from_f32(d);
+        b.s = f16::from_f32(sum as f32 * d);
+    }
+}
+
+/// ggml `quantize_row_q4_0_ref`.
+pub fn quantize_q4_0(x: &[f32], out: &mut [BlockQ4_0]) {
+    for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        // The value of largest magnitude, sign kept.
+        let (mut amax, mut max) = (0f32, 0f32);
+        for &v in xs {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        let d = max / -8.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        b.d = f16::from_f32(d);
+        for j in 0..QK / 2 {
+            let x0 = ((xs[j] * id + 8.5) as i8).min(15) as u8;
+            let x1 = ((xs[j + QK / 2] * id + 8.5) as i8).min(15) as u8;
+            b.qs[j] = x0 | (x1 << 4);
+        }
+    }
+}
+
+/// ggml `quantize_row_q4_1_ref`.
+pub fn quantize_q4_1(x: &[f32], out: &mut [BlockQ4_1]) {
+    for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        let min = xs.iter().copied().fold(f32::INFINITY, f32::min);
+        let max = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let d = (max - min) / 15.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        b.d = f16::from_f32(d);
+        b.m = f16::from_f32(min);
+        for j in 0..QK / 2 {
+            let x0 = (((xs[j] - min) * id + 0.5) as i8).min(15) as u8;
+            let x1 = (((xs[j + QK / 2] - min) * id + 0.5) as i8).min(15) as u8;
+            b.qs[j] = x0 | (x1 << 4);
+        }
+    }
+}
+
+/// ggml `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` of a Q4_K super-block.
+fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+    }
+}
+
+/// ggml `dequantize_row_q4_K` over raw 144-byte super-blocks.
+pub fn dequantize_q4_k(bytes: &[u8], out: &mut [f32]) {
+    for (b, y) in bytes.chunks_exact(144).zip(out.chunks_exact_mut(QK_K)) {
+        let d = f16_at(b, 0).to_f32();
+        let dmin = f16_at(b, 2).to_f32();
+        let scales = &b[4..16];
+        let qs = &b[16..144];
+        let mut out_at = 0;
+        for (chunk, q) in qs.chunks_exact(32).enumerate() {
+            let (sc, m) = scale_min_k4(2 * chunk, scales);
+            let (d1, m1) = (d * sc as f32, dmin * m as f32);
+            let (sc, m) = scale_min_k4(2 * chunk + 1, scales);
+            let (d2, m2) = (d * sc as f32, dmin * m as f32);
+            for &byte in q {
+                y[out_at] = d1 * (byte & 0xF) as f32 - m1;
+                out_at += 1;
+            }
+            for &byte in q {
+                y[out_at] = d2 * (byte >> 4) as f32 - m2;
+                out_at += 1;
+            }
+        }
+    }
+}
+
+/// ggml `dequantize_row_q6_K` over raw 210-byte super-blocks.
+pub fn dequantize_q6_k(bytes: &[u8], out: &mut [f32]) {
+    for (b, y) in bytes.chunks_exact(210).zip(out.chunks_exact_mut(QK_K)) {
+        let (ql_all, rest) = b.split_at(128);
+        let (qh_all, rest) = rest.split_at(64);
+        let (scales, d) = rest.split_at(16);
+        let d = f16_at(d, 0).to_f32();
+        for half in 0..2 {
+            let ql = &ql_all[64 * half..];
+            let qh = &qh_all[32 * half..];
+            let sc = &scales[8 * half..];
+            let y = &mut y[128 * half..];
+            for l in 0..32 {
+                let is = l / 16;
+                let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i32 - 32;
+                let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
+                let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
+                let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
+                y[l] = d * (sc[is] as i8) as f32 * q1 as f32;
+                y[l + 32] = d * (sc[is + 2] as i8) as f32 * q2 as f32;
+                y[l + 64] = d * (sc[is + 4] as i8) as f32 * q3 as f32;
+                y[l + 96] = d * (sc[is + 6] as i8) as f32 * q4 as f32;
+            }
+        }
+    }
+}
+
+/// Dequantizes raw tensor bytes of any readable type into f32 (`out.len()` elements).
+pub fn dequantize_bytes(kind: GgmlType, bytes: &[u8], out: &mut [f32]) {
+    match kind {
+        GgmlType::F32 => {
+            for (v, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+        GgmlType::F16 => {
+            for (v, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *v = f16::from_le_bytes([b[0], b[1]]).to_f32();
+            }
+        }
+        GgmlType::BF16 => {
+            for (v, b) in out.iter_mut().zip(bytes.chunks_exact(2)) {
+                *v = bf16::from_le_bytes([b[0], b[1]]).to_f32();
+            }
+        }
+        GgmlType::Q4_0 => dequantize_q4_0(&parse_q4_0(bytes), out),
+        GgmlType::Q4_1 => dequantize_q4_1(&parse_q4_1(bytes), out),
+        GgmlType::Q8_0 => dequantize_q8_0(&parse_q8_0(bytes), out),
+        GgmlType::Q4K => dequantize_q4_k(bytes, out),
+        GgmlType::Q6K => dequantize_q6_k(bytes, out),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+
+    fn random(n: usize, seed: u64) -> Vec<f32> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+    }
+
+    fn rmse(a: &[f32], b: &[f32]) -> f32 {
+        (a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f32>() / a.len() as f32).sqrt()
+    }
+
+    #[test]
+    fn round_trips_stay_within_the_format_error() {
+        let x = random(32 * 64, 7);
+        let mut y = vec![0f32; x.len()];
+
+        let mut q8 = vec![BlockQ8_0::default(); 64];
+        quantize_q8_0(&x, &mut q8);
+        dequantize_q8_0(&q8, &mut y);
+        assert!(rmse(&x, &y) < 0.005, "q8_0 rmse {}", rmse(&x, &y));
+
+        let mut q40 = vec![BlockQ4_0::default(); 64];
+        quantize_q4_0(&x, &mut q40);
+        dequantize_q4_0(&q40, &mut y);
+        assert!(rmse(&x, &y) < 0.08, "q4_0 rmse {}", rmse(&x, &y));
+
+        let mut q41 = vec![BlockQ4_1::default(); 64];
+        quantize_q4_1(&x, &mut q41);
+        dequantize_q4_1(&q41, &mut y);
+        assert!(rmse(&x, &y) < 0.05, "q4_1 rmse {}", rmse(&x, &y));
+    }
+
+    #[test]
+    fn byte_serialization_round_trips() {
+        let x = random(32 * 8, 3);
+        let mut q41 = vec![BlockQ4_1::default(); 8];
+        quantize_q4_1(&x, &mut q41);
+        assert_eq!(parse_q4_1(&q4_1_bytes(&q41)), q41);
+        let mut q40 = vec![BlockQ4_0::default(); 8];
+        quantize_q4_0(&x, &mut q40);
+        assert_eq!(parse_q4_0(&q4_0_bytes(&q40)), q40);
+        let mut q8 = vec![BlockQ8_0::default(); 8];
+        quantize_q8_0(&x, &mut q8);
+        assert_eq!(parse_q8_0(&q8_0_bytes(&q8)), q8);
+    }
+
+    #[test]
+    fn q8_1_sum_matches_its_values() {
+        let x = random(64, 11);
+        let mut q = vec![BlockQ8_1::default(); 2];
+        quantize_q8_1(&x, &mut q);
+        for b in &q {
+            let sum: i32 = b.qs.iter().map(|&v| v as i32).sum();
+            assert!((b.s.to_f32() - sum as f32 * b.d.to_f32()).abs() < 1e-2);
+        }
+    }
+
+    #[test]
+    fn q6_k_dequantizes_a_known_block() {
+        // All quants 32 (i.e. zero after the -32 offset) except the first, scale 1, d = 0.5.
+        let mut block = vec![0u8; 210];
+        block[0] = 0x1; // ql[0] low nibble 1 -> q = 1 - 32 = -31 with qh 0
+        for s in &mut block[192..208] {
+            *s = 1;
+        }
+        block[208..210].copy_from_slice(&f16::from_f32(0.5).to_le_bytes());
+        let mut out = vec![0f32; 256];
+        dequantize_q6_k(&block, &mut out);
+        assert_eq!(out[0], 0.5 * -31.0);
+        assert_eq!(out[1], 0.5 * -32.0);
+    }
+
+    #[test]
+    fn q4_k_dequantizes_a_known_block() {
+        let mut block = vec![0u8; 144];
+        block[0..2].copy_from_slice(&f16::from_f32(1.0).to_le_bytes());
+        block[2..4].copy_from_slice(&f16::from_f32(0.5).to_le_bytes());
+        block[4] = 2; // scale of sub-block 0
+        block[8] = 4; // min of sub-block 0
+        block[16] = 0x73; // first byte: low nibble 3 (sub-block 0), high nibble 7 (sub-block 1)
+        let mut out = vec![0f32; 256];
+        dequantize_q4_k(&block, &mut out);
+        assert_eq!(out[0], 2.0 * 3.0 - 0.5 * 4.0);
+        assert_eq!(out[1], -2.0);
+        assert_eq!(out[32], 0.0);
+    }
+}

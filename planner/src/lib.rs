@@ -1,0 +1,2 @@
+//! Strata's pure decision logic: total cost of ownership, SLA feasibility, capacity plans and the routing
+//! policy. Nothing here performs I/O, reads a clock or draws unseeded randomness.

@@ -1,0 +1,1 @@
+//! Strata's HTTP surface: the engine's OpenAI-compatible server, the gateway, the dashboard and metrics.
