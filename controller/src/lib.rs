@@ -1,0 +1,4 @@
+//! Strata's controller: the store (Postgres or SQLite), the local model cache, and the jobs that measure the
+//! engine and feed the planner.
+
+pub mod model_cache;

@@ -1,0 +1,60 @@
+//! Argument parsing and dispatch. Each subcommand group lives in its own file with its own `run`.
+
+mod model;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Decide where LLM inference should run, and run it there.
+#[derive(Debug, Parser)]
+#[command(name = "strata", version, about, propagate_version = true)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) global: GlobalArgs,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Options that every subcommand accepts.
+#[derive(Debug, Args)]
+pub(crate) struct GlobalArgs {
+    /// The store: a `postgres://` or `sqlite:` URL.
+    #[arg(
+        long,
+        global = true,
+        env = "STRATA_DATABASE_URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    pub(crate) database_url: Option<String>,
+    /// Log more: `-v` for debug, `-vv` for trace (RUST_LOG overrides).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Fetch, list and locate model files in the local cache.
+    #[command(subcommand)]
+    Model(model::ModelCommand),
+}
+
+impl Command {
+    /// Runs the subcommand.
+    pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
+        match self {
+            Command::Model(cmd) => cmd.run(global),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,157 @@
+//! The `strata` command line, run as a process.
+//!
+//! Model tests use the normal cache (`$STRATA_CACHE_DIR`, else the platform default) so the model is
+//! downloaded once per machine, not once per run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const MODEL: &str = "smollm2-135m-instruct";
+const MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+const MODEL_SIZE: u64 = 98_362_432;
+
+fn strata(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata"));
+    cmd.args(args).env_remove("RUST_LOG");
+    cmd
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let output = cmd.output().expect("run strata");
+    eprintln!(
+        "--- {cmd:?}: {}\n--- stdout:\n{}--- stderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Pulls the model into the normal cache and returns the printed path.
+fn pull_model() -> PathBuf {
+    let output = run(&mut strata(&["model", "pull", MODEL]));
+    assert!(output.status.success(), "pull failed: {}", stderr(&output));
+    let out = stdout(&output);
+    let path = PathBuf::from(out.trim_end_matches('\n'));
+    assert_eq!(out.lines().count(), 1, "stdout is the path alone: {out:?}");
+    path
+}
+
+#[test]
+fn model_pull_prints_the_verified_path_and_is_idempotent() {
+    let path = pull_model();
+    assert!(path.is_absolute(), "{}", path.display());
+    assert_eq!(path.file_name().unwrap(), MODEL_FILE);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), MODEL_SIZE);
+    let sidecar = std::fs::read_to_string(format!("{}.sha256", path.display())).unwrap();
+    assert!(
+        sidecar.starts_with("b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  ")
+    );
+
+    let again = run(&mut strata(&["model", "pull", MODEL]));
+    assert!(again.status.success());
+    assert_eq!(PathBuf::from(stdout(&again).trim_end()), path);
+    assert!(
+        stderr(&again).contains("is cached at"),
+        "{}",
+        stderr(&again)
+    );
+    assert!(
+        !stderr(&again).contains("downloading"),
+        "{}",
+        stderr(&again)
+    );
+}
+
+#[test]
+fn model_list_shows_the_pulled_model() {
+    let path = pull_model();
+    let output = run(&mut strata(&["model", "list"]));
+    assert!(output.status.success());
+    let out = stdout(&output);
+    let header = out.lines().next().unwrap();
+    for column in ["NAME", "SIZE", "SHA256", "PATH"] {
+        assert!(header.contains(column), "{header}");
+    }
+    let row = out
+        .lines()
+        .find(|l| l.starts_with(MODEL))
+        .unwrap_or_else(|| panic!("no row for {MODEL} in:\n{out}"));
+    assert!(row.contains("93.8 MiB"), "{row}");
+    assert!(row.contains("verified"), "{row}");
+    assert!(row.ends_with(&path.display().to_string()), "{row}");
+}
+
+#[test]
+fn model_path_prints_the_same_path_as_pull() {
+    let path = pull_model();
+    let output = run(&mut strata(&["model", "path", MODEL]));
+    assert!(output.status.success());
+    assert_eq!(stdout(&output), format!("{}\n", path.display()));
+}
+
+#[test]
+fn unknown_model_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let output =
+        run(strata(&["model", "pull", "unknown-model"]).env("STRATA_CACHE_DIR", dir.path()));
+    assert!(!output.status.success());
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stdout(&output).is_empty());
+    let err = stderr(&output);
+    assert!(err.contains("unknown model `unknown-model`"), "{err}");
+    assert!(err.contains(MODEL), "the known models are named: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!err.contains("backtrace"), "no backtrace without -v: {err}");
+}
+
+#[test]
+fn list_of_an_empty_cache_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("models");
+    let output = run(&mut strata(&["model", "list", "--dir", path_str(&empty)]));
+    assert!(output.status.success());
+    assert_eq!(
+        stdout(&output),
+        format!("no models cached in {}\n", empty.display())
+    );
+}
+
+#[test]
+fn dir_flag_beats_the_environment() {
+    let env_dir = tempfile::tempdir().unwrap();
+    let flag_dir = tempfile::tempdir().unwrap();
+    let output = run(
+        strata(&["model", "list", "--dir", path_str(flag_dir.path())])
+            .env("STRATA_CACHE_DIR", env_dir.path()),
+    );
+    assert!(output.status.success());
+    assert!(stdout(&output).contains(&flag_dir.path().display().to_string()));
+}
+
+#[test]
+fn help_lists_the_model_commands() {
+    let output = run(&mut strata(&["--help"]));
+    assert!(output.status.success());
+    let out = stdout(&output);
+    assert!(out.contains("model"), "{out}");
+    assert!(out.contains("--database-url"), "{out}");
+
+    let output = run(&mut strata(&["model", "--help"]));
+    let out = stdout(&output);
+    for sub in ["pull", "path", "list"] {
+        assert!(out.contains(sub), "{out}");
+    }
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().expect("temporary paths are UTF-8")
+}
