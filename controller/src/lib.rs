@@ -2,3 +2,4 @@
 //! engine and feed the planner.
 
 pub mod model_cache;
+pub mod store;
