@@ -75,10 +75,12 @@ impl fmt::Display for Backend {
 /// Opens the store at `url` (`postgres://...`, `postgresql://...` or `sqlite:...`) and brings its schema
 /// up to date. A SQLite file that does not exist yet is created.
 pub async fn open(url: &str) -> Result<Arc<dyn Store>> {
-    let store: Arc<dyn Store> = match Backend::from_url(url)? {
+    let backend = Backend::from_url(url)?;
+    let store: Arc<dyn Store> = match backend {
         Backend::Postgres => Arc::new(PgStore::connect(url).await?),
         Backend::Sqlite => Arc::new(SqliteStore::connect(url).await?),
     };
+    tracing::info!(%backend, "store open, schema up to date");
     Ok(store)
 }
 

@@ -87,3 +87,30 @@ fn is_in_memory(url: &str) -> bool {
 }
 
 shared::impl_store!(SqliteStore, Sqlite);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{NewWorkload, Store};
+
+    #[test]
+    fn in_memory_urls_are_recognized() {
+        assert!(is_in_memory("sqlite::memory:"));
+        assert!(is_in_memory("sqlite://?mode=memory"));
+        assert!(!is_in_memory("sqlite:///var/lib/strata/strata.db"));
+    }
+
+    /// An in-memory database lives as long as the store: what one call writes, the next one reads.
+    #[tokio::test]
+    async fn in_memory_store_keeps_its_data() {
+        let store = SqliteStore::connect("sqlite::memory:").await.unwrap();
+        let spec = serde_json::json!({"rps": 1});
+        let workload = NewWorkload {
+            name: "w".to_owned(),
+            spec,
+        };
+        let row = store.insert_workload(&workload).await.unwrap();
+        assert_eq!(store.list_workloads().await.unwrap(), vec![row]);
+        store.close().await;
+    }
+}
