@@ -1,3 +1,5 @@
-//! End-to-end tests that run the `strata` binary.
+//! End-to-end tests: the `strata` binary, and the engine against llama.cpp's reference outputs.
 
 mod cli;
+mod common;
+mod reference;

@@ -66,11 +66,17 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// A format error for `path`.
     pub fn format(path: impl Into<PathBuf>, problem: impl Into<String>) -> Self {
-        Self::Format { path: path.into(), problem: problem.into() }
+        Self::Format {
+            path: path.into(),
+            problem: problem.into(),
+        }
     }
 
     /// A model error for `path`.
     pub fn model(path: impl Into<PathBuf>, problem: impl Into<String>) -> Self {
-        Self::Model { path: path.into(), problem: problem.into() }
+        Self::Model {
+            path: path.into(),
+            problem: problem.into(),
+        }
     }
 }

@@ -140,7 +140,10 @@ const _: () = assert!(size_of::<BlockQ8_0>() == 34);
 
 impl Default for BlockQ8_0 {
     fn default() -> Self {
-        Self { d: f16::ZERO, qs: [0; QK] }
+        Self {
+            d: f16::ZERO,
+            qs: [0; QK],
+        }
     }
 }
 
@@ -159,7 +162,11 @@ const _: () = assert!(size_of::<BlockQ8_1>() == 36);
 
 impl Default for BlockQ8_1 {
     fn default() -> Self {
-        Self { d: f16::ZERO, s: f16::ZERO, qs: [0; QK] }
+        Self {
+            d: f16::ZERO,
+            s: f16::ZERO,
+            qs: [0; QK],
+        }
     }
 }
 
@@ -174,7 +181,10 @@ pub fn parse_q4_0(bytes: &[u8]) -> Vec<BlockQ4_0> {
         .map(|b| {
             let mut qs = [0u8; 16];
             qs.copy_from_slice(&b[2..18]);
-            BlockQ4_0 { d: f16_at(b, 0), qs }
+            BlockQ4_0 {
+                d: f16_at(b, 0),
+                qs,
+            }
         })
         .collect()
 }
@@ -186,7 +196,11 @@ pub fn parse_q4_1(bytes: &[u8]) -> Vec<BlockQ4_1> {
         .map(|b| {
             let mut qs = [0u8; 16];
             qs.copy_from_slice(&b[4..20]);
-            BlockQ4_1 { d: f16_at(b, 0), m: f16_at(b, 2), qs }
+            BlockQ4_1 {
+                d: f16_at(b, 0),
+                m: f16_at(b, 2),
+                qs,
+            }
         })
         .collect()
 }
@@ -200,7 +214,10 @@ pub fn parse_q8_0(bytes: &[u8]) -> Vec<BlockQ8_0> {
             for (q, &byte) in qs.iter_mut().zip(&b[2..34]) {
                 *q = byte as i8;
             }
-            BlockQ8_0 { d: f16_at(b, 0), qs }
+            BlockQ8_0 {
+                d: f16_at(b, 0),
+                qs,
+            }
         })
         .collect()
 }
@@ -341,7 +358,10 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
-        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
     }
 }
 

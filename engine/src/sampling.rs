@@ -326,7 +326,11 @@ fn draw(candidates: &mut [Candidate], temperature: f32, rng: &mut StdRng) -> u32
     let sum = softmax_weights(candidates, temperature);
     if !(sum.is_finite() && sum > 0.0) {
         // Every logit was -inf (or NaN): nothing to weigh, fall back to the likeliest.
-        return candidates.iter().copied().min_by(by_logit_desc).map_or(0, |c| c.id);
+        return candidates
+            .iter()
+            .copied()
+            .min_by(by_logit_desc)
+            .map_or(0, |c| c.id);
     }
     let mut target = rng.random::<f64>() * sum;
     for c in candidates.iter() {

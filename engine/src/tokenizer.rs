@@ -5,11 +5,12 @@
 use std::{collections::HashMap, path::Path};
 
 use tokenizers::{
-    AddedToken, DecoderWrapper, PreTokenizerWrapper,
+    AddedToken, DecoderWrapper, PreTokenizerWrapper, SplitDelimiterBehavior,
     decoders::byte_level::ByteLevel as ByteLevelDecoder,
     models::bpe::{BPE, Vocab},
-    SplitDelimiterBehavior,
-    pre_tokenizers::{byte_level::ByteLevel, sequence::Sequence, split::Split, split::SplitPattern},
+    pre_tokenizers::{
+        byte_level::ByteLevel, sequence::Sequence, split::Split, split::SplitPattern,
+    },
 };
 
 use crate::{
@@ -22,7 +23,13 @@ const TOKEN_TYPE_CONTROL: u64 = 3;
 /// GGUF `token_type` of user-defined tokens, matched verbatim in text.
 const TOKEN_TYPE_USER_DEFINED: u64 = 4;
 /// Texts of tokens that end a generated turn in common chat formats.
-const END_OF_TURN_TEXTS: [&str; 5] = ["<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"];
+const END_OF_TURN_TEXTS: [&str; 5] = [
+    "<|endoftext|>",
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|end|>",
+    "<end_of_turn>",
+];
 
 /// Word regexes of llama.cpp's pre-tokenizers (the GPT-2 one is built into `ByteLevel`).
 const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -49,23 +56,39 @@ impl Tokenizer {
         let bad = |problem: String| Error::model(file.path(), problem);
         let model = file.meta_str("tokenizer.ggml.model")?;
         if model != "gpt2" {
-            return Err(bad(format!("tokenizer model {model:?} is not supported (supported: gpt2 byte-level BPE)")));
+            return Err(bad(format!(
+                "tokenizer model {model:?} is not supported (supported: gpt2 byte-level BPE)"
+            )));
         }
         let tokens = string_array(file, "tokenizer.ggml.tokens")?;
         let merges = string_array(file, "tokenizer.ggml.merges")?;
-        let types: Vec<u64> = match file.meta("tokenizer.ggml.token_type").and_then(MetaValue::as_array) {
+        let types: Vec<u64> = match file
+            .meta("tokenizer.ggml.token_type")
+            .and_then(MetaValue::as_array)
+        {
             Some(items) => items.iter().map(|v| v.as_u64().unwrap_or(1)).collect(),
             None => vec![1; tokens.len()],
         };
         if types.len() != tokens.len() {
-            return Err(bad(format!("{} token types for {} tokens", types.len(), tokens.len())));
+            return Err(bad(format!(
+                "{} token types for {} tokens",
+                types.len(),
+                tokens.len()
+            )));
         }
-        let pre = file.meta("tokenizer.ggml.pre").and_then(MetaValue::as_str).unwrap_or("default");
-        let inner = build_bpe(&tokens, &merges, &types, pre).map_err(|e| bad(format!("tokenizer: {e}")))?;
+        let pre = file
+            .meta("tokenizer.ggml.pre")
+            .and_then(MetaValue::as_str)
+            .unwrap_or("default");
+        let inner =
+            build_bpe(&tokens, &merges, &types, pre).map_err(|e| bad(format!("tokenizer: {e}")))?;
         let id_of = |key: &str| -> Result<Option<u32>> {
             match file.meta(key).and_then(MetaValue::as_u64) {
                 Some(id) if (id as usize) < tokens.len() => Ok(Some(id as u32)),
-                Some(id) => Err(bad(format!("{key} = {id} is outside the vocabulary of {}", tokens.len()))),
+                Some(id) => Err(bad(format!(
+                    "{key} = {id} is outside the vocabulary of {}",
+                    tokens.len()
+                ))),
                 None => Ok(None),
             }
         };
@@ -78,8 +101,14 @@ impl Tokenizer {
             bos: id_of("tokenizer.ggml.bos_token_id")?,
             eos: id_of("tokenizer.ggml.eos_token_id")?,
             end_of_generation: Vec::new(),
-            add_bos: file.meta("tokenizer.ggml.add_bos_token").and_then(MetaValue::as_bool).unwrap_or(false),
-            chat_template: file.meta("tokenizer.chat_template").and_then(MetaValue::as_str).map(str::to_string),
+            add_bos: file
+                .meta("tokenizer.ggml.add_bos_token")
+                .and_then(MetaValue::as_bool)
+                .unwrap_or(false),
+            chat_template: file
+                .meta("tokenizer.chat_template")
+                .and_then(MetaValue::as_str)
+                .map(str::to_string),
         };
         tokenizer.end_of_generation = tokenizer.find_end_of_generation(&tokens);
         Ok(tokenizer)
@@ -115,15 +144,32 @@ impl Tokenizer {
             }
         }
         let token_id = |key: &str| {
-            config.and_then(|c| c.get(key)).and_then(special_token_text).and_then(|t| inner.token_to_id(&t))
+            config
+                .and_then(|c| c.get(key))
+                .and_then(special_token_text)
+                .and_then(|t| inner.token_to_id(&t))
         };
         let bos = token_id("bos_token");
         let eos = token_id("eos_token");
-        let add_bos = config.and_then(|c| c.get("add_bos_token")).and_then(|v| v.as_bool()).unwrap_or(false);
-        let chat_template = config.and_then(|c| c.get("chat_template")).and_then(|v| v.as_str()).map(str::to_string);
+        let add_bos = config
+            .and_then(|c| c.get("add_bos_token"))
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false);
+        let chat_template = config
+            .and_then(|c| c.get("chat_template"))
+            .and_then(|v| v.as_str())
+            .map(str::to_string);
         let token_bytes = tokens.iter().map(|t| byte_level_bytes(t)).collect();
-        let mut tokenizer =
-            Self { inner, token_bytes, control, bos, eos, end_of_generation: Vec::new(), add_bos, chat_template };
+        let mut tokenizer = Self {
+            inner,
+            token_bytes,
+            control,
+            bos,
+            eos,
+            end_of_generation: Vec::new(),
+            add_bos,
+            chat_template,
+        };
         tokenizer.end_of_generation = tokenizer.find_end_of_generation(&tokens);
         tokenizer
     }
@@ -131,7 +177,10 @@ impl Tokenizer {
     fn find_end_of_generation(&self, tokens: &[String]) -> Vec<u32> {
         let mut ids: Vec<u32> = self.eos.into_iter().collect();
         for (id, text) in tokens.iter().enumerate() {
-            if self.control[id] && END_OF_TURN_TEXTS.contains(&text.as_str()) && !ids.contains(&(id as u32)) {
+            if self.control[id]
+                && END_OF_TURN_TEXTS.contains(&text.as_str())
+                && !ids.contains(&(id as u32))
+            {
                 ids.push(id as u32);
             }
         }
@@ -143,7 +192,10 @@ impl Tokenizer {
     /// # Errors
     /// When the tokenizer fails on the input.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let encoding = self.inner.encode_fast(text, false).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let encoding = self
+            .inner
+            .encode_fast(text, false)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
         let mut ids = Vec::with_capacity(encoding.len() + 1);
         if self.add_bos {
             ids.extend(self.bos);
@@ -203,7 +255,9 @@ impl Tokenizer {
 
     /// The underlying tokenizer, as `tokenizer.json` would hold it.
     pub fn to_json(&self) -> Result<String> {
-        self.inner.to_string(true).map_err(|e| Error::Tokenizer(e.to_string()))
+        self.inner
+            .to_string(true)
+            .map_err(|e| Error::Tokenizer(e.to_string()))
     }
 }
 
@@ -240,12 +294,22 @@ fn string_array(file: &GgufFile, key: &str) -> Result<Vec<String>> {
     let items = file
         .meta(key)
         .and_then(MetaValue::as_array)
-        .ok_or_else(|| Error::model(file.path(), format!("metadata key {key} is missing or not an array")))?;
+        .ok_or_else(|| {
+            Error::model(
+                file.path(),
+                format!("metadata key {key} is missing or not an array"),
+            )
+        })?;
     items
         .iter()
         .map(|v| v.as_str().map(str::to_string))
         .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| Error::model(file.path(), format!("metadata key {key} holds a non-string item")))
+        .ok_or_else(|| {
+            Error::model(
+                file.path(),
+                format!("metadata key {key} holds a non-string item"),
+            )
+        })
 }
 
 fn build_bpe(
@@ -254,12 +318,23 @@ fn build_bpe(
     types: &[u64],
     pre: &str,
 ) -> std::result::Result<tokenizers::Tokenizer, String> {
-    let vocab: Vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    let vocab: Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.clone(), i as u32))
+        .collect();
     let merges = merges
         .iter()
-        .map(|m| m.split_once(' ').map(|(a, b)| (a.to_string(), b.to_string())).ok_or_else(|| format!("merge {m:?} is not \"a b\"")))
+        .map(|m| {
+            m.split_once(' ')
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .ok_or_else(|| format!("merge {m:?} is not \"a b\""))
+        })
         .collect::<std::result::Result<Vec<_>, _>>()?;
-    let bpe = BPE::builder().vocab_and_merges(vocab, merges).build().map_err(|e| e.to_string())?;
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .build()
+        .map_err(|e| e.to_string())?;
     let mut tokenizer = tokenizers::Tokenizer::new(bpe);
     tokenizer.with_pre_tokenizer(Some(pre_tokenizer(pre)?));
     tokenizer.with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevelDecoder::default())));
@@ -269,30 +344,39 @@ fn build_bpe(
         .filter(|(_, t)| **t == TOKEN_TYPE_CONTROL || **t == TOKEN_TYPE_USER_DEFINED)
         .map(|(text, t)| AddedToken::from(text.clone(), *t == TOKEN_TYPE_CONTROL).normalized(false))
         .collect();
-    tokenizer.add_special_tokens(added).map_err(|e| e.to_string())?;
+    tokenizer
+        .add_special_tokens(added)
+        .map_err(|e| e.to_string())?;
     Ok(tokenizer)
 }
 
 /// The pre-tokenizer llama.cpp uses for a `tokenizer.ggml.pre` value.
 fn pre_tokenizer(pre: &str) -> std::result::Result<PreTokenizerWrapper, String> {
     let split = |regex: &str| -> std::result::Result<PreTokenizerWrapper, String> {
-        Split::new(SplitPattern::Regex(regex.to_string()), SplitDelimiterBehavior::Isolated, false)
-            .map(PreTokenizerWrapper::Split)
-            .map_err(|e| e.to_string())
+        Split::new(
+            SplitPattern::Regex(regex.to_string()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map(PreTokenizerWrapper::Split)
+        .map_err(|e| e.to_string())
     };
-    let byte_level = |use_regex| PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, use_regex));
+    let byte_level =
+        |use_regex| PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, use_regex));
     Ok(match pre {
         "default" | "gpt2" | "gpt-2" => byte_level(true),
         // llama.cpp: digits are split one by one before the GPT-2 regex.
         "smollm" | "starcoder" | "refact" | "codeshell" | "command-r" | "exaone" | "minerva-7b" => {
             PreTokenizerWrapper::Sequence(Sequence::new(vec![split(r"\p{N}")?, byte_level(true)]))
         }
-        "llama3" | "llama-bpe" | "llama-v3" => {
-            PreTokenizerWrapper::Sequence(Sequence::new(vec![split(LLAMA3_REGEX)?, byte_level(false)]))
-        }
-        "qwen2" | "deepseek-r1-qwen" => {
-            PreTokenizerWrapper::Sequence(Sequence::new(vec![split(QWEN2_REGEX)?, byte_level(false)]))
-        }
+        "llama3" | "llama-bpe" | "llama-v3" => PreTokenizerWrapper::Sequence(Sequence::new(vec![
+            split(LLAMA3_REGEX)?,
+            byte_level(false),
+        ])),
+        "qwen2" | "deepseek-r1-qwen" => PreTokenizerWrapper::Sequence(Sequence::new(vec![
+            split(QWEN2_REGEX)?,
+            byte_level(false),
+        ])),
         other => {
             tracing::warn!(pre = other, "unknown pre-tokenizer; using the GPT-2 regex");
             byte_level(true)
@@ -301,7 +385,10 @@ fn pre_tokenizer(pre: &str) -> std::result::Result<PreTokenizerWrapper, String> 
 }
 
 fn read_json(path: &Path) -> Result<serde_json::Value> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
     serde_json::from_str(&text).map_err(|e| Error::model(path, format!("invalid JSON: {e}")))
 }
 
@@ -309,7 +396,10 @@ fn read_json(path: &Path) -> Result<serde_json::Value> {
 fn special_token_text(value: &serde_json::Value) -> Option<String> {
     match value {
         serde_json::Value::String(s) => Some(s.clone()),
-        serde_json::Value::Object(map) => map.get("content").and_then(|c| c.as_str()).map(str::to_string),
+        serde_json::Value::Object(map) => map
+            .get("content")
+            .and_then(|c| c.as_str())
+            .map(str::to_string),
         _ => None,
     }
 }
@@ -319,7 +409,9 @@ fn unicode_to_byte() -> HashMap<char, u8> {
     let mut map = HashMap::with_capacity(256);
     let mut extra = 0u32;
     for byte in 0u32..256 {
-        let printable = (33..=126).contains(&byte) || (161..=172).contains(&byte) || (174..=255).contains(&byte);
+        let printable = (33..=126).contains(&byte)
+            || (161..=172).contains(&byte)
+            || (174..=255).contains(&byte);
         let ch = if printable {
             byte
         } else {
@@ -338,7 +430,11 @@ fn unicode_to_byte() -> HashMap<char, u8> {
 fn byte_level_bytes(token: &str) -> Vec<u8> {
     static TABLE: std::sync::OnceLock<HashMap<char, u8>> = std::sync::OnceLock::new();
     let table = TABLE.get_or_init(unicode_to_byte);
-    token.chars().map(|c| table.get(&c).copied()).collect::<Option<Vec<u8>>>().unwrap_or_else(|| token.as_bytes().to_vec())
+    token
+        .chars()
+        .map(|c| table.get(&c).copied())
+        .collect::<Option<Vec<u8>>>()
+        .unwrap_or_else(|| token.as_bytes().to_vec())
 }
 
 #[cfg(test)]

@@ -26,7 +26,14 @@ pub enum WeightType {
 
 impl WeightType {
     /// Every runtime type, highest precision first.
-    pub const ALL: [WeightType; 6] = [Self::F32, Self::F16, Self::Bf16, Self::Q8_0, Self::Q4_1, Self::Q4_0];
+    pub const ALL: [WeightType; 6] = [
+        Self::F32,
+        Self::F16,
+        Self::Bf16,
+        Self::Q8_0,
+        Self::Q4_1,
+        Self::Q4_0,
+    ];
 
     /// The lowercase name used on the command line and in stored results.
     pub fn name(self) -> &'static str {
@@ -123,7 +130,13 @@ impl Weight {
     ///
     /// The caller has checked that `bytes` holds `rows * cols` elements of `kind` and that `cols` is a
     /// multiple of the block sizes involved.
-    pub fn from_bytes(kind: GgmlType, bytes: &[u8], rows: usize, cols: usize, target: Option<WeightType>) -> Self {
+    pub fn from_bytes(
+        kind: GgmlType,
+        bytes: &[u8],
+        rows: usize,
+        cols: usize,
+        target: Option<WeightType>,
+    ) -> Self {
         let keep = WeightType::of_file_type(kind);
         let target = target.or(keep).unwrap_or(WeightType::F32);
         let data = if Some(target) == keep {
@@ -131,12 +144,18 @@ impl Weight {
                 GgmlType::Q4_0 => WeightData::Q4_0(quant::parse_q4_0(bytes)),
                 GgmlType::Q4_1 => WeightData::Q4_1(quant::parse_q4_1(bytes)),
                 GgmlType::Q8_0 => WeightData::Q8_0(quant::parse_q8_0(bytes)),
-                GgmlType::F16 => {
-                    WeightData::F16(bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]])).collect())
-                }
-                GgmlType::BF16 => {
-                    WeightData::Bf16(bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]])).collect())
-                }
+                GgmlType::F16 => WeightData::F16(
+                    bytes
+                        .chunks_exact(2)
+                        .map(|b| f16::from_le_bytes([b[0], b[1]]))
+                        .collect(),
+                ),
+                GgmlType::BF16 => WeightData::Bf16(
+                    bytes
+                        .chunks_exact(2)
+                        .map(|b| bf16::from_le_bytes([b[0], b[1]]))
+                        .collect(),
+                ),
                 _ => WeightData::F32(dequantized(kind, bytes, rows * cols)),
             }
         } else {
@@ -151,7 +170,9 @@ impl Weight {
         let data = match target {
             WeightType::F32 => WeightData::F32(values),
             WeightType::F16 => WeightData::F16(values.iter().map(|&v| f16::from_f32(v)).collect()),
-            WeightType::Bf16 => WeightData::Bf16(values.iter().map(|&v| bf16::from_f32(v)).collect()),
+            WeightType::Bf16 => {
+                WeightData::Bf16(values.iter().map(|&v| bf16::from_f32(v)).collect())
+            }
             WeightType::Q8_0 => {
                 let mut out = vec![BlockQ8_0::default(); blocks];
                 quant::quantize_q8_0(&values, &mut out);
@@ -201,8 +222,14 @@ impl Weight {
         let (bstart, bend) = (start / QK, end / QK);
         match &self.data {
             WeightData::F32(v) => out.copy_from_slice(&v[start..end]),
-            WeightData::F16(v) => out.iter_mut().zip(&v[start..end]).for_each(|(o, x)| *o = x.to_f32()),
-            WeightData::Bf16(v) => out.iter_mut().zip(&v[start..end]).for_each(|(o, x)| *o = x.to_f32()),
+            WeightData::F16(v) => out
+                .iter_mut()
+                .zip(&v[start..end])
+                .for_each(|(o, x)| *o = x.to_f32()),
+            WeightData::Bf16(v) => out
+                .iter_mut()
+                .zip(&v[start..end])
+                .for_each(|(o, x)| *o = x.to_f32()),
             WeightData::Q8_0(v) => quant::dequantize_q8_0(&v[bstart..bend], out),
             WeightData::Q4_0(v) => quant::dequantize_q4_0(&v[bstart..bend], out),
             WeightData::Q4_1(v) => quant::dequantize_q4_1(&v[bstart..bend], out),

@@ -105,7 +105,9 @@ impl MetaValue {
     /// A short rendering for `model inspect`: arrays show their length and first items.
     pub fn summary(&self) -> String {
         match self {
-            Self::String(s) if s.len() > 80 => format!("{:?}… ({} bytes)", truncate(s, 77), s.len()),
+            Self::String(s) if s.len() > 80 => {
+                format!("{:?}… ({} bytes)", truncate(s, 77), s.len())
+            }
             Self::String(s) => format!("{s:?}"),
             Self::Array(items) => {
                 let head: Vec<String> = items.iter().take(4).map(MetaValue::summary).collect();
@@ -191,7 +193,11 @@ impl GgufFile {
 
     fn parse(path: &Path, bytes: FileBytes) -> Result<Self> {
         let (version, metadata, tensors, alignment) = {
-            let mut reader = Reader { data: bytes.as_slice(), pos: 0, path };
+            let mut reader = Reader {
+                data: bytes.as_slice(),
+                pos: 0,
+                path,
+            };
             let header = reader.header()?;
             let metadata = reader.metadata(header.metadata_count)?;
             let alignment = alignment_of(path, &metadata)?;
@@ -200,7 +206,14 @@ impl GgufFile {
             let tensors = place_tensors(path, infos, data_start, alignment, reader.data.len())?;
             (header.version, metadata, tensors, alignment)
         };
-        Ok(Self { path: path.to_path_buf(), bytes: Arc::new(bytes), version, metadata, tensors, alignment })
+        Ok(Self {
+            path: path.to_path_buf(),
+            bytes: Arc::new(bytes),
+            version,
+            metadata,
+            tensors,
+            alignment,
+        })
     }
 
     /// The file's path.
@@ -229,9 +242,12 @@ impl GgufFile {
     /// # Errors
     /// When the key is missing or not a non-negative integer.
     pub fn meta_u64(&self, key: &str) -> Result<u64> {
-        self.meta(key)
-            .and_then(MetaValue::as_u64)
-            .ok_or_else(|| Error::model(&self.path, format!("metadata key {key} is missing or not an unsigned integer")))
+        self.meta(key).and_then(MetaValue::as_u64).ok_or_else(|| {
+            Error::model(
+                &self.path,
+                format!("metadata key {key} is missing or not an unsigned integer"),
+            )
+        })
     }
 
     /// A required float metadata value.
@@ -239,9 +255,12 @@ impl GgufFile {
     /// # Errors
     /// When the key is missing or not numeric.
     pub fn meta_f64(&self, key: &str) -> Result<f64> {
-        self.meta(key)
-            .and_then(MetaValue::as_f64)
-            .ok_or_else(|| Error::model(&self.path, format!("metadata key {key} is missing or not a number")))
+        self.meta(key).and_then(MetaValue::as_f64).ok_or_else(|| {
+            Error::model(
+                &self.path,
+                format!("metadata key {key} is missing or not a number"),
+            )
+        })
     }
 
     /// A required string metadata value.
@@ -249,9 +268,12 @@ impl GgufFile {
     /// # Errors
     /// When the key is missing or not a string.
     pub fn meta_str(&self, key: &str) -> Result<&str> {
-        self.meta(key)
-            .and_then(MetaValue::as_str)
-            .ok_or_else(|| Error::model(&self.path, format!("metadata key {key} is missing or not a string")))
+        self.meta(key).and_then(MetaValue::as_str).ok_or_else(|| {
+            Error::model(
+                &self.path,
+                format!("metadata key {key} is missing or not a string"),
+            )
+        })
     }
 }
 
@@ -316,29 +338,47 @@ impl<'a> Reader<'a> {
         let len = usize::try_from(len)
             .ok()
             .filter(|&l| l <= self.remaining())
-            .ok_or_else(|| self.err(format_args!("{what} claims {len} bytes, only {} remain", self.remaining())))?;
+            .ok_or_else(|| {
+                self.err(format_args!(
+                    "{what} claims {len} bytes, only {} remain",
+                    self.remaining()
+                ))
+            })?;
         let bytes = self.take(len, what)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| self.err(format_args!("{what} is not valid UTF-8")))
+        String::from_utf8(bytes.to_vec())
+            .map_err(|_| self.err(format_args!("{what} is not valid UTF-8")))
     }
 
     fn header(&mut self) -> Result<Header> {
         let magic = self.array::<4>("magic")?;
         if &magic != GGUF_MAGIC {
-            return Err(self.err(format_args!("not a GGUF file (magic {magic:02x?}, expected \"GGUF\")")));
+            return Err(self.err(format_args!(
+                "not a GGUF file (magic {magic:02x?}, expected \"GGUF\")"
+            )));
         }
         let version = self.u32("version")?;
         if !(2..=3).contains(&version) {
-            return Err(self.err(format_args!("unsupported GGUF version {version} (supported: 2, 3)")));
+            return Err(self.err(format_args!(
+                "unsupported GGUF version {version} (supported: 2, 3)"
+            )));
         }
         let tensor_count = self.u64("tensor count")?;
         let metadata_count = self.u64("metadata count")?;
         if tensor_count > MAX_TENSORS {
-            return Err(self.err(format_args!("absurd tensor count {tensor_count} (limit {MAX_TENSORS})")));
+            return Err(self.err(format_args!(
+                "absurd tensor count {tensor_count} (limit {MAX_TENSORS})"
+            )));
         }
         if metadata_count > MAX_METADATA {
-            return Err(self.err(format_args!("absurd metadata count {metadata_count} (limit {MAX_METADATA})")));
+            return Err(self.err(format_args!(
+                "absurd metadata count {metadata_count} (limit {MAX_METADATA})"
+            )));
         }
-        Ok(Header { version, tensor_count, metadata_count })
+        Ok(Header {
+            version,
+            tensor_count,
+            metadata_count,
+        })
     }
 
     fn metadata(&mut self, count: u64) -> Result<BTreeMap<String, MetaValue>> {
@@ -366,20 +406,28 @@ impl<'a> Reader<'a> {
             7 => match self.array::<1>(key)?[0] {
                 0 => MetaValue::Bool(false),
                 1 => MetaValue::Bool(true),
-                b => return Err(self.err(format_args!("metadata {key}: bool byte {b} is neither 0 nor 1"))),
+                b => {
+                    return Err(self.err(format_args!(
+                        "metadata {key}: bool byte {b} is neither 0 nor 1"
+                    )));
+                }
             },
             8 => MetaValue::String(self.string(key)?),
             9 => self.meta_array(key, depth)?,
             10 => MetaValue::U64(self.u64(key)?),
             11 => MetaValue::I64(i64::from_le_bytes(self.array(key)?)),
             12 => MetaValue::F64(f64::from_le_bytes(self.array(key)?)),
-            other => return Err(self.err(format_args!("metadata {key}: unknown value type {other}"))),
+            other => {
+                return Err(self.err(format_args!("metadata {key}: unknown value type {other}")));
+            }
         })
     }
 
     fn meta_array(&mut self, key: &str, depth: usize) -> Result<MetaValue> {
         if depth >= MAX_ARRAY_DEPTH {
-            return Err(self.err(format_args!("metadata {key}: arrays nested deeper than {MAX_ARRAY_DEPTH}")));
+            return Err(self.err(format_args!(
+                "metadata {key}: arrays nested deeper than {MAX_ARRAY_DEPTH}"
+            )));
         }
         let item_kind = self.u32(key)?;
         let len = self.u64(key)?;
@@ -410,7 +458,9 @@ impl<'a> Reader<'a> {
             let name = self.string(&format!("name of tensor #{index}"))?;
             let n_dims = self.u32(&format!("rank of tensor {name}"))?;
             if n_dims == 0 || n_dims > MAX_DIMS {
-                return Err(self.err(format_args!("tensor {name}: rank {n_dims} (supported 1..={MAX_DIMS})")));
+                return Err(self.err(format_args!(
+                    "tensor {name}: rank {n_dims} (supported 1..={MAX_DIMS})"
+                )));
             }
             let mut dims = Vec::with_capacity(n_dims as usize);
             for _ in 0..n_dims {
@@ -423,7 +473,12 @@ impl<'a> Reader<'a> {
                 kind: format!("ggml type id {raw_kind}"),
             })?;
             let relative_offset = self.u64(&format!("offset of tensor {name}"))?;
-            infos.push(RawTensorInfo { name, dims, kind, relative_offset });
+            infos.push(RawTensorInfo {
+                name,
+                dims,
+                kind,
+                relative_offset,
+            });
         }
         Ok(infos)
     }
@@ -434,7 +489,13 @@ fn alignment_of(path: &Path, metadata: &BTreeMap<String, MetaValue>) -> Result<u
         None => Ok(DEFAULT_ALIGNMENT),
         Some(value) => match value.as_u64() {
             Some(a) if a.is_power_of_two() && a <= 1 << 16 => Ok(a),
-            _ => Err(Error::format(path, format!("general.alignment {} is not a power of two", value.summary()))),
+            _ => Err(Error::format(
+                path,
+                format!(
+                    "general.alignment {} is not a power of two",
+                    value.summary()
+                ),
+            )),
         },
     }
 }
@@ -454,18 +515,27 @@ fn place_tensors(
     let mut placed = Vec::with_capacity(infos.len());
     for raw in infos {
         if !seen.insert(raw.name.clone()) {
-            return Err(Error::format(path, format!("duplicate tensor name {}", raw.name)));
+            return Err(Error::format(
+                path,
+                format!("duplicate tensor name {}", raw.name),
+            ));
         }
         let size = tensor_byte_size(path, &raw)?;
         if raw.relative_offset % alignment != 0 {
             return Err(Error::format(
                 path,
-                format!("tensor {}: offset {} is not aligned to {alignment}", raw.name, raw.relative_offset),
+                format!(
+                    "tensor {}: offset {} is not aligned to {alignment}",
+                    raw.name, raw.relative_offset
+                ),
             ));
         }
         let offset = data_start
             .checked_add(raw.relative_offset)
-            .filter(|o| o.checked_add(size).is_some_and(|end| end <= file_len as u64))
+            .filter(|o| {
+                o.checked_add(size)
+                    .is_some_and(|end| end <= file_len as u64)
+            })
             .ok_or_else(|| {
                 Error::format(
                     path,
@@ -488,14 +558,28 @@ fn place_tensors(
 }
 
 fn tensor_byte_size(path: &Path, raw: &RawTensorInfo) -> Result<u64> {
-    let overflow = || Error::format(path, format!("tensor {}: dimensions {:?} overflow", raw.name, raw.dims));
-    let elements = raw.dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)).ok_or_else(overflow)?;
+    let overflow = || {
+        Error::format(
+            path,
+            format!("tensor {}: dimensions {:?} overflow", raw.name, raw.dims),
+        )
+    };
+    let elements = raw
+        .dims
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(overflow)?;
     let block = raw.kind.block_size() as u64;
-    if raw.dims[0] % block != 0 {
+    if !raw.dims[0].is_multiple_of(block) {
         return Err(Error::format(
             path,
-            format!("tensor {}: row length {} is not a multiple of the {} block size {block}", raw.name, raw.dims[0], raw.kind),
+            format!(
+                "tensor {}: row length {} is not a multiple of the {} block size {block}",
+                raw.name, raw.dims[0], raw.kind
+            ),
         ));
     }
-    (elements / block).checked_mul(raw.kind.block_bytes() as u64).ok_or_else(overflow)
+    (elements / block)
+        .checked_mul(raw.kind.block_bytes() as u64)
+        .ok_or_else(overflow)
 }

@@ -21,7 +21,10 @@ impl FileBytes {
     /// # Errors
     /// When the file cannot be opened or mapped.
     pub fn map(path: &Path) -> Result<Self> {
-        let io = |source| Error::Io { path: path.to_path_buf(), source };
+        let io = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
         let file = File::open(path).map_err(io)?;
         // SAFETY: the map is read-only and private to this process. Model files are not expected to
         // change while loaded; if another process truncates the file, reads fault rather than corrupt

@@ -3,6 +3,7 @@
 
 pub mod gguf;
 pub mod mmap;
+pub mod safetensors;
 
 use std::{borrow::Cow, path::Path};
 

@@ -89,21 +89,30 @@ fn row_dot(w: &Weight, x: &Converted<'_>, row: usize, t: usize) -> f32 {
 
 /// `out[t][r] = sum_k W[r][k] * x[t][k]` for `n_tokens` rows of `x` (`n_tokens x w.cols`, row-major);
 /// `out` is `n_tokens x w.rows`. Runs on the current rayon pool.
-pub fn matmul(w: &Weight, x: &[f32], n_tokens: usize, out: &mut [f32], scratch: &mut MatmulScratch) {
+pub fn matmul(
+    w: &Weight,
+    x: &[f32],
+    n_tokens: usize,
+    out: &mut [f32],
+    scratch: &mut MatmulScratch,
+) {
     debug_assert_eq!(x.len(), n_tokens * w.cols);
     debug_assert_eq!(out.len(), n_tokens * w.rows);
     let mut transposed = std::mem::take(&mut scratch.transposed);
     transposed.resize(n_tokens * w.rows, 0.0);
     {
         let converted = convert(w, x, scratch);
-        transposed.par_chunks_mut(ROWS_PER_TASK * n_tokens).enumerate().for_each(|(task, chunk)| {
-            let first_row = task * ROWS_PER_TASK;
-            for (i, row_out) in chunk.chunks_exact_mut(n_tokens).enumerate() {
-                for (t, o) in row_out.iter_mut().enumerate() {
-                    *o = row_dot(w, &converted, first_row + i, t);
+        transposed
+            .par_chunks_mut(ROWS_PER_TASK * n_tokens)
+            .enumerate()
+            .for_each(|(task, chunk)| {
+                let first_row = task * ROWS_PER_TASK;
+                for (i, row_out) in chunk.chunks_exact_mut(n_tokens).enumerate() {
+                    for (t, o) in row_out.iter_mut().enumerate() {
+                        *o = row_dot(w, &converted, first_row + i, t);
+                    }
                 }
-            }
-        });
+            });
     }
     for (r, row) in transposed.chunks_exact(n_tokens).enumerate() {
         for (t, &v) in row.iter().enumerate() {
@@ -137,7 +146,9 @@ mod tests {
             matmul(&w, &x, n, &mut out, &mut MatmulScratch::default());
             for t in 0..n {
                 for r in 0..rows {
-                    let want: f32 = (0..cols).map(|k| dense[r * cols + k] * x[t * cols + k]).sum();
+                    let want: f32 = (0..cols)
+                        .map(|k| dense[r * cols + k] * x[t * cols + k])
+                        .sum();
                     let got = out[t * rows + r];
                     // Activation rounding (f16/bf16/int8) bounds the error; f32 is exact up to summation order.
                     let tol = match kind {
@@ -145,7 +156,10 @@ mod tests {
                         WeightType::F16 => 2e-2,
                         _ => 0.15,
                     };
-                    assert!((want - got).abs() < tol, "{kind} row {r} token {t}: {want} vs {got}");
+                    assert!(
+                        (want - got).abs() < tol,
+                        "{kind} row {r} token {t}: {want} vs {got}"
+                    );
                 }
             }
         }

@@ -19,7 +19,12 @@ pub fn vec_dot_f32(a: &[f32], b: &[f32]) -> f32 {
             acc[l] += x[l] * y[l];
         }
     }
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
     acc.iter().sum::<f32>() + tail
 }
 
@@ -33,7 +38,12 @@ pub fn vec_dot_f16(a: &[f16], b: &[f16]) -> f32 {
             acc[l] += x[l].to_f32() * y[l].to_f32();
         }
     }
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x.to_f32() * y.to_f32()).sum();
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x.to_f32() * y.to_f32())
+        .sum();
     acc.iter().sum::<f32>() + tail
 }
 
@@ -47,7 +57,12 @@ pub fn vec_dot_bf16(a: &[bf16], b: &[bf16]) -> f32 {
             acc[l] += x[l].to_f32() * y[l].to_f32();
         }
     }
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x.to_f32() * y.to_f32()).sum();
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x.to_f32() * y.to_f32())
+        .sum();
     acc.iter().sum::<f32>() + tail
 }
 
@@ -57,7 +72,10 @@ fn dot_i8(a: &[i8; QK], b: &[i8; QK]) -> i32 {
 
 /// ggml `ggml_vec_dot_q8_0_q8_0`.
 pub fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
-    x.iter().zip(y).map(|(a, b)| dot_i8(&a.qs, &b.qs) as f32 * (a.d.to_f32() * b.d.to_f32())).sum()
+    x.iter()
+        .zip(y)
+        .map(|(a, b)| dot_i8(&a.qs, &b.qs) as f32 * (a.d.to_f32() * b.d.to_f32()))
+        .sum()
 }
 
 /// Unpacks the 32 nibbles of a 4-bit block in element order.

@@ -64,7 +64,8 @@ impl LlamaConfig {
         let key = |k: &str| format!("{arch}.{k}");
         let usize_of = |k: &str| -> Result<usize> {
             let v = file.meta_u64(&key(k))?;
-            usize::try_from(v).map_err(|_| Error::model(file.path(), format!("{} = {v} is too large", key(k))))
+            usize::try_from(v)
+                .map_err(|_| Error::model(file.path(), format!("{} = {v} is too large", key(k))))
         };
         let dim = usize_of("embedding_length")?;
         let n_heads = usize_of("attention.head_count")?;
@@ -72,8 +73,11 @@ impl LlamaConfig {
             Some(_) => usize_of("attention.head_count_kv")?,
             None => n_heads,
         };
-        let head_dim = if n_heads > 0 { dim / n_heads } else { 0 };
-        let vocab_size = match file.meta("tokenizer.ggml.tokens").and_then(|v| v.as_array()) {
+        let head_dim = dim.checked_div(n_heads).unwrap_or(0);
+        let vocab_size = match file
+            .meta("tokenizer.ggml.tokens")
+            .and_then(|v| v.as_array())
+        {
             Some(tokens) => tokens.len(),
             None => usize_of("vocab_size")?,
         };
@@ -85,13 +89,18 @@ impl LlamaConfig {
             head_dim,
             ffn_dim: usize_of("feed_forward_length")?,
             vocab_size,
-            rope_theta: file.meta(&key("rope.freq_base")).and_then(|v| v.as_f64()).unwrap_or(10_000.0) as f32,
+            rope_theta: file
+                .meta(&key("rope.freq_base"))
+                .and_then(|v| v.as_f64())
+                .unwrap_or(10_000.0) as f32,
             rope_style,
             rms_eps: file.meta_f64(&key("attention.layer_norm_rms_epsilon"))? as f32,
             context_length: usize_of("context_length")?,
             architecture: arch,
         };
-        config.validate().map_err(|problem| Error::model(file.path(), problem))?;
+        config
+            .validate()
+            .map_err(|problem| Error::model(file.path(), problem))?;
         Ok(config)
     }
 
@@ -112,20 +121,36 @@ impl LlamaConfig {
         if let Some((name, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(format!("{name} is zero"));
         }
-        if self.dim % self.n_heads != 0 || self.head_dim * self.n_heads != self.dim {
-            return Err(format!("embedding length {} is not divisible by {} heads", self.dim, self.n_heads));
+        if !self.dim.is_multiple_of(self.n_heads) || self.head_dim * self.n_heads != self.dim {
+            return Err(format!(
+                "embedding length {} is not divisible by {} heads",
+                self.dim, self.n_heads
+            ));
         }
-        if self.n_heads % self.n_kv_heads != 0 {
-            return Err(format!("{} heads are not a multiple of {} kv heads", self.n_heads, self.n_kv_heads));
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return Err(format!(
+                "{} heads are not a multiple of {} kv heads",
+                self.n_heads, self.n_kv_heads
+            ));
         }
-        if self.head_dim % 2 != 0 {
-            return Err(format!("head size {} is odd; RoPE needs pairs", self.head_dim));
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(format!(
+                "head size {} is odd; RoPE needs pairs",
+                self.head_dim
+            ));
         }
-        if self.n_layers > 1024 || self.dim > 1 << 16 || self.vocab_size > 1 << 22 || self.ffn_dim > 1 << 18 {
+        if self.n_layers > 1024
+            || self.dim > 1 << 16
+            || self.vocab_size > 1 << 22
+            || self.ffn_dim > 1 << 18
+        {
             return Err("absurd model dimensions".into());
         }
         if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
-            return Err(format!("RoPE base {} is not a positive number", self.rope_theta));
+            return Err(format!(
+                "RoPE base {} is not a positive number",
+                self.rope_theta
+            ));
         }
         if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0) {
             return Err(format!("RMSNorm epsilon {} is invalid", self.rms_eps));

@@ -13,18 +13,12 @@ use crate::{
 };
 
 /// How a model is loaded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LoadOptions {
     /// The runtime type of the weight matrices; `None` keeps each file type the engine can run.
     pub weights: Option<WeightType>,
     /// Worker threads of the engine's pool (0 = one per available core).
     pub threads: usize,
-}
-
-impl Default for LoadOptions {
-    fn default() -> Self {
-        Self { weights: None, threads: 0 }
-    }
 }
 
 /// Which positions of a forward pass need logits.
@@ -76,7 +70,13 @@ impl KvCache {
     /// A cache for `capacity` positions of `config`'s model.
     pub fn new(config: &LlamaConfig, capacity: usize) -> Self {
         let size = config.n_layers * capacity * config.kv_dim();
-        Self { k: vec![0.0; size], v: vec![0.0; size], kv_dim: config.kv_dim(), capacity, len: 0 }
+        Self {
+            k: vec![0.0; size],
+            v: vec![0.0; size],
+            kv_dim: config.kv_dim(),
+            capacity,
+            len: 0,
+        }
     }
 
     /// Positions held.
@@ -146,24 +146,58 @@ impl Llama {
     ///
     /// # Errors
     /// When a tensor is missing, has the wrong shape or type, or the thread pool cannot start.
-    pub fn load(config: LlamaConfig, source: &dyn TensorSource, options: LoadOptions) -> Result<Self> {
-        let loader = Loader { source, config: &config, target: options.weights };
-        let embedding = loader.matrix("token_embd.weight", config.vocab_size, config.dim, loader.head_target("token_embd.weight")?)?;
+    pub fn load(
+        config: LlamaConfig,
+        source: &dyn TensorSource,
+        options: LoadOptions,
+    ) -> Result<Self> {
+        let loader = Loader {
+            source,
+            config: &config,
+            target: options.weights,
+        };
+        let embedding = loader.matrix(
+            "token_embd.weight",
+            config.vocab_size,
+            config.dim,
+            loader.head_target("token_embd.weight")?,
+        )?;
         let output = match source.tensor("output.weight")? {
-            Some(_) => Some(loader.matrix("output.weight", config.vocab_size, config.dim, loader.head_target("output.weight")?)?),
+            Some(_) => Some(loader.matrix(
+                "output.weight",
+                config.vocab_size,
+                config.dim,
+                loader.head_target("output.weight")?,
+            )?),
             None => None,
         };
         let output_norm = loader.vector("output_norm.weight", config.dim)?;
-        let layers = (0..config.n_layers).map(|i| loader.layer(i)).collect::<Result<Vec<_>>>()?;
+        let layers = (0..config.n_layers)
+            .map(|i| loader.layer(i))
+            .collect::<Result<Vec<_>>>()?;
         let half = config.head_dim / 2;
-        let inv_freq =
-            (0..half).map(|i| (config.rope_theta as f64).powf(-2.0 * i as f64 / config.head_dim as f64)).collect();
+        let inv_freq = (0..half)
+            .map(|i| (config.rope_theta as f64).powf(-2.0 * i as f64 / config.head_dim as f64))
+            .collect();
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(options.threads)
             .thread_name(|i| format!("strata-engine-{i}"))
             .build()
-            .map_err(|e| Error::model(source.origin(), format!("cannot start the engine's thread pool: {e}")))?;
-        Ok(Self { config, embedding, output, output_norm, layers, inv_freq, pool })
+            .map_err(|e| {
+                Error::model(
+                    source.origin(),
+                    format!("cannot start the engine's thread pool: {e}"),
+                )
+            })?;
+        Ok(Self {
+            config,
+            embedding,
+            output,
+            output_norm,
+            layers,
+            inv_freq,
+            pool,
+        })
     }
 
     /// The model's hyperparameters.
@@ -178,7 +212,9 @@ impl Llama {
 
     /// The runtime type of the transformer blocks' matrices.
     pub fn weight_type(&self) -> WeightType {
-        self.layers.first().map_or(self.embedding.kind(), |l| l.wq.kind())
+        self.layers
+            .first()
+            .map_or(self.embedding.kind(), |l| l.wq.kind())
     }
 
     /// Bytes of weights held in memory.
@@ -187,7 +223,10 @@ impl Llama {
             .layers
             .iter()
             .map(|l| {
-                [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down].iter().map(|w| w.byte_size()).sum::<usize>()
+                [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
+                    .iter()
+                    .map(|w| w.byte_size())
+                    .sum::<usize>()
                     + 4 * (l.attn_norm.len() + l.ffn_norm.len())
             })
             .sum();
@@ -206,21 +245,29 @@ impl Llama {
     /// When `tokens` is empty, holds an id outside the vocabulary, or does not fit in the cache.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, logits: Logits) -> Result<Vec<f32>> {
         self.check_input(tokens, cache)?;
-        self.pool.install(|| Ok(self.forward_inner(tokens, cache, logits)))
+        self.pool
+            .install(|| Ok(self.forward_inner(tokens, cache, logits)))
     }
 
     fn check_input(&self, tokens: &[u32], cache: &KvCache) -> Result<()> {
         if tokens.is_empty() {
             return Err(Error::InvalidRequest("no tokens to evaluate".into()));
         }
-        if let Some(bad) = tokens.iter().find(|&&t| t as usize >= self.config.vocab_size) {
+        if let Some(bad) = tokens
+            .iter()
+            .find(|&&t| t as usize >= self.config.vocab_size)
+        {
             return Err(Error::InvalidRequest(format!(
                 "token id {bad} is outside the vocabulary of {} tokens",
                 self.config.vocab_size
             )));
         }
-        if cache.kv_dim != self.config.kv_dim() || cache.k.len() != self.config.n_layers * cache.capacity * cache.kv_dim {
-            return Err(Error::InvalidRequest("the key/value cache was made for another model".into()));
+        if cache.kv_dim != self.config.kv_dim()
+            || cache.k.len() != self.config.n_layers * cache.capacity * cache.kv_dim
+        {
+            return Err(Error::InvalidRequest(
+                "the key/value cache was made for another model".into(),
+            ));
         }
         if cache.len + tokens.len() > cache.capacity {
             return Err(Error::InvalidRequest(format!(
@@ -239,7 +286,8 @@ impl Llama {
         let start = cache.len;
         let mut b = Buffers::new(c, n);
         for (t, &token) in tokens.iter().enumerate() {
-            self.embedding.row_to_f32(token as usize, &mut b.x[t * c.dim..(t + 1) * c.dim]);
+            self.embedding
+                .row_to_f32(token as usize, &mut b.x[t * c.dim..(t + 1) * c.dim]);
         }
         for (index, layer) in self.layers.iter().enumerate() {
             self.attention_block(index, layer, &mut b, cache, start, n);
@@ -249,7 +297,15 @@ impl Llama {
         self.head(&mut b, n, logits)
     }
 
-    fn attention_block(&self, index: usize, layer: &Layer, b: &mut Buffers, cache: &mut KvCache, start: usize, n: usize) {
+    fn attention_block(
+        &self,
+        index: usize,
+        layer: &Layer,
+        b: &mut Buffers,
+        cache: &mut KvCache,
+        start: usize,
+        n: usize,
+    ) {
         let c = &self.config;
         rms_norm(&b.x, &layer.attn_norm, c.rms_eps, &mut b.xb);
         kernels::matmul(&layer.wq, &b.xb, n, &mut b.q, &mut b.scratch);
@@ -280,24 +336,29 @@ impl Llama {
         let (hd, kv) = (c.head_dim, c.kv_dim());
         let group = c.n_heads / c.n_kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
-        out.par_chunks_mut(hd).enumerate().for_each_init(Vec::new, |scores, (task, o)| {
-            let (t, h) = (task / c.n_heads, task % c.n_heads);
-            let kvh = h / group;
-            let qh = &q[t * c.dim + h * hd..t * c.dim + (h + 1) * hd];
-            let visible = start + t + 1;
-            scores.clear();
-            scores.extend((0..visible).map(|j| {
-                kernels::scalar::vec_dot_f32(qh, &keys[j * kv + kvh * hd..j * kv + (kvh + 1) * hd]) * scale
-            }));
-            softmax(scores);
-            o.fill(0.0);
-            for (j, &p) in scores.iter().enumerate() {
-                let vj = &values[j * kv + kvh * hd..j * kv + (kvh + 1) * hd];
-                for (acc, &v) in o.iter_mut().zip(vj) {
-                    *acc += p * v;
+        out.par_chunks_mut(hd)
+            .enumerate()
+            .for_each_init(Vec::new, |scores, (task, o)| {
+                let (t, h) = (task / c.n_heads, task % c.n_heads);
+                let kvh = h / group;
+                let qh = &q[t * c.dim + h * hd..t * c.dim + (h + 1) * hd];
+                let visible = start + t + 1;
+                scores.clear();
+                scores.extend((0..visible).map(|j| {
+                    kernels::scalar::vec_dot_f32(
+                        qh,
+                        &keys[j * kv + kvh * hd..j * kv + (kvh + 1) * hd],
+                    ) * scale
+                }));
+                softmax(scores);
+                o.fill(0.0);
+                for (j, &p) in scores.iter().enumerate() {
+                    let vj = &values[j * kv + kvh * hd..j * kv + (kvh + 1) * hd];
+                    for (acc, &v) in o.iter_mut().zip(vj) {
+                        *acc += p * v;
+                    }
                 }
-            }
-        });
+            });
     }
 
     fn ffn_block(&self, layer: &Layer, b: &mut Buffers, n: usize) {
@@ -356,13 +417,17 @@ struct Loader<'a> {
 
 impl Loader<'_> {
     fn require(&self, name: &str) -> Result<RawTensor<'_>> {
-        self.source.tensor(name)?.ok_or_else(|| Error::model(self.source.origin(), format!("tensor {name} is missing")))
+        self.source
+            .tensor(name)?
+            .ok_or_else(|| Error::model(self.source.origin(), format!("tensor {name} is missing")))
     }
 
     /// The type of the embedding / output head: never below 8 bits when the blocks run in 4 bits
     /// (as llama.cpp's quantizer keeps them), unless the file itself holds it in 4 bits.
     fn head_target(&self, name: &str) -> Result<Option<WeightType>> {
-        let Some(target) = self.target else { return Ok(None) };
+        let Some(target) = self.target else {
+            return Ok(None);
+        };
         if !target.is_4bit() {
             return Ok(Some(target));
         }
@@ -373,7 +438,13 @@ impl Loader<'_> {
         })
     }
 
-    fn matrix(&self, name: &str, rows: usize, cols: usize, target: Option<WeightType>) -> Result<Weight> {
+    fn matrix(
+        &self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        target: Option<WeightType>,
+    ) -> Result<Weight> {
         let raw = self.require(name)?;
         let want = [cols as u64, rows as u64];
         if raw.dims != want {
@@ -383,11 +454,15 @@ impl Loader<'_> {
             ));
         }
         let effective = target.or(WeightType::of_file_type(raw.kind));
-        let block = effective.map_or(1, WeightType::block_size).max(raw.kind.block_size());
-        if cols % block != 0 {
+        let block = effective
+            .map_or(1, WeightType::block_size)
+            .max(raw.kind.block_size());
+        if !cols.is_multiple_of(block) {
             return Err(Error::model(
                 self.source.origin(),
-                format!("tensor {name}: row length {cols} is not a multiple of the block size {block}"),
+                format!(
+                    "tensor {name}: row length {cols} is not a multiple of the block size {block}"
+                ),
             ));
         }
         check_len(self.source, name, &raw, rows * cols)?;
@@ -414,7 +489,10 @@ impl Loader<'_> {
             ));
         }
         if raw.kind.block_size() != 1 {
-            return Err(Error::model(self.source.origin(), format!("tensor {name}: {} vectors are not supported", raw.kind)));
+            return Err(Error::model(
+                self.source.origin(),
+                format!("tensor {name}: {} vectors are not supported", raw.kind),
+            ));
         }
         check_len(self.source, name, &raw, len)?;
         let mut out = vec![0.0; len];
@@ -444,13 +522,21 @@ impl Loader<'_> {
     }
 }
 
-fn check_len(source: &dyn TensorSource, name: &str, raw: &RawTensor<'_>, elements: usize) -> Result<()> {
+fn check_len(
+    source: &dyn TensorSource,
+    name: &str,
+    raw: &RawTensor<'_>,
+    elements: usize,
+) -> Result<()> {
     let kind: GgmlType = raw.kind;
     let want = elements / kind.block_size() * kind.block_bytes();
     if raw.data.len() != want {
         return Err(Error::model(
             source.origin(),
-            format!("tensor {name} holds {} bytes, its shape and type need {want}", raw.data.len()),
+            format!(
+                "tensor {name} holds {} bytes, its shape and type need {want}",
+                raw.data.len()
+            ),
         ));
     }
     Ok(())

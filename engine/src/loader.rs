@@ -1,0 +1,54 @@
+//! Opens a model from a path: a GGUF file or a Hugging Face checkpoint folder, with its tokenizer.
+
+use std::path::{Path, PathBuf};
+
+use crate::{
+    error::Result,
+    format::gguf::GgufFile,
+    model::{Llama, LlamaConfig, LoadOptions},
+    tokenizer::Tokenizer,
+};
+
+/// Where a loaded model came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelFormat {
+    /// A GGUF file.
+    Gguf,
+    /// A Hugging Face folder with config.json, safetensors and tokenizer.json.
+    HuggingFace,
+}
+
+/// A model ready to run, with its tokenizer.
+pub struct LoadedModel {
+    /// The network.
+    pub model: Llama,
+    /// Its tokenizer and chat template.
+    pub tokenizer: Tokenizer,
+    /// The file format it was read from.
+    pub format: ModelFormat,
+    /// The file or folder.
+    pub path: PathBuf,
+}
+
+impl LoadedModel {
+    /// Opens `path`: a GGUF file, or a folder holding a Hugging Face checkpoint.
+    ///
+    /// # Errors
+    /// When the files cannot be read or do not describe a supported model.
+    pub fn open(path: &Path, options: LoadOptions) -> Result<Self> {
+        if path.is_dir() {
+            return crate::format::safetensors::load_folder(path, options);
+        }
+        let file = GgufFile::open(path)?;
+        let config = LlamaConfig::from_gguf(&file)?;
+        let tokenizer = Tokenizer::from_gguf(&file)?;
+        let model = Llama::load(config, &file, options)?;
+        Ok(Self {
+            model,
+            tokenizer,
+            format: ModelFormat::Gguf,
+            path: path.to_path_buf(),
+        })
+    }
+}

@@ -1,0 +1,246 @@
+//! The engine against llama.cpp's reference outputs for the same model file (`shared/reference`):
+//! prompt token ids, greedy continuations with top-5 probabilities, and perplexity.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use strata_engine::{
+    loader::LoadedModel,
+    model::{LoadOptions, Logits},
+    weights::WeightType,
+};
+
+use crate::common;
+
+/// A position may diverge from the reference only where its top-1 and top-2 log-probabilities are this close.
+const TIE_LOGPROB: f64 = 0.02;
+/// Top-5 probabilities of the f32 path must be this close to the f32 reference.
+const F32_PROB_TOLERANCE: f64 = 0.01;
+/// Greedy tokens that must match for the quantized paths.
+const QUANTIZED_PREFIX: usize = 16;
+
+fn reference(name: &str) -> Value {
+    let path = common::reference_dir().join(format!("SmolLM2-135M-Instruct.{name}-greedy.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn ids(value: &Value) -> Vec<u32> {
+    value
+        .as_array()
+        .expect("array of ids")
+        .iter()
+        .map(|v| v.as_u64().expect("id") as u32)
+        .collect()
+}
+
+fn load(weights: Option<WeightType>) -> LoadedModel {
+    let path: PathBuf = common::smollm2_path();
+    LoadedModel::open(
+        &path,
+        LoadOptions {
+            weights,
+            threads: 0,
+        },
+    )
+    .expect("model loads")
+}
+
+fn log_softmax(logits: &[f32]) -> Vec<f64> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+    let log_sum = sum.ln() + max;
+    logits.iter().map(|&l| l as f64 - log_sum).collect()
+}
+
+fn argmax(values: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in values.iter().enumerate() {
+        if v > values[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+#[test]
+fn prompt_token_ids_match_llama_cpp() {
+    let model = load(Some(WeightType::Q4_1));
+    for file in ["F32-kvf32", "Q4_1", "Q8_0", "F16"] {
+        for case in reference(file)["results"].as_array().expect("results") {
+            let prompt = case["prompt"].as_str().expect("prompt");
+            let want = ids(&case["prompt_token_ids_as_evaluated"]);
+            let got = model.tokenizer.encode(prompt).expect("encodes");
+            assert_eq!(got, want, "{file}: token ids of {prompt:?}");
+        }
+    }
+}
+
+#[test]
+fn perplexity_text_has_the_reference_token_count() {
+    let model = load(Some(WeightType::Q4_1));
+    let text =
+        std::fs::read_to_string(common::reference_dir().join("perplexity-text.txt")).expect("text");
+    assert_eq!(model.tokenizer.encode(&text).expect("encodes").len(), 1562);
+}
+
+/// How a greedy run compared with the reference.
+struct GreedyComparison {
+    matched: usize,
+    diverged_at_tie: bool,
+}
+
+/// Greedy-decodes each reference prompt, checking tokens (and, when `prob_tolerance` is given, the
+/// top-5 probabilities) position by position; stops comparing a prompt at an accepted divergence.
+fn compare_greedy(
+    model: &LoadedModel,
+    file: &str,
+    prob_tolerance: Option<f64>,
+) -> Vec<GreedyComparison> {
+    let mut out = Vec::new();
+    for case in reference(file)["results"].as_array().expect("results") {
+        let prompt = ids(&case["prompt_token_ids_as_evaluated"]);
+        let want = ids(&case["generated_token_ids"]);
+        let positions = case["per_position"].as_array().expect("per_position");
+        let mut cache = model.model.new_cache(prompt.len() + want.len() + 1);
+        let mut logits = model
+            .model
+            .forward(&prompt, &mut cache, Logits::Last)
+            .expect("prefill");
+        let mut comparison = GreedyComparison {
+            matched: 0,
+            diverged_at_tie: false,
+        };
+        for (i, &expected) in want.iter().enumerate() {
+            let top5 = positions[i]["top5"].as_array().expect("top5");
+            let logprobs = log_softmax(&logits);
+            if let Some(tolerance) = prob_tolerance {
+                for entry in top5 {
+                    let id = entry["id"].as_u64().expect("id") as usize;
+                    let (want_p, got_p) =
+                        (entry["prob"].as_f64().expect("prob"), logprobs[id].exp());
+                    assert!(
+                        (want_p - got_p).abs() <= tolerance,
+                        "{file} {:?} position {i}: p(token {id}) = {got_p:.5}, reference {want_p:.5}",
+                        case["prompt"]
+                    );
+                }
+            }
+            let got = argmax(&logits);
+            if got != expected {
+                let gap = top5[0]["logprob"].as_f64().expect("lp")
+                    - top5[1]["logprob"].as_f64().expect("lp");
+                assert!(
+                    gap.abs() < TIE_LOGPROB,
+                    "{file} {:?} position {i}: generated {got}, reference {expected} (top-1/top-2 gap {gap:.4})",
+                    case["prompt"]
+                );
+                comparison.diverged_at_tie = true;
+                break;
+            }
+            comparison.matched += 1;
+            if i + 1 < want.len() {
+                logits = model
+                    .model
+                    .forward(&[got], &mut cache, Logits::Last)
+                    .expect("decode");
+            }
+        }
+        out.push(comparison);
+    }
+    out
+}
+
+#[test]
+fn f32_path_reproduces_the_f32_reference() {
+    let model = load(Some(WeightType::F32));
+    for (i, c) in compare_greedy(&model, "F32-kvf32", Some(F32_PROB_TOLERANCE))
+        .iter()
+        .enumerate()
+    {
+        assert!(
+            !c.diverged_at_tie,
+            "prompt {i}: the f32 path must reproduce every token"
+        );
+    }
+}
+
+fn quantized_path_reproduces(weights: WeightType, file: &str) {
+    let model = load(Some(weights));
+    for (i, c) in compare_greedy(&model, file, None).iter().enumerate() {
+        assert!(
+            c.matched >= QUANTIZED_PREFIX || c.diverged_at_tie,
+            "{weights} prompt {i}: only {} tokens matched",
+            c.matched
+        );
+    }
+}
+
+#[test]
+fn q4_1_path_reproduces_the_q4_1_reference() {
+    quantized_path_reproduces(WeightType::Q4_1, "Q4_1");
+}
+
+#[test]
+fn q8_0_path_reproduces_the_q8_0_reference() {
+    quantized_path_reproduces(WeightType::Q8_0, "Q8_0");
+}
+
+#[test]
+fn f16_path_reproduces_the_f16_reference() {
+    quantized_path_reproduces(WeightType::F16, "F16");
+}
+
+/// llama-perplexity with `-c 128`: consecutive 128-token chunks, each from an empty cache, scored on
+/// the predictions made from the second half of the chunk.
+fn perplexity(model: &LoadedModel, tokens: &[u32], context: usize) -> f64 {
+    let chunks = tokens.len() / context;
+    let first = context / 2;
+    let (mut nll, mut count) = (0.0f64, 0usize);
+    for chunk in tokens.chunks_exact(context).take(chunks) {
+        let mut cache = model.model.new_cache(context);
+        let logits = model
+            .model
+            .forward(chunk, &mut cache, Logits::All)
+            .expect("forward");
+        let vocab = model.model.config().vocab_size;
+        for j in first..context - 1 {
+            let logprobs = log_softmax(&logits[j * vocab..(j + 1) * vocab]);
+            nll -= logprobs[chunk[j + 1] as usize];
+            count += 1;
+        }
+    }
+    (nll / count as f64).exp()
+}
+
+fn perplexity_within_one_percent(weights: WeightType, reference_ppl: f64) {
+    let model = load(Some(weights));
+    let text =
+        std::fs::read_to_string(common::reference_dir().join("perplexity-text.txt")).expect("text");
+    let tokens = model.tokenizer.encode(&text).expect("encodes");
+    let ppl = perplexity(&model, &tokens, 128);
+    let error = (ppl - reference_ppl).abs() / reference_ppl;
+    eprintln!(
+        "{weights}: perplexity {ppl:.4}, llama.cpp {reference_ppl:.4}, relative error {:.3}%",
+        error * 100.0
+    );
+    assert!(
+        error < 0.01,
+        "{weights}: perplexity {ppl:.4} is not within 1% of llama.cpp's {reference_ppl:.4}"
+    );
+}
+
+#[test]
+fn perplexity_matches_llama_cpp_f32() {
+    perplexity_within_one_percent(WeightType::F32, 21.5937);
+}
+
+#[test]
+fn perplexity_matches_llama_cpp_q8_0() {
+    perplexity_within_one_percent(WeightType::Q8_0, 21.8013);
+}
+
+#[test]
+fn perplexity_matches_llama_cpp_q4_1() {
+    perplexity_within_one_percent(WeightType::Q4_1, 21.6365);
+}
