@@ -1,5 +1,6 @@
 //! Argument parsing and dispatch. Each subcommand group lives in its own file with its own `run`.
 
+mod generate;
 mod model;
 
 use clap::{Args, Parser, Subcommand};
@@ -34,6 +35,8 @@ pub(crate) struct GlobalArgs {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
+    /// Generate text from a prompt with the engine, then print speed figures.
+    Generate(generate::GenerateArgs),
     /// Fetch, list and locate model files in the local cache.
     #[command(subcommand)]
     Model(model::ModelCommand),
@@ -43,6 +46,7 @@ impl Command {
     /// Runs the subcommand.
     pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
         match self {
+            Command::Generate(args) => args.run(global),
             Command::Model(cmd) => cmd.run(global),
         }
     }
