@@ -2,6 +2,7 @@
 //! through [`TensorSource`] so that the model loader does not care where weights come from.
 
 pub mod gguf;
+pub mod gguf_writer;
 pub mod mmap;
 pub mod safetensors;
 
