@@ -285,7 +285,7 @@ pub fn dequantize_q8_0(blocks: &[BlockQ8_0], out: &mut [f32]) {
     }
 }
 
-/// ggml `quantize_row_q8_0_ref`.
+/// ggml `quantize_row_q8_0_ref`: how `llama-quantize` writes Q8_0 weights (round half away from zero).
 pub fn quantize_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
     for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
         let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
@@ -298,15 +298,28 @@ pub fn quantize_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
     }
 }
 
-/// ggml `quantize_row_q8_1_ref`: Q8_0 plus the scaled block sum.
-pub fn quantize_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
+/// Activations to Q8_0 as ggml's x86 `quantize_row_q8_0` rounds them: scale `127 / max|x|`, round half
+/// to even. The int8 products downstream amplify any rounding difference, so this is kept exact.
+pub fn quantize_activations_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
+    for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
+        let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        b.d = f16::from_f32(amax / 127.0);
+        for (q, &v) in b.qs.iter_mut().zip(xs) {
+            *q = (v * id).round_ties_even() as i8;
+        }
+    }
+}
+
+/// Activations to Q8_1 (Q8_0 plus the scaled block sum), rounded as ggml's x86 `quantize_row_q8_1`.
+pub fn quantize_activations_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
     for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
         let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
         let mut sum = 0i32;
         for (q, &v) in b.qs.iter_mut().zip(xs) {
-            *q = (v * id).round() as i8;
+            *q = (v * id).round_ties_even() as i8;
             sum += *q as i32;
         }
         b.d = f16::from_f32(d);
@@ -496,7 +509,7 @@ mod tests {
     fn q8_1_sum_matches_its_values() {
         let x = random(64, 11);
         let mut q = vec![BlockQ8_1::default(); 2];
-        quantize_q8_1(&x, &mut q);
+        quantize_activations_q8_1(&x, &mut q);
         for b in &q {
             let sum: i32 = b.qs.iter().map(|&v| v as i32).sum();
             assert!((b.s.to_f32() - sum as f32 * b.d.to_f32()).abs() < 1e-2);

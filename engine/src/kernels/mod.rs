@@ -50,12 +50,12 @@ fn convert<'a>(w: &Weight, x: &'a [f32], scratch: &'a mut MatmulScratch) -> Conv
         }
         WeightData::Q8_0(_) | WeightData::Q4_0(_) => {
             scratch.q8_0.resize(x.len() / QK, BlockQ8_0::default());
-            quant::quantize_q8_0(x, &mut scratch.q8_0);
+            quant::quantize_activations_q8_0(x, &mut scratch.q8_0);
             Converted::Q8_0(&scratch.q8_0)
         }
         WeightData::Q4_1(_) => {
             scratch.q8_1.resize(x.len() / QK, BlockQ8_1::default());
-            quant::quantize_q8_1(x, &mut scratch.q8_1);
+            quant::quantize_activations_q8_1(x, &mut scratch.q8_1);
             Converted::Q8_1(&scratch.q8_1)
         }
     }

@@ -1,6 +1,7 @@
 //! The Llama forward pass (RMSNorm, RoPE, grouped-query attention, SwiGLU, tied or untied head) over a
 //! key/value cache, batched over the tokens of one sequence.
 
+use half::f16;
 use rayon::prelude::*;
 
 use crate::{
@@ -57,10 +58,28 @@ pub struct Llama {
     pool: rayon::ThreadPool,
 }
 
+/// How the key/value cache stores its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvType {
+    /// 32-bit floats, attention computed in f32 with an exact softmax.
+    F32,
+    /// Half floats (half the memory), attention with f16 queries and an f16 running sum over values,
+    /// as llama.cpp's CPU flash attention computes it.
+    #[default]
+    F16,
+}
+
+/// The cache's values in their storage type.
+enum KvStorage {
+    F32 { k: Vec<f32>, v: Vec<f32> },
+    F16 { k: Vec<f16>, v: Vec<f16> },
+}
+
 /// Keys and values of every processed position, per layer: `[layer][position][kv_dim]`.
 pub struct KvCache {
-    k: Vec<f32>,
-    v: Vec<f32>,
+    storage: KvStorage,
+    n_layers: usize,
     kv_dim: usize,
     capacity: usize,
     len: usize,
@@ -68,14 +87,32 @@ pub struct KvCache {
 
 impl KvCache {
     /// A cache for `capacity` positions of `config`'s model.
-    pub fn new(config: &LlamaConfig, capacity: usize) -> Self {
+    pub fn new(config: &LlamaConfig, capacity: usize, kind: KvType) -> Self {
         let size = config.n_layers * capacity * config.kv_dim();
+        let storage = match kind {
+            KvType::F32 => KvStorage::F32 {
+                k: vec![0.0; size],
+                v: vec![0.0; size],
+            },
+            KvType::F16 => KvStorage::F16 {
+                k: vec![f16::ZERO; size],
+                v: vec![f16::ZERO; size],
+            },
+        };
         Self {
-            k: vec![0.0; size],
-            v: vec![0.0; size],
+            storage,
+            n_layers: config.n_layers,
             kv_dim: config.kv_dim(),
             capacity,
             len: 0,
+        }
+    }
+
+    /// How values are stored.
+    pub fn kind(&self) -> KvType {
+        match self.storage {
+            KvStorage::F32 { .. } => KvType::F32,
+            KvStorage::F16 { .. } => KvType::F16,
         }
     }
 
@@ -94,6 +131,15 @@ impl KvCache {
         self.capacity
     }
 
+    /// Bytes the cache holds allocated.
+    pub fn byte_size(&self) -> usize {
+        let values = 2 * self.n_layers * self.capacity * self.kv_dim;
+        match self.storage {
+            KvStorage::F32 { .. } => values * 4,
+            KvStorage::F16 { .. } => values * 2,
+        }
+    }
+
     /// Forgets every position.
     pub fn clear(&mut self) {
         self.len = 0;
@@ -106,6 +152,28 @@ impl KvCache {
 
     fn layer_offset(&self, layer: usize) -> usize {
         layer * self.capacity * self.kv_dim
+    }
+
+    /// Stores keys and values of positions `start..start + n` of `layer`.
+    fn store(&mut self, layer: usize, start: usize, keys: &[f32], values: &[f32]) {
+        let at = self.layer_offset(layer) + start * self.kv_dim;
+        let range = at..at + keys.len();
+        match &mut self.storage {
+            KvStorage::F32 { k, v } => {
+                k[range.clone()].copy_from_slice(keys);
+                v[range].copy_from_slice(values);
+            }
+            KvStorage::F16 { k, v } => {
+                k[range.clone()]
+                    .iter_mut()
+                    .zip(keys)
+                    .for_each(|(d, &s)| *d = f16::from_f32(s));
+                v[range]
+                    .iter_mut()
+                    .zip(values)
+                    .for_each(|(d, &s)| *d = f16::from_f32(s));
+            }
+        }
     }
 }
 
@@ -233,9 +301,14 @@ impl Llama {
         layers + self.embedding.byte_size() + self.output.as_ref().map_or(0, Weight::byte_size)
     }
 
-    /// A key/value cache sized for `capacity` positions.
+    /// A key/value cache in f16 (llama.cpp's default) sized for `capacity` positions.
     pub fn new_cache(&self, capacity: usize) -> KvCache {
-        KvCache::new(&self.config, capacity.min(self.config.context_length))
+        self.new_cache_with(capacity, KvType::default())
+    }
+
+    /// A key/value cache of `kind` sized for `capacity` positions.
+    pub fn new_cache_with(&self, capacity: usize, kind: KvType) -> KvCache {
+        KvCache::new(&self.config, capacity.min(self.config.context_length), kind)
     }
 
     /// Runs `tokens` at the positions after those already in `cache`, appending their keys and values,
@@ -262,9 +335,7 @@ impl Llama {
                 self.config.vocab_size
             )));
         }
-        if cache.kv_dim != self.config.kv_dim()
-            || cache.k.len() != self.config.n_layers * cache.capacity * cache.kv_dim
-        {
+        if cache.kv_dim != self.config.kv_dim() || cache.n_layers != self.config.n_layers {
             return Err(Error::InvalidRequest(
                 "the key/value cache was made for another model".into(),
             ));
@@ -319,13 +390,25 @@ impl Llama {
             self.rope(&mut b.q[t * c.dim..(t + 1) * c.dim], pos);
             self.rope(&mut b.k[t * c.kv_dim()..(t + 1) * c.kv_dim()], pos);
         }
-        let kv = c.kv_dim();
+        cache.store(index, start, &b.k, &b.v);
+        let visible = (start + n) * c.kv_dim();
         let base = cache.layer_offset(index);
-        cache.k[base + start * kv..base + (start + n) * kv].copy_from_slice(&b.k);
-        cache.v[base + start * kv..base + (start + n) * kv].copy_from_slice(&b.v);
-        let keys = &cache.k[base..base + (start + n) * kv];
-        let values = &cache.v[base..base + (start + n) * kv];
-        self.attend(&b.q, keys, values, start, &mut b.att);
+        match &cache.storage {
+            KvStorage::F32 { k, v } => self.attend(
+                &b.q,
+                &k[base..base + visible],
+                &v[base..base + visible],
+                start,
+                &mut b.att,
+            ),
+            KvStorage::F16 { k, v } => self.attend_f16(
+                &b.q,
+                &k[base..base + visible],
+                &v[base..base + visible],
+                start,
+                &mut b.att,
+            ),
+        }
         kernels::matmul(&layer.wo, &b.att, n, &mut b.proj, &mut b.scratch);
         add_in_place(&mut b.x, &b.proj);
     }
@@ -359,6 +442,53 @@ impl Llama {
                     }
                 }
             });
+    }
+
+    /// Attention over an f16 cache, computed as llama.cpp's CPU flash attention does (its
+    /// `flash_attn_ext_f16_one_chunk`): the query rounded to f16, an online softmax, and the weighted
+    /// sum of values kept in f16 and rescaled whenever a new maximum appears.
+    fn attend_f16(&self, q: &[f32], keys: &[f16], values: &[f16], start: usize, out: &mut [f32]) {
+        let c = &self.config;
+        let (hd, kv) = (c.head_dim, c.kv_dim());
+        let group = c.n_heads / c.n_kv_heads;
+        let scale = 1.0 / (hd as f32).sqrt();
+        out.par_chunks_mut(hd).enumerate().for_each_init(
+            || (Vec::new(), Vec::new()),
+            |(query, acc): &mut (Vec<f16>, Vec<f16>), (task, o)| {
+                let (t, h) = (task / c.n_heads, task % c.n_heads);
+                let kvh = h / group;
+                query.clear();
+                query.extend(
+                    q[t * c.dim + h * hd..t * c.dim + (h + 1) * hd]
+                        .iter()
+                        .map(|&x| f16::from_f32(x)),
+                );
+                acc.clear();
+                acc.resize(hd, f16::ZERO);
+                let (mut sum, mut max) = (0f32, f32::NEG_INFINITY);
+                for j in 0..=start + t {
+                    let head = j * kv + kvh * hd..j * kv + (kvh + 1) * hd;
+                    let s = kernels::scalar::vec_dot_f16(&keys[head.clone()], query) * scale;
+                    let (mut rescale, mut weight) = (1f32, 1f32);
+                    if s > max {
+                        rescale = (max - s).exp();
+                        max = s;
+                        acc.iter_mut()
+                            .for_each(|a| *a = f16::from_f32(a.to_f32() * rescale));
+                    } else {
+                        weight = (s - max).exp();
+                    }
+                    for (a, v) in acc.iter_mut().zip(&values[head]) {
+                        *a = f16::from_f32(v.to_f32().mul_add(weight, a.to_f32()));
+                    }
+                    sum = sum * rescale + weight;
+                }
+                let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+                for (o, a) in o.iter_mut().zip(acc.iter()) {
+                    *o = a.to_f32() * inv;
+                }
+            },
+        );
     }
 
     fn ffn_block(&self, layer: &Layer, b: &mut Buffers, n: usize) {

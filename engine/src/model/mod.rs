@@ -5,4 +5,4 @@ pub mod config;
 pub mod llama;
 
 pub use config::{LlamaConfig, RopeStyle};
-pub use llama::{KvCache, Llama, LoadOptions, Logits};
+pub use llama::{KvCache, KvType, Llama, LoadOptions, Logits};
