@@ -19,6 +19,8 @@ const MAX_TENSORS: u64 = 1 << 20;
 const MAX_METADATA: u64 = 1 << 20;
 /// Cap on nested array depth.
 const MAX_ARRAY_DEPTH: usize = 4;
+/// Items reserved up front for a metadata array; longer arrays grow as their items parse.
+const MAX_ARRAY_PREALLOC: u64 = 1 << 16;
 /// Cap on tensor rank.
 const MAX_DIMS: u32 = 4;
 
@@ -430,15 +432,24 @@ impl<'a> Reader<'a> {
             )));
         }
         let item_kind = self.u32(key)?;
+        let item_bytes = min_value_bytes(item_kind).ok_or_else(|| {
+            self.err(format_args!(
+                "metadata {key}: unknown value type {item_kind}"
+            ))
+        })?;
         let len = self.u64(key)?;
-        // Every item takes at least one byte, so a longer array cannot fit in the file.
-        if len > self.remaining() as u64 {
+        // Every item takes at least `item_bytes`, so a longer array cannot fit in the file.
+        if len
+            .checked_mul(item_bytes)
+            .is_none_or(|bytes| bytes > self.remaining() as u64)
+        {
             return Err(self.err(format_args!(
                 "metadata {key}: array claims {len} items, only {} bytes remain",
                 self.remaining()
             )));
         }
-        let mut items = Vec::with_capacity(len as usize);
+        // Grown as items really parse, so a claim cannot reserve much more than the file holds.
+        let mut items = Vec::with_capacity(len.min(MAX_ARRAY_PREALLOC) as usize);
         for _ in 0..len {
             items.push(self.value(item_kind, key, depth + 1)?);
         }
@@ -482,6 +493,19 @@ impl<'a> Reader<'a> {
         }
         Ok(infos)
     }
+}
+
+/// The fewest bytes a metadata value of type `kind` takes; `None` for unknown types.
+fn min_value_bytes(kind: u32) -> Option<u64> {
+    Some(match kind {
+        0 | 1 | 7 => 1,
+        2 | 3 => 2,
+        4..=6 => 4,
+        10..=12 => 8,
+        8 => 8,  // the string's length
+        9 => 12, // item type and count
+        _ => return None,
+    })
 }
 
 fn alignment_of(path: &Path, metadata: &BTreeMap<String, MetaValue>) -> Result<u64> {
