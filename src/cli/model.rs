@@ -1,11 +1,16 @@
-//! `strata model ...`: the local model cache.
+//! `strata model ...`: the local model cache, and conversion of GGUF files to Hugging Face folders.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand};
 use strata_controller::model_cache::{self, PullProgress};
+use strata_engine::format::{
+    convert::{self, ConvertOptions, HfDtype},
+    gguf::GgufFile,
+};
 
 use super::GlobalArgs;
 
@@ -30,6 +35,24 @@ pub(crate) enum ModelCommand {
     List {
         #[command(flatten)]
         dir: CacheDir,
+    },
+    /// Convert a GGUF file into a Hugging Face checkpoint folder (config.json, model.safetensors,
+    /// tokenizer.json, tokenizer_config.json) and list the files written.
+    Convert {
+        /// The GGUF file.
+        input: PathBuf,
+        /// The folder to write; created when missing.
+        out_dir: PathBuf,
+        /// Float type of the written weights (f32 is exact for every GGUF type).
+        #[arg(
+            long,
+            default_value = "f32",
+            value_parser = PossibleValuesParser::new(["f32", "f16", "bf16"]).try_map(|s| s.parse::<HfDtype>())
+        )]
+        dtype: HfDtype,
+        /// Write into a folder that already holds files, replacing those of the same names.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -68,6 +91,12 @@ impl ModelCommand {
                 println!("{}", path.display());
             }
             ModelCommand::List { dir } => list(&dir.resolve()?)?,
+            ModelCommand::Convert {
+                input,
+                out_dir,
+                dtype,
+                force,
+            } => convert_gguf(&input, &out_dir, ConvertOptions { dtype, force })?,
         }
         Ok(())
     }
@@ -104,6 +133,25 @@ fn pull(name: &str, dir: &Path) -> anyhow::Result<PathBuf> {
     })
     .with_context(|| format!("pulling model `{name}` into {}", dir.display()))?;
     Ok(path)
+}
+
+/// Converts `input` and prints each file written with its size.
+fn convert_gguf(input: &Path, out_dir: &Path, options: ConvertOptions) -> anyhow::Result<()> {
+    let gguf = GgufFile::open(input).with_context(|| format!("reading {}", input.display()))?;
+    let converted = convert::gguf_to_hf(&gguf, out_dir, options)
+        .with_context(|| format!("converting {} into {}", input.display(), out_dir.display()))?;
+    println!(
+        "converted {} ({} tensors as {}) into {}",
+        input.display(),
+        converted.tensors,
+        options.dtype,
+        out_dir.display()
+    );
+    for file in &converted.files {
+        let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
+        println!("{:>10}  {}", human_size(size), file.display());
+    }
+    Ok(())
 }
 
 fn list(dir: &Path) -> anyhow::Result<()> {
