@@ -2,6 +2,7 @@
 
 mod generate;
 mod model;
+mod store;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -40,6 +41,9 @@ pub(crate) enum Command {
     /// Fetch, list and locate model files in the local cache.
     #[command(subcommand)]
     Model(model::ModelCommand),
+    /// Inspect the store (PostgreSQL or the embedded SQLite file).
+    #[command(subcommand)]
+    Store(store::StoreCommand),
 }
 
 impl Command {
@@ -48,6 +52,7 @@ impl Command {
         match self {
             Command::Generate(args) => args.run(global),
             Command::Model(cmd) => cmd.run(global),
+            Command::Store(cmd) => cmd.run(global),
         }
     }
 }

@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand};
 use strata_controller::model_cache::{self, PullProgress};
+use strata_controller::store::NewModel;
 use strata_engine::format::{
     convert::{self, ConvertOptions, HfDtype},
     gguf::GgufFile,
@@ -75,11 +76,12 @@ impl CacheDir {
 
 impl ModelCommand {
     /// Runs the subcommand.
-    pub(crate) fn run(self, _global: &GlobalArgs) -> anyhow::Result<()> {
+    pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
         match self {
             ModelCommand::Pull { name, dir } => {
                 let dir = dir.resolve()?;
                 let path = pull(&name, &dir)?;
+                super::store::runtime()?.block_on(register(global, &name, &path))?;
                 println!("{}", path.display());
             }
             ModelCommand::Path { name, dir } => {
@@ -100,6 +102,29 @@ impl ModelCommand {
         }
         Ok(())
     }
+}
+
+/// Records a pulled model in the store, once per checksum.
+async fn register(global: &GlobalArgs, name: &str, path: &Path) -> anyhow::Result<()> {
+    let spec = model_cache::spec(name)?;
+    let (url, store) = super::store::open(global).await?;
+    if store.find_model_by_sha256(spec.sha256).await?.is_none() {
+        let new = NewModel {
+            name: spec.name.to_owned(),
+            path: path.display().to_string(),
+            format: "gguf".to_owned(),
+            sha256: spec.sha256.to_owned(),
+            size_bytes: i64::try_from(spec.size)?,
+            parameters: None,
+        };
+        store
+            .insert_model(&new)
+            .await
+            .with_context(|| format!("recording {name} in {url}"))?;
+        tracing::info!(model = name, store = %url, "recorded the model in the store");
+    }
+    store.close().await;
+    Ok(())
 }
 
 /// Pulls with progress messages on stderr, so stdout carries only the path.

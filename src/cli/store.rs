@@ -1,0 +1,105 @@
+//! `strata store ...`: open the store (applying migrations) and show what it holds.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Subcommand;
+use strata_controller::store::{self, JobStatus, Store};
+
+use super::GlobalArgs;
+
+/// Store subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum StoreCommand {
+    /// Open the store (creating and migrating it if needed) and count what it holds.
+    Status,
+}
+
+impl StoreCommand {
+    /// Runs the subcommand.
+    pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
+        match self {
+            StoreCommand::Status => runtime()?.block_on(status(global)),
+        }
+    }
+}
+
+/// A single-threaded runtime for commands that only talk to the store.
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// The store named by `--database-url` / `STRATA_DATABASE_URL`, else the embedded SQLite file.
+pub(crate) async fn open(global: &GlobalArgs) -> anyhow::Result<(String, Arc<dyn Store>)> {
+    let url = match &global.database_url {
+        Some(url) => url.clone(),
+        None => store::default_database_url().context("locating the default SQLite store")?,
+    };
+    let shown = redact(&url);
+    let store = store::open(&url)
+        .await
+        .with_context(|| format!("opening the store at {shown}"))?;
+    Ok((shown, store))
+}
+
+async fn status(global: &GlobalArgs) -> anyhow::Result<()> {
+    let (url, store) = open(global).await?;
+    println!(
+        "store     {url} ({:?}, migrations applied)",
+        store.backend()
+    );
+    println!("models    {}", store.list_models().await?.len());
+    println!("hardware  {}", store.list_hardware().await?.len());
+    println!("workloads {}", store.list_workloads().await?.len());
+    println!("prices    {}", store.list_catalog_prices(None).await?.len());
+    println!(
+        "jobs      {} queued",
+        store
+            .list_profile_jobs(Some(JobStatus::Queued))
+            .await?
+            .len()
+    );
+    for model in store.list_models().await? {
+        println!(
+            "  model {:<24} {:>12} bytes  {}",
+            model.name, model.size_bytes, model.path
+        );
+    }
+    store.close().await;
+    Ok(())
+}
+
+/// A URL with any password replaced, for printing.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((credentials, host)) = rest.split_once('@') else {
+        return url.to_string();
+    };
+    match credentials.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_not_printed() {
+        assert_eq!(
+            redact("postgres://strata:secret@db:5432/strata"),
+            "postgres://strata:***@db:5432/strata"
+        );
+        assert_eq!(
+            redact("postgres://postgres@127.0.0.1/test"),
+            "postgres://postgres@127.0.0.1/test"
+        );
+        assert_eq!(redact("sqlite:/tmp/s.db"), "sqlite:/tmp/s.db");
+    }
+}
