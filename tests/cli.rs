@@ -199,3 +199,37 @@ fn help_lists_the_model_commands() {
 fn path_str(path: &Path) -> &str {
     path.to_str().expect("temporary paths are UTF-8")
 }
+
+#[test]
+fn model_inspect_prints_metadata_tensors_and_totals() {
+    let model = crate::common::smollm2_path();
+    let output = run(&mut strata(&["model", "inspect", path_str(&model)]));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let out = stdout(&output);
+    assert!(out.contains("GGUF v3"), "{out}");
+    assert!(out.contains("llama.block_count"), "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("token_embd.weight"))
+        .unwrap_or_else(|| panic!("no token_embd.weight row in:\n{out}"));
+    assert!(row.contains("[576, 49152]"), "{row}");
+    assert!(out.contains("Q4_1"), "{out}");
+    assert!(out.contains("134515008 parameters in 272 tensors"), "{out}");
+
+    let output = run(&mut strata(&[
+        "model",
+        "inspect",
+        path_str(&model),
+        "--json",
+    ]));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let json: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("valid JSON");
+    assert_eq!(json["metadata"]["llama.block_count"], 30);
+    assert_eq!(json["totals"]["by_type"]["Q4_1"]["tensors"], 210);
+
+    let output = run(&mut strata(&["model", "inspect", "Cargo.toml"]));
+    assert_eq!(output.status.code(), Some(1));
+    let err = stderr(&output);
+    assert!(err.contains("Cargo.toml: not a GGUF file"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -1,5 +1,7 @@
 //! `strata model ...`: the local model cache, and conversion of GGUF files to Hugging Face folders.
 
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -10,7 +12,7 @@ use strata_controller::model_cache::{self, PullProgress};
 use strata_controller::store::NewModel;
 use strata_engine::format::{
     convert::{self, ConvertOptions, HfDtype},
-    gguf::GgufFile,
+    gguf::{GgufFile, MetaValue},
 };
 
 use super::GlobalArgs;
@@ -54,6 +56,14 @@ pub(crate) enum ModelCommand {
         /// Write into a folder that already holds files, replacing those of the same names.
         #[arg(long)]
         force: bool,
+    },
+    /// Print a GGUF file's format version, metadata (arrays summarized), tensor table and totals.
+    Inspect {
+        /// The GGUF file.
+        path: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -99,6 +109,7 @@ impl ModelCommand {
                 dtype,
                 force,
             } => convert_gguf(&input, &out_dir, ConvertOptions { dtype, force })?,
+            ModelCommand::Inspect { path, json } => inspect(&path, json)?,
         }
         Ok(())
     }
@@ -219,6 +230,176 @@ fn list(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `model inspect`: reads the file's header and tensor table (no weights) and prints them.
+fn inspect(path: &Path, json: bool) -> anyhow::Result<()> {
+    let file = GgufFile::open(path).with_context(|| format!("inspecting {}", path.display()))?;
+    let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&inspect_json(&file, size))?
+        );
+    } else {
+        print!("{}", inspect_text(&file, size)?);
+    }
+    Ok(())
+}
+
+/// Tensors, parameters and bytes of each tensor type, by type name.
+fn totals_by_type(file: &GgufFile) -> BTreeMap<&'static str, [u64; 3]> {
+    let mut by_type = BTreeMap::new();
+    for t in &file.tensors {
+        let [tensors, parameters, bytes]: &mut [u64; 3] = by_type.entry(t.kind.name()).or_default();
+        *tensors += 1;
+        *parameters += t.elements();
+        *bytes += t.size as u64;
+    }
+    by_type
+}
+
+fn inspect_text(file: &GgufFile, file_size: u64) -> Result<String, std::fmt::Error> {
+    let mut out = String::new();
+    writeln!(
+        out,
+        "{}: GGUF v{}, {} ({file_size} bytes), tensor data aligned to {} bytes",
+        file.path().display(),
+        file.version,
+        human_size(file_size),
+        file.alignment
+    )?;
+    writeln!(out, "\nmetadata ({} keys):", file.metadata.len())?;
+    let key_width = file.metadata.keys().map(String::len).max().unwrap_or(0);
+    for (key, value) in &file.metadata {
+        writeln!(out, "  {key:<key_width$}  {}", value.summary())?;
+    }
+    writeln!(out, "\ntensors ({}):", file.tensors.len())?;
+    let rows: Vec<Vec<String>> = file
+        .tensors
+        .iter()
+        .map(|t| {
+            let dims = format!("{:?}", t.dims);
+            vec![
+                t.name.clone(),
+                t.kind.name().to_owned(),
+                dims,
+                t.size.to_string(),
+                t.offset.to_string(),
+            ]
+        })
+        .collect();
+    write_table(
+        &mut out,
+        &["NAME", "TYPE", "DIMS", "BYTES", "OFFSET"],
+        &rows,
+        &[3, 4],
+    )?;
+    let by_type = totals_by_type(file);
+    let [parameters, bytes] = by_type
+        .values()
+        .fold([0, 0], |[p, b], v| [p + v[1], b + v[2]]);
+    writeln!(
+        out,
+        "\ntotals: {parameters} parameters in {} tensors, {} of tensor data",
+        file.tensors.len(),
+        human_size(bytes)
+    )?;
+    let rows: Vec<Vec<String>> = by_type
+        .iter()
+        .map(|(kind, [n, p, b])| {
+            vec![
+                kind.to_string(),
+                n.to_string(),
+                p.to_string(),
+                b.to_string(),
+                human_size(*b),
+            ]
+        })
+        .collect();
+    write_table(
+        &mut out,
+        &["TYPE", "TENSORS", "PARAMETERS", "BYTES", "SIZE"],
+        &rows,
+        &[1, 2, 3, 4],
+    )?;
+    Ok(out)
+}
+
+fn inspect_json(file: &GgufFile, file_size: u64) -> serde_json::Value {
+    use serde_json::{Value, json};
+    let metadata: serde_json::Map<String, Value> = file
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.clone(), meta_json(v)))
+        .collect();
+    let tensors: Vec<Value> = file
+        .tensors
+        .iter()
+        .map(|t| json!({"name": t.name, "type": t.kind.name(), "dims": t.dims, "bytes": t.size, "offset": t.offset}))
+        .collect();
+    let by_type = totals_by_type(file);
+    let [parameters, bytes] = by_type
+        .values()
+        .fold([0, 0], |[p, b], v| [p + v[1], b + v[2]]);
+    let by_type: serde_json::Map<String, Value> = by_type
+        .into_iter()
+        .map(|(kind, [n, p, b])| {
+            (
+                kind.to_owned(),
+                json!({"tensors": n, "parameters": p, "bytes": b}),
+            )
+        })
+        .collect();
+    json!({
+        "path": file.path().display().to_string(),
+        "version": file.version,
+        "alignment": file.alignment,
+        "file_bytes": file_size,
+        "metadata": metadata,
+        "tensors": tensors,
+        "totals": {"tensors": file.tensors.len(), "parameters": parameters, "bytes": bytes, "by_type": by_type},
+    })
+}
+
+/// A metadata value for `--json`: strings, bools and numbers as themselves, arrays summarized.
+fn meta_json(value: &MetaValue) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        MetaValue::String(s) => Value::from(s.as_str()),
+        MetaValue::Bool(b) => Value::from(*b),
+        MetaValue::Array(_) => Value::from(value.summary()),
+        // Numbers as the summary spells them, so that an f32 0.00001 does not become 9.99999974e-6.
+        _ => value.summary().parse().map_or(Value::Null, Value::Number),
+    }
+}
+
+/// Writes `rows` under `header`, two spaces between columns; the columns in `right` align right.
+fn write_table(
+    out: &mut String,
+    header: &[&str],
+    rows: &[Vec<String>],
+    right: &[usize],
+) -> std::fmt::Result {
+    let header: Vec<String> = header.iter().map(|h| (*h).to_owned()).collect();
+    let mut widths: Vec<usize> = header.iter().map(String::len).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (column, (cell, &w)) in row.iter().zip(&widths).enumerate() {
+            if right.contains(&column) {
+                write!(line, "  {cell:>w$}")?;
+            } else {
+                write!(line, "  {cell:<w$}")?;
+            }
+        }
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    Ok(())
+}
+
 /// Bytes in binary units with one decimal, e.g. `93.8 MiB`.
 fn human_size(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -237,7 +418,49 @@ fn human_size(bytes: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::human_size;
+    use std::path::Path;
+
+    use strata_engine::format::{gguf::GgufFile, gguf_writer::tiny_llama_gguf};
+    use strata_engine::weights::WeightType;
+
+    use super::{human_size, inspect_json, inspect_text};
+
+    #[test]
+    fn inspect_shows_metadata_tensors_and_totals() {
+        let bytes = tiny_llama_gguf(1, WeightType::Q8_0);
+        let size = bytes.len() as u64;
+        let file = GgufFile::from_bytes(Path::new("tiny.gguf"), bytes).unwrap();
+        let text = inspect_text(&file, size).unwrap();
+        assert!(text.starts_with("tiny.gguf: GGUF v3, "), "{text}");
+        assert!(text.contains("llama.block_count"), "{text}");
+        assert!(
+            text.contains("(300 items)"),
+            "arrays are summarized: {text}"
+        );
+        let row = text
+            .lines()
+            .find(|l| l.trim_start().starts_with("token_embd.weight"))
+            .unwrap();
+        assert!(row.contains("Q8_0") && row.contains("[64, 300]"), "{row}");
+        assert!(
+            text.contains("totals: 112448 parameters in 21 tensors"),
+            "{text}"
+        );
+        let json = inspect_json(&file, size);
+        assert_eq!(json["version"], 3);
+        assert_eq!(json["metadata"]["llama.block_count"], 2);
+        assert_eq!(
+            json["metadata"]["llama.attention.layer_norm_rms_epsilon"],
+            0.00001
+        );
+        assert_eq!(json["metadata"]["tokenizer.ggml.model"], "gpt2");
+        assert_eq!(json["metadata"]["tokenizer.ggml.add_bos_token"], false);
+        let tokens = json["metadata"]["tokenizer.ggml.tokens"].as_str().unwrap();
+        assert!(tokens.ends_with("(300 items)"), "{tokens}");
+        assert_eq!(json["totals"]["parameters"], 112_448);
+        assert_eq!(json["totals"]["by_type"]["F32"]["tensors"], 5);
+        assert_eq!(json["tensors"].as_array().unwrap().len(), 21);
+    }
 
     #[test]
     fn sizes_are_human() {
