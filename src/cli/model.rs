@@ -1,4 +1,5 @@
-//! `strata model ...`: the local model cache, and conversion of GGUF files to Hugging Face folders.
+//! `strata model ...`: the local model cache, inspection of GGUF files, and their conversion to Hugging
+//! Face folders.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
