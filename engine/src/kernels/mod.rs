@@ -3,6 +3,10 @@
 //!
 //! Work is split over output rows on the caller's rayon pool; kernels never spawn threads.
 
+mod avx2;
+mod avx512;
+pub mod cpu;
+pub mod dispatch;
 pub mod scalar;
 
 use half::{bf16, f16};

@@ -109,3 +109,23 @@ pub fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
         })
         .sum()
 }
+
+/// Four f16 weight rows against one activation row: four calls of [`vec_dot_f16`].
+pub fn vec_dot_f16_x4(rows: [&[f16]; 4], y: &[f16]) -> [f32; 4] {
+    rows.map(|x| vec_dot_f16(x, y))
+}
+
+/// Four Q8_0 weight rows against one activation row: four calls of [`vec_dot_q8_0_q8_0`].
+pub fn vec_dot_q8_0_q8_0_x4(rows: [&[BlockQ8_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
+    rows.map(|x| vec_dot_q8_0_q8_0(x, y))
+}
+
+/// Four Q4_0 weight rows against one activation row: four calls of [`vec_dot_q4_0_q8_0`].
+pub fn vec_dot_q4_0_q8_0_x4(rows: [&[BlockQ4_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
+    rows.map(|x| vec_dot_q4_0_q8_0(x, y))
+}
+
+/// Four Q4_1 weight rows against one activation row: four calls of [`vec_dot_q4_1_q8_1`].
+pub fn vec_dot_q4_1_q8_1_x4(rows: [&[BlockQ4_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
+    rows.map(|x| vec_dot_q4_1_q8_1(x, y))
+}

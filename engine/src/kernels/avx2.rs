@@ -1,0 +1,334 @@
+//! AVX2 + FMA + F16C kernels (tier [`KernelTier::Avx2`](super::cpu::KernelTier::Avx2)).
+//!
+//! The float arithmetic is ggml's x86 code, operation for operation, so that results match llama.cpp
+//! bit for bit where it runs the same code:
+//! - quantized dots (`ggml_vec_dot_q8_0_q8_0`, `_q4_0_q8_0`, `_q4_1_q8_1` in
+//!   `ggml-cpu/arch/x86/quants.c`, `__AVX2__` branch): per block, eight int32 lanes (lane `i` sums
+//!   the products of bytes `4i..4i+4`) are converted to f32 and FMA'd with the broadcast f32 product
+//!   of the two f16 scales into one 8-lane accumulator; `hsum_float_8` at the end. Q4_1 adds
+//!   `m_x * s_y` into a separate scalar sum (fused, as GCC contracts `summs += m * s`).
+//! - `vec_dot_f32` / `vec_dot_f16` (`ggml-cpu/vec.cpp`, `simd-mappings.h` `__AVX__` branch): four
+//!   8-lane accumulators over steps of 32 elements, `GGML_F32x8_REDUCE`, leftovers one at a time
+//!   (in f64 for f16).
+//!
+//! The integer lane sums are exact and equal ggml's; the `vpmaddubsw` int16 pair sums cannot
+//! saturate for the block types here. Q8_0 x Q8_0 uses ggml's sign trick, exact while the activation
+//! side avoids -128 (as `quantize_activations_q8_0` guarantees).
+//!
+//! The `_rows` forms take `R` weight rows against one activation row and share the activation loads;
+//! each row's arithmetic is exactly the single-row one, so `R = 4` equals four `R = 1` calls.
+
+#![cfg(target_arch = "x86_64")]
+#![allow(unsafe_code)]
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
+
+/// Elements per f32 vector.
+const EPR: usize = 8;
+/// Elements per step of the float dots (four accumulators).
+const STEP: usize = 4 * EPR;
+
+// ---------------------------------------------------------------------------------------------
+// Loads and small helpers. Safe functions: they need the target features (callers have them), and
+// every load reads from a reference of exactly the loaded size.
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn f16_to_f32(h: f16) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h.to_bits()))))
+}
+
+/// The 32 int8 values of a block.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn load_i8x32(q: &[i8; QK]) -> __m256i {
+    // SAFETY: `q` is 32 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm256_loadu_si256(q.as_ptr().cast()) }
+}
+
+/// ggml `bytes_from_nibbles_32`: 16 packed bytes to 32 bytes in 0..=15, low nibbles (elements
+/// 0..16) in the low 128 bits, high nibbles (elements 16..32) in the high 128 bits.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn bytes_from_nibbles_32(qs: &[u8; QK / 2]) -> __m256i {
+    // SAFETY: `qs` is 16 readable bytes; `loadu` has no alignment requirement.
+    let tmp = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
+    // Both halves hold the 16 bytes; shift the high half's 64-bit words right by 4.
+    let both = _mm256_broadcastsi128_si256(tmp);
+    let shifted = _mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0));
+    _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f))
+}
+
+/// Sums each 4 consecutive u8 x i8 products into an int32 lane (`vpmaddubsw` + `vpmaddwd`).
+#[target_feature(enable = "avx2")]
+#[inline]
+fn mul_sum_us8_pairs(ax: __m256i, sy: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy))
+}
+
+/// ggml `hsum_float_8`.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn hsum_float_8(x: __m256) -> f32 {
+    let mut res = _mm256_extractf128_ps::<1>(x);
+    res = _mm_add_ps(res, _mm256_castps256_ps128(x));
+    res = _mm_add_ps(res, _mm_movehl_ps(res, res));
+    res = _mm_add_ss(res, _mm_movehdup_ps(res));
+    _mm_cvtss_f32(res)
+}
+
+/// ggml `GGML_F32x8_REDUCE` over four accumulators.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn reduce_f32x8(mut x: [__m256; 4]) -> f32 {
+    x[0] = _mm256_add_ps(x[0], x[2]);
+    x[1] = _mm256_add_ps(x[1], x[3]);
+    x[0] = _mm256_add_ps(x[0], x[1]);
+    let t0 = _mm_add_ps(
+        _mm256_castps256_ps128(x[0]),
+        _mm256_extractf128_ps::<1>(x[0]),
+    );
+    let t1 = _mm_hadd_ps(t0, t0);
+    _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
+}
+
+/// Cuts every row and the activations to the shortest length (all equal in correct use).
+#[inline]
+fn common_len<T, U>(rows: &[&[T]], y: &[U]) -> usize {
+    debug_assert!(
+        rows.iter().all(|r| r.len() == y.len()),
+        "row length mismatch"
+    );
+    rows.iter().fold(y.len(), |n, r| n.min(r.len()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float dots.
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn load_f32x8(v: &[f32; EPR]) -> __m256 {
+    // SAFETY: `v` is 8 readable f32; `loadu` has no alignment requirement.
+    unsafe { _mm256_loadu_ps(v.as_ptr()) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn load_f16x8(v: &[f16; EPR]) -> __m256 {
+    // SAFETY: `v` is 8 readable f16 (16 bytes); `loadu` has no alignment requirement.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(v.as_ptr().cast()) })
+}
+
+/// ggml `ggml_vec_dot_f32` (AVX): `sum(a[i] * b[i])` over the common length.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let np = n - n % STEP;
+    let (a_steps, _) = a[..np].as_chunks::<STEP>();
+    let (b_steps, _) = b[..np].as_chunks::<STEP>();
+    let mut sum = [_mm256_setzero_ps(); 4];
+    for (xs, ys) in a_steps.iter().zip(b_steps) {
+        let (xv, _) = xs.as_chunks::<EPR>();
+        let (yv, _) = ys.as_chunks::<EPR>();
+        for j in 0..4 {
+            sum[j] = _mm256_fmadd_ps(load_f32x8(&xv[j]), load_f32x8(&yv[j]), sum[j]);
+        }
+    }
+    let mut sumf = reduce_f32x8(sum);
+    for (x, y) in a[np..n].iter().zip(&b[np..n]) {
+        sumf = x.mul_add(*y, sumf);
+    }
+    sumf
+}
+
+/// f16 dots of `R` rows against `y`, ggml `ggml_vec_dot_f16` (AVX + F16C) per row.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_f16_rows<const R: usize>(rows: [&[f16]; R], y: &[f16]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let np = n - n % STEP;
+    let (y_steps, _) = y[..np].as_chunks::<STEP>();
+    let steps = rows.map(|r| r[..np].as_chunks::<STEP>().0);
+    let mut sum = [[_mm256_setzero_ps(); 4]; R];
+    for (i, ys) in y_steps.iter().enumerate() {
+        let (yv, _) = ys.as_chunks::<EPR>();
+        for j in 0..4 {
+            let yj = load_f16x8(&yv[j]);
+            for r in 0..R {
+                let (xv, _) = steps[r][i].as_chunks::<EPR>();
+                sum[r][j] = _mm256_fmadd_ps(load_f16x8(&xv[j]), yj, sum[r][j]);
+            }
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        let mut sumf = f64::from(reduce_f32x8(sum[r]));
+        for (x, yk) in rows[r][np..n].iter().zip(&y[np..n]) {
+            sumf += f64::from(f16_to_f32(*x) * f16_to_f32(*yk));
+        }
+        out[r] = sumf as f32;
+    }
+    out
+}
+
+/// ggml `ggml_vec_dot_f16` (AVX + F16C): f16 inputs, f32 products and sums, leftovers in f64.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_f16(a: &[f16], b: &[f16]) -> f32 {
+    dot_f16_rows([a], b)[0]
+}
+
+/// Four rows of [`vec_dot_f16`] against one activation row, two rows at a time (16 ymm registers
+/// hold two rows' accumulators; four would spill).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_f16_x4(rows: [&[f16]; 4], y: &[f16]) -> [f32; 4] {
+    let [a, b] = dot_f16_rows([rows[0], rows[1]], y);
+    let [c, d] = dot_f16_rows([rows[2], rows[3]], y);
+    [a, b, c, d]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantized dots.
+
+/// Q8_0 x Q8_0 dots of `R` rows against `y` (ggml `ggml_vec_dot_q8_0_q8_0`, AVX2).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_q8_0_rows<const R: usize>(rows: [&[BlockQ8_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let rows = rows.map(|r| &r[..n]);
+    let mut acc = [_mm256_setzero_ps(); R];
+    for (i, b) in y[..n].iter().enumerate() {
+        let dy = f16_to_f32(b.d);
+        let qy = load_i8x32(&b.qs);
+        for r in 0..R {
+            let a = &rows[r][i];
+            let d = _mm256_set1_ps(f16_to_f32(a.d) * dy);
+            let qx = load_i8x32(&a.qs);
+            // ggml `mul_sum_i8_pairs_float`: |x| times y with x's sign.
+            let ax = _mm256_sign_epi8(qx, qx);
+            let sy = _mm256_sign_epi8(qy, qx);
+            let q = _mm256_cvtepi32_ps(mul_sum_us8_pairs(ax, sy));
+            acc[r] = _mm256_fmadd_ps(d, q, acc[r]);
+        }
+    }
+    acc.map(|a| hsum_float_8(a))
+}
+
+/// ggml `ggml_vec_dot_q8_0_q8_0` (AVX2).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+    dot_q8_0_rows([x], y)[0]
+}
+
+/// Four rows of [`vec_dot_q8_0_q8_0`] sharing the activation loads.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q8_0_q8_0_x4(rows: [&[BlockQ8_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
+    dot_q8_0_rows(rows, y)
+}
+
+/// Q4_0 x Q8_0 dots of `R` rows against `y` (ggml `ggml_vec_dot_q4_0_q8_0`, AVX2). The int lanes
+/// are `sum(q*y) - 8*sum(y)` over each 4 bytes, which equals ggml's `sum((q-8)*y)`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_q4_0_rows<const R: usize>(rows: [&[BlockQ4_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let rows = rows.map(|r| &r[..n]);
+    let mut acc = [_mm256_setzero_ps(); R];
+    for (i, b) in y[..n].iter().enumerate() {
+        let dy = f16_to_f32(b.d);
+        let qy = load_i8x32(&b.qs);
+        // 8 * (y[2k] + y[2k+1]) as int16 pairs; |q*y pair| <= 3810 and this <= 2032: no overflow.
+        let offset = _mm256_maddubs_epi16(_mm256_set1_epi8(8), qy);
+        for r in 0..R {
+            let a = &rows[r][i];
+            let d = _mm256_set1_ps(f16_to_f32(a.d) * dy);
+            let qx = bytes_from_nibbles_32(&a.qs);
+            let pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(qx, qy), offset);
+            let sums = _mm256_madd_epi16(_mm256_set1_epi16(1), pairs);
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sums), acc[r]);
+        }
+    }
+    acc.map(|a| hsum_float_8(a))
+}
+
+/// ggml `ggml_vec_dot_q4_0_q8_0` (AVX2).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
+    dot_q4_0_rows([x], y)[0]
+}
+
+/// Four rows of [`vec_dot_q4_0_q8_0`] sharing the activation loads.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q4_0_q8_0_x4(rows: [&[BlockQ4_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
+    dot_q4_0_rows(rows, y)
+}
+
+/// Q4_1 x Q8_1 dots of `R` rows against `y` (ggml `ggml_vec_dot_q4_1_q8_1`, AVX2).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_q4_1_rows<const R: usize>(rows: [&[BlockQ4_1]; R], y: &[BlockQ8_1]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let rows = rows.map(|r| &r[..n]);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut summs = [0f32; R];
+    for (i, b) in y[..n].iter().enumerate() {
+        let dy = f16_to_f32(b.d);
+        let sy = f16_to_f32(b.s);
+        let qy = load_i8x32(&b.qs);
+        for r in 0..R {
+            let a = &rows[r][i];
+            summs[r] = f16_to_f32(a.m).mul_add(sy, summs[r]);
+            let d = _mm256_set1_ps(f16_to_f32(a.d) * dy);
+            let qx = bytes_from_nibbles_32(&a.qs);
+            let xy = _mm256_cvtepi32_ps(mul_sum_us8_pairs(qx, qy));
+            acc[r] = _mm256_fmadd_ps(d, xy, acc[r]);
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_float_8(acc[r]) + summs[r];
+    }
+    out
+}
+
+/// ggml `ggml_vec_dot_q4_1_q8_1` (AVX2).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+    dot_q4_1_rows([x], y)[0]
+}
+
+/// Four rows of [`vec_dot_q4_1_q8_1`] sharing the activation loads.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q4_1_q8_1_x4(rows: [&[BlockQ4_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
+    dot_q4_1_rows(rows, y)
+}

@@ -1,0 +1,340 @@
+//! AVX-512 kernels (tier [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512): AVX2, FMA, F16C and
+//! AVX-512 F/BW/VL/VNNI).
+//!
+//! Results are bit-identical to the AVX2 tier for the quantized dots and follow the same ggml code
+//! (see `avx2.rs`): per block, eight exact int32 lane sums (bytes `4i..4i+4`) become f32 and are
+//! FMA'd with the f32 product of the two f16 scales into one 8-lane accumulator, `hsum_float_8` at
+//! the end. What changes is how the integers are formed: `vpdpbusd` (u8 x i8, four products per
+//! lane) instead of `vpmaddubsw` + `vpmaddwd`, with the signed side handled by an offset folded into
+//! the accumulator input:
+//! - Q4_1: nibbles are already unsigned: `dpbusd(0, q, y)`.
+//! - Q4_0: `dpbusd(-8*sum(y), q, y) = sum((q-8)*y)`; the offset is computed once per activation block
+//!   and shared by every row.
+//! - Q8_0: `dpbusd(-128*sum(y), x ^ 0x80, y) = sum((x+128)*y) - 128*sum(y)`; exact for every input
+//!   (ggml's sign trick is wrong for y = -128, which activations never hold).
+//!
+//! The f16 scales are read with one `vcvtph2ps` of the block's first 8 bytes. The float dots follow
+//! ggml's AVX-512 code (`simd-mappings.h` `__AVX512F__` branch, which llama.cpp runs on this class of
+//! CPU): four 16-lane accumulators over steps of 64 elements, `GGML_F32x16_REDUCE`, leftovers one at
+//! a time (in f64 for f16).
+
+#![cfg(target_arch = "x86_64")]
+#![allow(unsafe_code)]
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
+
+/// Elements per f32 vector.
+const EPR: usize = 16;
+/// Elements per step of the float dots (four accumulators).
+const STEP: usize = 4 * EPR;
+
+// ---------------------------------------------------------------------------------------------
+// Loads and small helpers. Safe functions: they need the target features (callers have them), and
+// every load reads from a reference at least as large as the load.
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn f16_to_f32(h: f16) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h.to_bits()))))
+}
+
+/// The first four f16 of a block as f32 lanes: its scale (and for Q4_1/Q8_1 the second f16 field)
+/// in lanes 0 (and 1); lanes 2 and 3 are quant bytes and must be ignored.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn head_f32<T>(block: &T) -> __m128 {
+    const { assert!(size_of::<T>() >= 8) };
+    // SAFETY: `block` is at least 8 readable bytes (checked above); `loadl_epi64` reads 8 bytes and
+    // has no alignment requirement.
+    let bits = unsafe { _mm_loadl_epi64((block as *const T).cast()) };
+    _mm_cvtph_ps(bits)
+}
+
+/// The 32 int8 values of a block.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn load_i8x32(q: &[i8; QK]) -> __m256i {
+    // SAFETY: `q` is 32 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm256_loadu_si256(q.as_ptr().cast()) }
+}
+
+/// 16 packed bytes to 32 bytes in 0..=15: low nibbles (elements 0..16) in the low 128 bits, high
+/// nibbles (elements 16..32) in the high 128 bits (ggml `bytes_from_nibbles_32`).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn bytes_from_nibbles_32(qs: &[u8; QK / 2]) -> __m256i {
+    // SAFETY: `qs` is 16 readable bytes; `loadu` has no alignment requirement.
+    let tmp = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
+    let both = _mm256_broadcastsi128_si256(tmp);
+    let shifted = _mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0));
+    _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f))
+}
+
+/// ggml `hsum_float_8`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn hsum_float_8(x: __m256) -> f32 {
+    let mut res = _mm256_extractf128_ps::<1>(x);
+    res = _mm_add_ps(res, _mm256_castps256_ps128(x));
+    res = _mm_add_ps(res, _mm_movehl_ps(res, res));
+    res = _mm_add_ss(res, _mm_movehdup_ps(res));
+    _mm_cvtss_f32(res)
+}
+
+/// ggml `GGML_F32x16_REDUCE` over four accumulators, ending in `_mm512_reduce_add_ps` as GCC and
+/// Clang expand it (halves, then quarters, then lanes `0+2`, `1+3`, then those two).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn reduce_f32x16(mut x: [__m512; 4]) -> f32 {
+    x[0] = _mm512_add_ps(x[0], x[2]);
+    x[1] = _mm512_add_ps(x[1], x[3]);
+    x[0] = _mm512_add_ps(x[0], x[1]);
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(x[0])));
+    let t3 = _mm256_add_ps(_mm512_castps512_ps256(x[0]), hi);
+    let t6 = _mm_add_ps(_mm256_castps256_ps128(t3), _mm256_extractf128_ps::<1>(t3));
+    let t8 = _mm_add_ps(t6, _mm_movehl_ps(t6, t6));
+    _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_movehdup_ps(t8))
+}
+
+/// Cuts every row and the activations to the shortest length (all equal in correct use).
+#[inline]
+fn common_len<T, U>(rows: &[&[T]], y: &[U]) -> usize {
+    debug_assert!(
+        rows.iter().all(|r| r.len() == y.len()),
+        "row length mismatch"
+    );
+    rows.iter().fold(y.len(), |n, r| n.min(r.len()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float dots.
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn load_f32x16(v: &[f32; EPR]) -> __m512 {
+    // SAFETY: `v` is 16 readable f32; `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_ps(v.as_ptr()) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn load_f16x16(v: &[f16; EPR]) -> __m512 {
+    // SAFETY: `v` is 16 readable f16 (32 bytes); `loadu` has no alignment requirement.
+    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(v.as_ptr().cast()) })
+}
+
+/// ggml `ggml_vec_dot_f32` (AVX-512): `sum(a[i] * b[i])` over the common length.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let np = n - n % STEP;
+    let (a_steps, _) = a[..np].as_chunks::<STEP>();
+    let (b_steps, _) = b[..np].as_chunks::<STEP>();
+    let mut sum = [_mm512_setzero_ps(); 4];
+    for (xs, ys) in a_steps.iter().zip(b_steps) {
+        let (xv, _) = xs.as_chunks::<EPR>();
+        let (yv, _) = ys.as_chunks::<EPR>();
+        for j in 0..4 {
+            sum[j] = _mm512_fmadd_ps(load_f32x16(&xv[j]), load_f32x16(&yv[j]), sum[j]);
+        }
+    }
+    let mut sumf = reduce_f32x16(sum);
+    for (x, y) in a[np..n].iter().zip(&b[np..n]) {
+        sumf = x.mul_add(*y, sumf);
+    }
+    sumf
+}
+
+/// f16 dots of `R` rows against `y`, ggml `ggml_vec_dot_f16` (AVX-512, no FP16 arithmetic) per row.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_f16_rows<const R: usize>(rows: [&[f16]; R], y: &[f16]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let np = n - n % STEP;
+    let (y_steps, _) = y[..np].as_chunks::<STEP>();
+    let steps = rows.map(|r| r[..np].as_chunks::<STEP>().0);
+    let mut sum = [[_mm512_setzero_ps(); 4]; R];
+    for (i, ys) in y_steps.iter().enumerate() {
+        let (yv, _) = ys.as_chunks::<EPR>();
+        for j in 0..4 {
+            let yj = load_f16x16(&yv[j]);
+            for r in 0..R {
+                let (xv, _) = steps[r][i].as_chunks::<EPR>();
+                sum[r][j] = _mm512_fmadd_ps(load_f16x16(&xv[j]), yj, sum[r][j]);
+            }
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        let mut sumf = f64::from(reduce_f32x16(sum[r]));
+        for (x, yk) in rows[r][np..n].iter().zip(&y[np..n]) {
+            sumf += f64::from(f16_to_f32(*x) * f16_to_f32(*yk));
+        }
+        out[r] = sumf as f32;
+    }
+    out
+}
+
+/// ggml `ggml_vec_dot_f16` (AVX-512): f16 inputs, f32 products and sums, leftovers in f64.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_f16(a: &[f16], b: &[f16]) -> f32 {
+    dot_f16_rows([a], b)[0]
+}
+
+/// Four rows of [`vec_dot_f16`] sharing the activation loads and conversions (16 accumulators).
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_f16_x4(rows: [&[f16]; 4], y: &[f16]) -> [f32; 4] {
+    dot_f16_rows(rows, y)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantized dots.
+
+/// Q8_0 x Q8_0 dots of `R` rows against `y`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_q8_0_rows<const R: usize>(rows: [&[BlockQ8_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let rows = rows.map(|r| &r[..n]);
+    let bias = _mm256_set1_epi8(i8::MIN);
+    let zero = _mm256_setzero_si256();
+    let mut acc = [_mm256_setzero_ps(); R];
+    for (i, b) in y[..n].iter().enumerate() {
+        let hy = head_f32(b);
+        let qy = load_i8x32(&b.qs);
+        // -128 * sum(y) per lane: the correction for biasing x to unsigned.
+        let offset = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, bias, qy));
+        for r in 0..R {
+            let a = &rows[r][i];
+            let d = _mm256_broadcastss_ps(_mm_mul_ss(head_f32(a), hy));
+            let ux = _mm256_xor_si256(load_i8x32(&a.qs), bias);
+            let q = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(offset, ux, qy));
+            acc[r] = _mm256_fmadd_ps(d, q, acc[r]);
+        }
+    }
+    acc.map(|a| hsum_float_8(a))
+}
+
+/// ggml `ggml_vec_dot_q8_0_q8_0`, with VNNI.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+    dot_q8_0_rows([x], y)[0]
+}
+
+/// Four rows of [`vec_dot_q8_0_q8_0`] sharing the activation loads and offsets.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q8_0_q8_0_x4(rows: [&[BlockQ8_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
+    dot_q8_0_rows(rows, y)
+}
+
+/// Q4_0 x Q8_0 dots of `R` rows against `y`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_q4_0_rows<const R: usize>(rows: [&[BlockQ4_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let rows = rows.map(|r| &r[..n]);
+    let eight = _mm256_set1_epi8(8);
+    let zero = _mm256_setzero_si256();
+    let mut acc = [_mm256_setzero_ps(); R];
+    for (i, b) in y[..n].iter().enumerate() {
+        let hy = head_f32(b);
+        let qy = load_i8x32(&b.qs);
+        // -8 * sum(y) per lane: Q4_0 values are nibble - 8.
+        let offset = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, eight, qy));
+        for r in 0..R {
+            let a = &rows[r][i];
+            let d = _mm256_broadcastss_ps(_mm_mul_ss(head_f32(a), hy));
+            let qx = bytes_from_nibbles_32(&a.qs);
+            let q = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(offset, qx, qy));
+            acc[r] = _mm256_fmadd_ps(d, q, acc[r]);
+        }
+    }
+    acc.map(|a| hsum_float_8(a))
+}
+
+/// ggml `ggml_vec_dot_q4_0_q8_0`, with VNNI.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
+    dot_q4_0_rows([x], y)[0]
+}
+
+/// Four rows of [`vec_dot_q4_0_q8_0`] sharing the activation loads and offsets.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q4_0_q8_0_x4(rows: [&[BlockQ4_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
+    dot_q4_0_rows(rows, y)
+}
+
+/// Q4_1 x Q8_1 dots of `R` rows against `y`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_q4_1_rows<const R: usize>(rows: [&[BlockQ4_1]; R], y: &[BlockQ8_1]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let rows = rows.map(|r| &r[..n]);
+    let zero = _mm256_setzero_si256();
+    let mut acc = [_mm256_setzero_ps(); R];
+    // Lane 1 of each holds the row's running `sum(m_x * s_y)`; the other lanes are ignored.
+    let mut summs = [_mm_setzero_ps(); R];
+    for (i, b) in y[..n].iter().enumerate() {
+        let hy = head_f32(b); // [d_y, s_y, _, _]
+        let s_only = _mm_blend_ps::<0b0010>(_mm_setzero_ps(), hy); // [0, s_y, 0, 0]
+        let qy = load_i8x32(&b.qs);
+        for r in 0..R {
+            let a = &rows[r][i];
+            let hx = head_f32(a); // [d_x, m_x, _, _]
+            // Lane 1: fma(m_x, s_y, summs), as ggml's scalar `summs += m * s` compiles.
+            summs[r] = _mm_fmadd_ps(hx, s_only, summs[r]);
+            let d = _mm256_broadcastss_ps(_mm_mul_ss(hx, hy));
+            let qx = bytes_from_nibbles_32(&a.qs);
+            let q = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(zero, qx, qy));
+            acc[r] = _mm256_fmadd_ps(d, q, acc[r]);
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_float_8(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(summs[r]));
+    }
+    out
+}
+
+/// ggml `ggml_vec_dot_q4_1_q8_1`, with VNNI.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+    dot_q4_1_rows([x], y)[0]
+}
+
+/// Four rows of [`vec_dot_q4_1_q8_1`] sharing the activation loads.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q4_1_q8_1_x4(rows: [&[BlockQ4_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
+    dot_q4_1_rows(rows, y)
+}

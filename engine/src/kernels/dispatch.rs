@@ -1,0 +1,253 @@
+//! Safe entry points to the dot-product kernels, dispatched to the tier chosen once per process.
+//!
+//! A [`KernelTable`] holds one function per kernel for one [`KernelTier`]; there is one static table
+//! per tier, and [`table`] picks this process's on first use ([`cpu::tier`], falling back to the best
+//! supported tier with one warning if [`cpu::ENV_ISA`] asks for one the CPU lacks). Hot loops should
+//! fetch the table once (`let k = dispatch::table();`) and call its methods; the free functions here
+//! do the same per call, at the cost of one atomic load.
+//!
+//! Every kernel takes the common length of its inputs (the `_x4` forms: of all rows and the
+//! activations), like the scalar references in [`scalar`]. Activations are expected as the engine's
+//! quantizers write them (int8 values in -127..=127).
+
+#![allow(unsafe_code)]
+
+use std::{fmt, sync::OnceLock};
+
+use half::{bf16, f16};
+
+#[cfg(target_arch = "x86_64")]
+use super::{avx2, avx512};
+use super::{
+    cpu::{self, CpuFeatures, IsaError, KernelTier},
+    scalar,
+};
+use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1};
+
+/// One tier's kernels.
+///
+/// Only [`KernelTable::for_tier`] and [`table`] hand out tables, and only for tiers the CPU supports:
+/// that is what makes calling the SIMD functions through the safe methods sound.
+pub struct KernelTable {
+    tier: KernelTier,
+    f32: unsafe fn(&[f32], &[f32]) -> f32,
+    f16: unsafe fn(&[f16], &[f16]) -> f32,
+    f16_x4: unsafe fn([&[f16]; 4], &[f16]) -> [f32; 4],
+    bf16: unsafe fn(&[bf16], &[bf16]) -> f32,
+    q8_0: unsafe fn(&[BlockQ8_0], &[BlockQ8_0]) -> f32,
+    q8_0_x4: unsafe fn([&[BlockQ8_0]; 4], &[BlockQ8_0]) -> [f32; 4],
+    q4_0: unsafe fn(&[BlockQ4_0], &[BlockQ8_0]) -> f32,
+    q4_0_x4: unsafe fn([&[BlockQ4_0]; 4], &[BlockQ8_0]) -> [f32; 4],
+    q4_1: unsafe fn(&[BlockQ4_1], &[BlockQ8_1]) -> f32,
+    q4_1_x4: unsafe fn([&[BlockQ4_1]; 4], &[BlockQ8_1]) -> [f32; 4],
+}
+
+static SCALAR: KernelTable = KernelTable {
+    tier: KernelTier::Scalar,
+    f32: scalar::vec_dot_f32,
+    f16: scalar::vec_dot_f16,
+    f16_x4: scalar::vec_dot_f16_x4,
+    bf16: scalar::vec_dot_bf16,
+    q8_0: scalar::vec_dot_q8_0_q8_0,
+    q8_0_x4: scalar::vec_dot_q8_0_q8_0_x4,
+    q4_0: scalar::vec_dot_q4_0_q8_0,
+    q4_0_x4: scalar::vec_dot_q4_0_q8_0_x4,
+    q4_1: scalar::vec_dot_q4_1_q8_1,
+    q4_1_x4: scalar::vec_dot_q4_1_q8_1_x4,
+};
+
+#[cfg(target_arch = "x86_64")]
+static AVX2: KernelTable = KernelTable {
+    tier: KernelTier::Avx2,
+    f32: avx2::vec_dot_f32,
+    f16: avx2::vec_dot_f16,
+    f16_x4: avx2::vec_dot_f16_x4,
+    bf16: scalar::vec_dot_bf16,
+    q8_0: avx2::vec_dot_q8_0_q8_0,
+    q8_0_x4: avx2::vec_dot_q8_0_q8_0_x4,
+    q4_0: avx2::vec_dot_q4_0_q8_0,
+    q4_0_x4: avx2::vec_dot_q4_0_q8_0_x4,
+    q4_1: avx2::vec_dot_q4_1_q8_1,
+    q4_1_x4: avx2::vec_dot_q4_1_q8_1_x4,
+};
+
+#[cfg(target_arch = "x86_64")]
+static AVX512: KernelTable = KernelTable {
+    tier: KernelTier::Avx512,
+    f32: avx512::vec_dot_f32,
+    f16: avx512::vec_dot_f16,
+    f16_x4: avx512::vec_dot_f16_x4,
+    bf16: scalar::vec_dot_bf16,
+    q8_0: avx512::vec_dot_q8_0_q8_0,
+    q8_0_x4: avx512::vec_dot_q8_0_q8_0_x4,
+    q4_0: avx512::vec_dot_q4_0_q8_0,
+    q4_0_x4: avx512::vec_dot_q4_0_q8_0_x4,
+    q4_1: avx512::vec_dot_q4_1_q8_1,
+    q4_1_x4: avx512::vec_dot_q4_1_q8_1_x4,
+};
+
+/// The kernels of this process's tier, chosen on first use.
+pub fn table() -> &'static KernelTable {
+    static TABLE: OnceLock<&'static KernelTable> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let tier = cpu::tier().unwrap_or_else(|err| {
+            let best = CpuFeatures::get().best_tier();
+            tracing::warn!(%err, tier = best.name(), "ignoring the forced kernel tier");
+            best
+        });
+        KernelTable::for_tier(tier).unwrap_or(&SCALAR)
+    })
+}
+
+impl KernelTable {
+    /// The kernels of `tier`, if this CPU can run them.
+    pub fn for_tier(tier: KernelTier) -> Result<&'static KernelTable, IsaError> {
+        let missing = CpuFeatures::get().missing(tier);
+        if !missing.is_empty() {
+            return Err(IsaError::Unsupported { tier, missing });
+        }
+        match tier {
+            KernelTier::Scalar => Ok(&SCALAR),
+            #[cfg(target_arch = "x86_64")]
+            KernelTier::Avx2 => Ok(&AVX2),
+            #[cfg(target_arch = "x86_64")]
+            KernelTier::Avx512 => Ok(&AVX512),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => unreachable!("only x86_64 supports SIMD tiers"),
+        }
+    }
+
+    /// The tier these kernels belong to (record it with any measurement).
+    pub fn tier(&self) -> KernelTier {
+        self.tier
+    }
+
+    /// `sum(a[i] * b[i])` in f32.
+    #[inline]
+    pub fn vec_dot_f32(&self, a: &[f32], b: &[f32]) -> f32 {
+        // SAFETY: tables exist only for tiers the CPU supports (see the type's docs); the kernels
+        // read within their slices for any lengths.
+        unsafe { (self.f32)(a, b) }
+    }
+
+    /// f16 weights against f16 activations, accumulated in f32.
+    #[inline]
+    pub fn vec_dot_f16(&self, a: &[f16], b: &[f16]) -> f32 {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.f16)(a, b) }
+    }
+
+    /// Four f16 weight rows against one activation row; equal to four [`Self::vec_dot_f16`] calls.
+    #[inline]
+    pub fn vec_dot_f16_x4(&self, rows: [&[f16]; 4], y: &[f16]) -> [f32; 4] {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.f16_x4)(rows, y) }
+    }
+
+    /// bf16 weights against bf16 activations, accumulated in f32 (the scalar kernel on every tier).
+    #[inline]
+    pub fn vec_dot_bf16(&self, a: &[bf16], b: &[bf16]) -> f32 {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.bf16)(a, b) }
+    }
+
+    /// Q8_0 weights against Q8_0 activations (ggml `ggml_vec_dot_q8_0_q8_0`).
+    #[inline]
+    pub fn vec_dot_q8_0_q8_0(&self, x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q8_0)(x, y) }
+    }
+
+    /// Four Q8_0 weight rows against one activation row; equal to four single-row calls.
+    #[inline]
+    pub fn vec_dot_q8_0_q8_0_x4(&self, rows: [&[BlockQ8_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q8_0_x4)(rows, y) }
+    }
+
+    /// Q4_0 weights against Q8_0 activations (ggml `ggml_vec_dot_q4_0_q8_0`).
+    #[inline]
+    pub fn vec_dot_q4_0_q8_0(&self, x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q4_0)(x, y) }
+    }
+
+    /// Four Q4_0 weight rows against one activation row; equal to four single-row calls.
+    #[inline]
+    pub fn vec_dot_q4_0_q8_0_x4(&self, rows: [&[BlockQ4_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q4_0_x4)(rows, y) }
+    }
+
+    /// Q4_1 weights against Q8_1 activations (ggml `ggml_vec_dot_q4_1_q8_1`).
+    #[inline]
+    pub fn vec_dot_q4_1_q8_1(&self, x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q4_1)(x, y) }
+    }
+
+    /// Four Q4_1 weight rows against one activation row; equal to four single-row calls.
+    #[inline]
+    pub fn vec_dot_q4_1_q8_1_x4(&self, rows: [&[BlockQ4_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q4_1_x4)(rows, y) }
+    }
+}
+
+impl fmt::Debug for KernelTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KernelTable")
+            .field("tier", &self.tier)
+            .finish_non_exhaustive()
+    }
+}
+
+/// [`KernelTable::vec_dot_f32`] on this process's tier.
+pub fn vec_dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    table().vec_dot_f32(a, b)
+}
+
+/// [`KernelTable::vec_dot_f16`] on this process's tier.
+pub fn vec_dot_f16(a: &[f16], b: &[f16]) -> f32 {
+    table().vec_dot_f16(a, b)
+}
+
+/// [`KernelTable::vec_dot_f16_x4`] on this process's tier.
+pub fn vec_dot_f16_x4(rows: [&[f16]; 4], y: &[f16]) -> [f32; 4] {
+    table().vec_dot_f16_x4(rows, y)
+}
+
+/// [`KernelTable::vec_dot_bf16`] on this process's tier.
+pub fn vec_dot_bf16(a: &[bf16], b: &[bf16]) -> f32 {
+    table().vec_dot_bf16(a, b)
+}
+
+/// [`KernelTable::vec_dot_q8_0_q8_0`] on this process's tier.
+pub fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+    table().vec_dot_q8_0_q8_0(x, y)
+}
+
+/// [`KernelTable::vec_dot_q8_0_q8_0_x4`] on this process's tier.
+pub fn vec_dot_q8_0_q8_0_x4(rows: [&[BlockQ8_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
+    table().vec_dot_q8_0_q8_0_x4(rows, y)
+}
+
+/// [`KernelTable::vec_dot_q4_0_q8_0`] on this process's tier.
+pub fn vec_dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
+    table().vec_dot_q4_0_q8_0(x, y)
+}
+
+/// [`KernelTable::vec_dot_q4_0_q8_0_x4`] on this process's tier.
+pub fn vec_dot_q4_0_q8_0_x4(rows: [&[BlockQ4_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
+    table().vec_dot_q4_0_q8_0_x4(rows, y)
+}
+
+/// [`KernelTable::vec_dot_q4_1_q8_1`] on this process's tier.
+pub fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+    table().vec_dot_q4_1_q8_1(x, y)
+}
+
+/// [`KernelTable::vec_dot_q4_1_q8_1_x4`] on this process's tier.
+pub fn vec_dot_q4_1_q8_1_x4(rows: [&[BlockQ4_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
+    table().vec_dot_q4_1_q8_1_x4(rows, y)
+}
