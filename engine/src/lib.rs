@@ -3,6 +3,7 @@
 //! Reads model files (GGUF, Hugging Face safetensors folders) through memory maps, tokenizes, runs the
 //! Llama-family forward pass on quantized or float weights, and samples. No I/O beyond reading model files.
 
+pub mod bench;
 pub mod chat;
 pub mod error;
 pub mod format;

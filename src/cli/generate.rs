@@ -128,7 +128,7 @@ impl GenerateArgs {
 }
 
 /// A path that exists is used as is; otherwise the argument names a model of the cache.
-fn resolve_model(model: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn resolve_model(model: &str) -> anyhow::Result<PathBuf> {
     let path = Path::new(model);
     if path.exists() {
         return Ok(path.to_path_buf());

@@ -1,5 +1,6 @@
 //! Argument parsing and dispatch. Each subcommand group lives in its own file with its own `run`.
 
+mod bench;
 mod generate;
 mod model;
 mod store;
@@ -36,6 +37,8 @@ pub(crate) struct GlobalArgs {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
+    /// Measure prompt-processing and generation throughput, llama-bench style.
+    Bench(bench::BenchArgs),
     /// Generate text from a prompt with the engine, then print speed figures.
     Generate(generate::GenerateArgs),
     /// Fetch, list and locate model files in the local cache.
@@ -50,6 +53,7 @@ impl Command {
     /// Runs the subcommand.
     pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
         match self {
+            Command::Bench(args) => args.run(global),
             Command::Generate(args) => args.run(global),
             Command::Model(cmd) => cmd.run(global),
             Command::Store(cmd) => cmd.run(global),
