@@ -192,6 +192,45 @@ impl Weight {
         Self { rows, cols, data }
     }
 
+    /// Stacks matrices of one type and row length on top of each other (`[a; b; c]`), so that products
+    /// sharing an input run as one pass; `None` when types or row lengths differ.
+    pub fn stack(parts: &[Weight]) -> Option<Weight> {
+        let first = parts.first()?;
+        if parts
+            .iter()
+            .any(|p| p.cols != first.cols || p.kind() != first.kind())
+        {
+            return None;
+        }
+        let rows = parts.iter().map(|p| p.rows).sum();
+        macro_rules! concat {
+            ($variant:ident) => {
+                WeightData::$variant(
+                    parts
+                        .iter()
+                        .flat_map(|p| match &p.data {
+                            WeightData::$variant(v) => v.iter().copied(),
+                            _ => unreachable!("types were checked equal"),
+                        })
+                        .collect(),
+                )
+            };
+        }
+        let data = match first.data {
+            WeightData::F32(_) => concat!(F32),
+            WeightData::F16(_) => concat!(F16),
+            WeightData::Bf16(_) => concat!(Bf16),
+            WeightData::Q8_0(_) => concat!(Q8_0),
+            WeightData::Q4_0(_) => concat!(Q4_0),
+            WeightData::Q4_1(_) => concat!(Q4_1),
+        };
+        Some(Weight {
+            rows,
+            cols: first.cols,
+            data,
+        })
+    }
+
     /// The runtime type.
     pub fn kind(&self) -> WeightType {
         match self.data {

@@ -12,6 +12,7 @@ pub mod scalar;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+use self::dispatch::KernelTable;
 use crate::{
     quant::{self, BlockQ8_0, BlockQ8_1, QK},
     weights::{Weight, WeightData},
@@ -65,35 +66,92 @@ fn convert<'a>(w: &Weight, x: &'a [f32], scratch: &'a mut MatmulScratch) -> Conv
     }
 }
 
-/// Dot product of weight row `row` with converted activation row `t`.
-fn row_dot(w: &Weight, x: &Converted<'_>, row: usize, t: usize) -> f32 {
+/// Writes `out[i] = W[first_row + i] · x[t]` for `out.len()` consecutive rows, four rows per call where
+/// the kernels share one pass over the activation row.
+fn rows_dot(
+    k: &KernelTable,
+    w: &Weight,
+    x: &Converted<'_>,
+    first_row: usize,
+    t: usize,
+    out: &mut [f32],
+) {
     let (c, b) = (w.cols, w.cols / QK);
+    macro_rules! blocks {
+        ($v:expr, $a:expr, $one:ident, $four:ident) => {{
+            let y = &$a[t * b..(t + 1) * b];
+            let row = |r: usize| &$v[r * b..(r + 1) * b];
+            let mut quads = out.chunks_exact_mut(4);
+            let mut r = first_row;
+            for quad in quads.by_ref() {
+                quad.copy_from_slice(&k.$four([row(r), row(r + 1), row(r + 2), row(r + 3)], y));
+                r += 4;
+            }
+            for o in quads.into_remainder() {
+                *o = k.$one(row(r), y);
+                r += 1;
+            }
+        }};
+    }
     match (&w.data, x) {
         (WeightData::F32(v), Converted::F32(a)) => {
-            scalar::vec_dot_f32(&v[row * c..(row + 1) * c], &a[t * c..(t + 1) * c])
+            let y = &a[t * c..(t + 1) * c];
+            for (i, o) in out.iter_mut().enumerate() {
+                let r = first_row + i;
+                *o = k.vec_dot_f32(&v[r * c..(r + 1) * c], y);
+            }
         }
         (WeightData::F16(v), Converted::F16(a)) => {
-            scalar::vec_dot_f16(&v[row * c..(row + 1) * c], &a[t * c..(t + 1) * c])
+            let y = &a[t * c..(t + 1) * c];
+            let row = |r: usize| &v[r * c..(r + 1) * c];
+            let mut quads = out.chunks_exact_mut(4);
+            let mut r = first_row;
+            for quad in quads.by_ref() {
+                quad.copy_from_slice(
+                    &k.vec_dot_f16_x4([row(r), row(r + 1), row(r + 2), row(r + 3)], y),
+                );
+                r += 4;
+            }
+            for o in quads.into_remainder() {
+                *o = k.vec_dot_f16(row(r), y);
+                r += 1;
+            }
         }
         (WeightData::Bf16(v), Converted::Bf16(a)) => {
-            scalar::vec_dot_bf16(&v[row * c..(row + 1) * c], &a[t * c..(t + 1) * c])
+            let y = &a[t * c..(t + 1) * c];
+            for (i, o) in out.iter_mut().enumerate() {
+                let r = first_row + i;
+                *o = k.vec_dot_bf16(&v[r * c..(r + 1) * c], y);
+            }
         }
         (WeightData::Q8_0(v), Converted::Q8_0(a)) => {
-            scalar::vec_dot_q8_0_q8_0(&v[row * b..(row + 1) * b], &a[t * b..(t + 1) * b])
+            blocks!(v, a, vec_dot_q8_0_q8_0, vec_dot_q8_0_q8_0_x4)
         }
         (WeightData::Q4_0(v), Converted::Q8_0(a)) => {
-            scalar::vec_dot_q4_0_q8_0(&v[row * b..(row + 1) * b], &a[t * b..(t + 1) * b])
+            blocks!(v, a, vec_dot_q4_0_q8_0, vec_dot_q4_0_q8_0_x4)
         }
         (WeightData::Q4_1(v), Converted::Q8_1(a)) => {
-            scalar::vec_dot_q4_1_q8_1(&v[row * b..(row + 1) * b], &a[t * b..(t + 1) * b])
+            blocks!(v, a, vec_dot_q4_1_q8_1, vec_dot_q4_1_q8_1_x4)
         }
         _ => unreachable!("activations are converted for the weight's own type"),
     }
 }
 
 /// `out[t][r] = sum_k W[r][k] * x[t][k]` for `n_tokens` rows of `x` (`n_tokens x w.cols`, row-major);
-/// `out` is `n_tokens x w.rows`. Runs on the current rayon pool.
+/// `out` is `n_tokens x w.rows`. Runs on the current rayon pool with the process's kernel tier.
 pub fn matmul(
+    w: &Weight,
+    x: &[f32],
+    n_tokens: usize,
+    out: &mut [f32],
+    scratch: &mut MatmulScratch,
+) {
+    matmul_with(dispatch::table(), w, x, n_tokens, out, scratch);
+}
+
+/// [`matmul`] with the kernels of a given table (tests and benches compare tiers with it).
+pub fn matmul_with(
+    k: &KernelTable,
     w: &Weight,
     x: &[f32],
     n_tokens: usize,
@@ -102,6 +160,17 @@ pub fn matmul(
 ) {
     debug_assert_eq!(x.len(), n_tokens * w.cols);
     debug_assert_eq!(out.len(), n_tokens * w.rows);
+    if n_tokens == 1 {
+        let converted = convert(w, x, scratch);
+        out.par_chunks_mut(ROWS_PER_TASK)
+            .enumerate()
+            .for_each(|(task, chunk)| {
+                rows_dot(k, w, &converted, task * ROWS_PER_TASK, 0, chunk);
+            });
+        return;
+    }
+    // Prefill: each task takes a block of weight rows (kept in cache) across every token, into a
+    // row-major `rows x tokens` buffer that is transposed at the end.
     let mut transposed = std::mem::take(&mut scratch.transposed);
     transposed.resize(n_tokens * w.rows, 0.0);
     {
@@ -109,11 +178,14 @@ pub fn matmul(
         transposed
             .par_chunks_mut(ROWS_PER_TASK * n_tokens)
             .enumerate()
-            .for_each(|(task, chunk)| {
+            .for_each_init(Vec::new, |row_out, (task, chunk)| {
                 let first_row = task * ROWS_PER_TASK;
-                for (i, row_out) in chunk.chunks_exact_mut(n_tokens).enumerate() {
-                    for (t, o) in row_out.iter_mut().enumerate() {
-                        *o = row_dot(w, &converted, first_row + i, t);
+                let rows = chunk.len() / n_tokens;
+                row_out.resize(rows, 0.0);
+                for t in 0..n_tokens {
+                    rows_dot(k, w, &converted, first_row, t, row_out);
+                    for (i, &v) in row_out.iter().enumerate() {
+                        chunk[i * n_tokens + t] = v;
                     }
                 }
             });
@@ -137,33 +209,56 @@ mod tests {
         (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
     }
 
-    /// Every runtime type's matmul stays close to the f32 product of its own dequantized weights.
+    /// Every runtime type's matmul, on every tier this CPU runs, in the decode (one token) and prefill
+    /// (several tokens) paths, stays close to the f32 product of its own dequantized weights, and
+    /// every tier agrees with the scalar reference.
     #[test]
-    fn matmul_matches_dequantized_f32_product() {
-        let (rows, cols, n) = (70, 96, 3);
+    fn matmul_matches_dequantized_f32_product_on_every_tier() {
+        let (rows, cols) = (70, 96);
         let values = random(rows * cols, 1);
-        let x = random(n * cols, 2);
-        for kind in WeightType::ALL {
-            let w = Weight::from_f32(values.clone(), rows, cols, kind);
-            let dense = w.to_f32();
-            let mut out = vec![0f32; n * rows];
-            matmul(&w, &x, n, &mut out, &mut MatmulScratch::default());
-            for t in 0..n {
-                for r in 0..rows {
-                    let want: f32 = (0..cols)
-                        .map(|k| dense[r * cols + k] * x[t * cols + k])
-                        .sum();
-                    let got = out[t * rows + r];
-                    // Activation rounding (f16/bf16/int8) bounds the error; f32 is exact up to summation order.
-                    let tol = match kind {
-                        WeightType::F32 => 1e-4,
-                        WeightType::F16 => 2e-2,
-                        _ => 0.15,
-                    };
-                    assert!(
-                        (want - got).abs() < tol,
-                        "{kind} row {r} token {t}: {want} vs {got}"
-                    );
+        for n in [1, 3] {
+            let x = random(n * cols, 2 + n as u64);
+            for kind in WeightType::ALL {
+                let w = Weight::from_f32(values.clone(), rows, cols, kind);
+                let dense = w.to_f32();
+                let scalar =
+                    KernelTable::for_tier(cpu::KernelTier::Scalar).expect("scalar runs anywhere");
+                let mut reference = vec![0f32; n * rows];
+                matmul_with(
+                    scalar,
+                    &w,
+                    &x,
+                    n,
+                    &mut reference,
+                    &mut MatmulScratch::default(),
+                );
+                for tier in cpu::available_tiers() {
+                    let table = KernelTable::for_tier(tier).expect("available tier");
+                    let mut out = vec![0f32; n * rows];
+                    matmul_with(table, &w, &x, n, &mut out, &mut MatmulScratch::default());
+                    for t in 0..n {
+                        for r in 0..rows {
+                            let want: f32 = (0..cols)
+                                .map(|k| dense[r * cols + k] * x[t * cols + k])
+                                .sum();
+                            let got = out[t * rows + r];
+                            // Activation rounding (f16/bf16/int8) bounds the error; f32 only reorders sums.
+                            let tol = match kind {
+                                WeightType::F32 => 1e-4,
+                                WeightType::F16 => 2e-2,
+                                _ => 0.15,
+                            };
+                            assert!(
+                                (want - got).abs() < tol,
+                                "{kind} {tier:?} row {r} token {t}: {want} vs {got}"
+                            );
+                            let same = reference[t * rows + r];
+                            assert!(
+                                (same - got).abs() <= 1e-5 * cols as f32,
+                                "{kind} {tier:?} row {r} token {t}: scalar {same} vs {got}"
+                            );
+                        }
+                    }
                 }
             }
         }

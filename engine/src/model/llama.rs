@@ -31,18 +31,83 @@ pub enum Logits {
     All,
 }
 
+/// Matrices that read the same input (Q, K, V; gate, up), stacked into one so that the input is
+/// converted once and the pool runs one parallel pass; kept apart when their types differ.
+struct Stacked {
+    fused: Option<Weight>,
+    parts: Vec<Weight>,
+    widths: Vec<usize>,
+}
+
+impl Stacked {
+    fn new(parts: Vec<Weight>) -> Self {
+        let widths = parts.iter().map(|p| p.rows).collect();
+        match Weight::stack(&parts) {
+            Some(fused) => Self {
+                fused: Some(fused),
+                parts: Vec::new(),
+                widths,
+            },
+            None => Self {
+                fused: None,
+                parts,
+                widths,
+            },
+        }
+    }
+
+    /// The matrices' runtime type (of the first, when they differ).
+    fn kind(&self) -> WeightType {
+        self.fused
+            .as_ref()
+            .or(self.parts.first())
+            .map_or(WeightType::F32, Weight::kind)
+    }
+
+    fn byte_size(&self) -> usize {
+        self.fused
+            .iter()
+            .chain(&self.parts)
+            .map(Weight::byte_size)
+            .sum()
+    }
+
+    /// `outs[i] = parts[i] x` for `n` input rows; `combined` is scratch.
+    fn matmul(
+        &self,
+        x: &[f32],
+        n: usize,
+        outs: &mut [&mut [f32]],
+        combined: &mut Vec<f32>,
+        scratch: &mut MatmulScratch,
+    ) {
+        let Some(fused) = &self.fused else {
+            for (w, out) in self.parts.iter().zip(outs.iter_mut()) {
+                kernels::matmul(w, x, n, out, scratch);
+            }
+            return;
+        };
+        combined.resize(n * fused.rows, 0.0);
+        kernels::matmul(fused, x, n, combined, scratch);
+        for (t, row) in combined.chunks_exact(fused.rows).enumerate() {
+            let mut at = 0;
+            for (out, &width) in outs.iter_mut().zip(&self.widths) {
+                out[t * width..(t + 1) * width].copy_from_slice(&row[at..at + width]);
+                at += width;
+            }
+        }
+    }
+}
+
 struct Layer {
     attn_norm: Vec<f32>,
-    wq: Weight,
-    wk: Weight,
-    wv: Weight,
+    qkv: Stacked,
     wo: Weight,
     bq: Option<Vec<f32>>,
     bk: Option<Vec<f32>>,
     bv: Option<Vec<f32>>,
     ffn_norm: Vec<f32>,
-    w_gate: Weight,
-    w_up: Weight,
+    gate_up: Stacked,
     w_down: Weight,
 }
 
@@ -188,6 +253,7 @@ struct Buffers {
     proj: Vec<f32>,
     gate: Vec<f32>,
     up: Vec<f32>,
+    combined: Vec<f32>,
     scratch: MatmulScratch,
 }
 
@@ -204,6 +270,7 @@ impl Buffers {
             proj: vec![0.0; n * d],
             gate: vec![0.0; n * f],
             up: vec![0.0; n * f],
+            combined: Vec::new(),
             scratch: MatmulScratch::default(),
         }
     }
@@ -282,7 +349,7 @@ impl Llama {
     pub fn weight_type(&self) -> WeightType {
         self.layers
             .first()
-            .map_or(self.embedding.kind(), |l| l.wq.kind())
+            .map_or(self.embedding.kind(), |l| l.qkv.kind())
     }
 
     /// Bytes of weights held in memory.
@@ -291,10 +358,10 @@ impl Llama {
             .layers
             .iter()
             .map(|l| {
-                [&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down]
-                    .iter()
-                    .map(|w| w.byte_size())
-                    .sum::<usize>()
+                l.qkv.byte_size()
+                    + l.gate_up.byte_size()
+                    + l.wo.byte_size()
+                    + l.w_down.byte_size()
                     + 4 * (l.attn_norm.len() + l.ffn_norm.len())
             })
             .sum();
@@ -379,9 +446,13 @@ impl Llama {
     ) {
         let c = &self.config;
         rms_norm(&b.x, &layer.attn_norm, c.rms_eps, &mut b.xb);
-        kernels::matmul(&layer.wq, &b.xb, n, &mut b.q, &mut b.scratch);
-        kernels::matmul(&layer.wk, &b.xb, n, &mut b.k, &mut b.scratch);
-        kernels::matmul(&layer.wv, &b.xb, n, &mut b.v, &mut b.scratch);
+        layer.qkv.matmul(
+            &b.xb,
+            n,
+            &mut [&mut b.q, &mut b.k, &mut b.v],
+            &mut b.combined,
+            &mut b.scratch,
+        );
         add_bias(&mut b.q, layer.bq.as_deref());
         add_bias(&mut b.k, layer.bk.as_deref());
         add_bias(&mut b.v, layer.bv.as_deref());
@@ -494,8 +565,13 @@ impl Llama {
     fn ffn_block(&self, layer: &Layer, b: &mut Buffers, n: usize) {
         let c = &self.config;
         rms_norm(&b.x, &layer.ffn_norm, c.rms_eps, &mut b.xb);
-        kernels::matmul(&layer.w_gate, &b.xb, n, &mut b.gate, &mut b.scratch);
-        kernels::matmul(&layer.w_up, &b.xb, n, &mut b.up, &mut b.scratch);
+        layer.gate_up.matmul(
+            &b.xb,
+            n,
+            &mut [&mut b.gate, &mut b.up],
+            &mut b.combined,
+            &mut b.scratch,
+        );
         for (g, &u) in b.gate.iter_mut().zip(&b.up) {
             *g = silu(*g) * u;
         }
@@ -637,16 +713,20 @@ impl Loader<'_> {
         let t = self.target;
         Ok(Layer {
             attn_norm: self.vector(&name("attn_norm.weight"), d)?,
-            wq: self.matrix(&name("attn_q.weight"), d, d, t)?,
-            wk: self.matrix(&name("attn_k.weight"), kv, d, t)?,
-            wv: self.matrix(&name("attn_v.weight"), kv, d, t)?,
+            qkv: Stacked::new(vec![
+                self.matrix(&name("attn_q.weight"), d, d, t)?,
+                self.matrix(&name("attn_k.weight"), kv, d, t)?,
+                self.matrix(&name("attn_v.weight"), kv, d, t)?,
+            ]),
             wo: self.matrix(&name("attn_output.weight"), d, d, t)?,
             bq: self.optional_vector(&name("attn_q.bias"), d)?,
             bk: self.optional_vector(&name("attn_k.bias"), kv)?,
             bv: self.optional_vector(&name("attn_v.bias"), kv)?,
             ffn_norm: self.vector(&name("ffn_norm.weight"), d)?,
-            w_gate: self.matrix(&name("ffn_gate.weight"), f, d, t)?,
-            w_up: self.matrix(&name("ffn_up.weight"), f, d, t)?,
+            gate_up: Stacked::new(vec![
+                self.matrix(&name("ffn_gate.weight"), f, d, t)?,
+                self.matrix(&name("ffn_up.weight"), f, d, t)?,
+            ]),
             w_down: self.matrix(&name("ffn_down.weight"), d, f, t)?,
         })
     }
