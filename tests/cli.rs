@@ -12,8 +12,19 @@ const MODEL_SIZE: u64 = 98_362_432;
 
 fn strata(args: &[&str]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_strata"));
-    cmd.args(args).env_remove("RUST_LOG");
+    cmd.args(args)
+        .env_remove("RUST_LOG")
+        .env("STRATA_DATABASE_URL", test_store_url());
     cmd
+}
+
+/// A store of this test process's own, so that tests never touch the user's default store.
+fn test_store_url() -> &'static str {
+    static URL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    URL.get_or_init(|| {
+        let path = std::env::temp_dir().join(format!("strata-cli-tests-{}.db", std::process::id()));
+        format!("sqlite://{}", path.display())
+    })
 }
 
 fn run(cmd: &mut Command) -> Output {
@@ -232,4 +243,93 @@ fn model_inspect_prints_metadata_tensors_and_totals() {
     let err = stderr(&output);
     assert!(err.contains("Cargo.toml: not a GGUF file"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn pulled_models_are_recorded_in_the_store() {
+    pull_model();
+    let output = run(&mut strata(&["store", "status"]));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let out = stdout(&output);
+    assert!(out.contains("Sqlite, migrations applied"), "{out}");
+    assert!(out.contains(&format!("model {MODEL}")), "{out}");
+    assert!(out.contains("98362432 bytes"), "{out}");
+}
+
+#[test]
+fn greedy_generation_is_deterministic_and_reports_speed() {
+    pull_model();
+    let args = [
+        "generate",
+        "--model",
+        MODEL,
+        "--prompt",
+        "The capital of France is",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "8",
+    ];
+    let first = run(&mut strata(&args));
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(stdout(&first).starts_with(" Paris."), "{}", stdout(&first));
+    let stats = stderr(&first);
+    assert!(
+        stats.contains("prompt tokens: 5") && stats.contains("tokens/s"),
+        "{stats}"
+    );
+    let second = run(&mut strata(&args));
+    assert_eq!(stdout(&first), stdout(&second));
+}
+
+#[test]
+fn bench_prints_json_records() {
+    pull_model();
+    let output = run(&mut strata(&[
+        "bench",
+        "-m",
+        MODEL,
+        "--weights",
+        "q8_0",
+        "-t",
+        "1",
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-r",
+        "1",
+        "--json",
+    ]));
+    assert!(output.status.success(), "{}", stderr(&output));
+    let records: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("JSON");
+    let records = records.as_array().expect("array");
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0]["test"], "pp16");
+    assert_eq!(records[1]["test"], "tg4");
+    assert_eq!(records[0]["weights"], "q8_0");
+    assert!(
+        records
+            .iter()
+            .all(|r| r["tokens_per_sec"].as_f64().unwrap() > 0.0)
+    );
+}
+
+#[test]
+fn bad_weight_type_is_a_clear_error() {
+    let output = run(&mut strata(&[
+        "generate",
+        "--model",
+        MODEL,
+        "--prompt",
+        "x",
+        "--weights",
+        "q3",
+    ]));
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("unknown weight type \"q3\""),
+        "{}",
+        stderr(&output)
+    );
 }
