@@ -13,7 +13,9 @@
 //!
 //! The integer lane sums are exact and equal ggml's; the `vpmaddubsw` int16 pair sums cannot
 //! saturate for the block types here. Q8_0 x Q8_0 uses ggml's sign trick, exact while the activation
-//! side avoids -128 (as `quantize_activations_q8_0` guarantees).
+//! side avoids -128 (as `quantize_activations_q8_0` guarantees). Q4_0 forms `sum(q*y) - 8*sum(y)`
+//! from int16 pairs, the offset computed once per activation block. The f16 scales are read with one
+//! `vcvtph2ps` of the block's first 8 bytes (the conversion is exact, so this changes no bits).
 //!
 //! The `_rows` forms take `R` weight rows against one activation row and share the activation loads;
 //! each row's arithmetic is exactly the single-row one, so `R = 4` equals four `R = 1` calls.
@@ -40,6 +42,18 @@ const STEP: usize = 4 * EPR;
 #[inline]
 fn f16_to_f32(h: f16) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h.to_bits()))))
+}
+
+/// The first four f16 of a block as f32 lanes: its scale (and for Q4_1/Q8_1 the second f16 field)
+/// in lanes 0 (and 1); lanes 2 and 3 are quant bytes and must be ignored.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn head_f32<T>(block: &T) -> __m128 {
+    const { assert!(size_of::<T>() >= 8) };
+    // SAFETY: `block` is at least 8 readable bytes (checked above); `loadl_epi64` reads 8 bytes and
+    // has no alignment requirement.
+    let bits = unsafe { _mm_loadl_epi64((block as *const T).cast()) };
+    _mm_cvtph_ps(bits)
 }
 
 /// The 32 int8 values of a block.
@@ -96,14 +110,23 @@ fn reduce_f32x8(mut x: [__m256; 4]) -> f32 {
     _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
 }
 
-/// Cuts every row and the activations to the shortest length (all equal in correct use).
-#[inline]
+/// The length every row and the activations are cut to: the shortest (all equal in correct use).
+#[inline(always)]
 fn common_len<T, U>(rows: &[&[T]], y: &[U]) -> usize {
     debug_assert!(
         rows.iter().all(|r| r.len() == y.len()),
         "row length mismatch"
     );
     rows.iter().fold(y.len(), |n, r| n.min(r.len()))
+}
+
+/// Every row cut to `n` items (a plain loop: it inlines, so the row lengths stay known).
+#[inline(always)]
+fn cut<T, const R: usize>(mut rows: [&[T]; R], n: usize) -> [&[T]; R] {
+    for r in &mut rows {
+        *r = &r[..n];
+    }
+    rows
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -207,14 +230,14 @@ pub(crate) unsafe fn vec_dot_f16_x4(rows: [&[f16]; 4], y: &[f16]) -> [f32; 4] {
 #[inline]
 fn dot_q8_0_rows<const R: usize>(rows: [&[BlockQ8_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
     let n = common_len(&rows, y);
-    let rows = rows.map(|r| &r[..n]);
+    let rows = cut(rows, n);
     let mut acc = [_mm256_setzero_ps(); R];
     for (i, b) in y[..n].iter().enumerate() {
-        let dy = f16_to_f32(b.d);
+        let hy = head_f32(b);
         let qy = load_i8x32(&b.qs);
         for r in 0..R {
             let a = &rows[r][i];
-            let d = _mm256_set1_ps(f16_to_f32(a.d) * dy);
+            let d = _mm256_broadcastss_ps(_mm_mul_ss(head_f32(a), hy));
             let qx = load_i8x32(&a.qs);
             // ggml `mul_sum_i8_pairs_float`: |x| times y with x's sign.
             let ax = _mm256_sign_epi8(qx, qx);
@@ -250,16 +273,16 @@ pub(crate) unsafe fn vec_dot_q8_0_q8_0_x4(rows: [&[BlockQ8_0]; 4], y: &[BlockQ8_
 #[inline]
 fn dot_q4_0_rows<const R: usize>(rows: [&[BlockQ4_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
     let n = common_len(&rows, y);
-    let rows = rows.map(|r| &r[..n]);
+    let rows = cut(rows, n);
     let mut acc = [_mm256_setzero_ps(); R];
     for (i, b) in y[..n].iter().enumerate() {
-        let dy = f16_to_f32(b.d);
+        let hy = head_f32(b);
         let qy = load_i8x32(&b.qs);
         // 8 * (y[2k] + y[2k+1]) as int16 pairs; |q*y pair| <= 3810 and this <= 2032: no overflow.
         let offset = _mm256_maddubs_epi16(_mm256_set1_epi8(8), qy);
         for r in 0..R {
             let a = &rows[r][i];
-            let d = _mm256_set1_ps(f16_to_f32(a.d) * dy);
+            let d = _mm256_broadcastss_ps(_mm_mul_ss(head_f32(a), hy));
             let qx = bytes_from_nibbles_32(&a.qs);
             let pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(qx, qy), offset);
             let sums = _mm256_madd_epi16(_mm256_set1_epi16(1), pairs);
@@ -292,17 +315,20 @@ pub(crate) unsafe fn vec_dot_q4_0_q8_0_x4(rows: [&[BlockQ4_0]; 4], y: &[BlockQ8_
 #[inline]
 fn dot_q4_1_rows<const R: usize>(rows: [&[BlockQ4_1]; R], y: &[BlockQ8_1]) -> [f32; R] {
     let n = common_len(&rows, y);
-    let rows = rows.map(|r| &r[..n]);
+    let rows = cut(rows, n);
     let mut acc = [_mm256_setzero_ps(); R];
-    let mut summs = [0f32; R];
+    // Lane 1 of each holds the row's running `sum(m_x * s_y)`; the other lanes are ignored.
+    let mut summs = [_mm_setzero_ps(); R];
     for (i, b) in y[..n].iter().enumerate() {
-        let dy = f16_to_f32(b.d);
-        let sy = f16_to_f32(b.s);
+        let hy = head_f32(b); // [d_y, s_y, _, _]
+        let s_only = _mm_blend_ps::<0b0010>(_mm_setzero_ps(), hy); // [0, s_y, 0, 0]
         let qy = load_i8x32(&b.qs);
         for r in 0..R {
             let a = &rows[r][i];
-            summs[r] = f16_to_f32(a.m).mul_add(sy, summs[r]);
-            let d = _mm256_set1_ps(f16_to_f32(a.d) * dy);
+            let hx = head_f32(a); // [d_x, m_x, _, _]
+            // Lane 1: fma(m_x, s_y, summs), as GCC compiles ggml's scalar `summs += m * s`.
+            summs[r] = _mm_fmadd_ps(hx, s_only, summs[r]);
+            let d = _mm256_broadcastss_ps(_mm_mul_ss(hx, hy));
             let qx = bytes_from_nibbles_32(&a.qs);
             let xy = _mm256_cvtepi32_ps(mul_sum_us8_pairs(qx, qy));
             acc[r] = _mm256_fmadd_ps(d, xy, acc[r]);
@@ -310,7 +336,7 @@ fn dot_q4_1_rows<const R: usize>(rows: [&[BlockQ4_1]; R], y: &[BlockQ8_1]) -> [f
     }
     let mut out = [0f32; R];
     for r in 0..R {
-        out[r] = hsum_float_8(acc[r]) + summs[r];
+        out[r] = hsum_float_8(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(summs[r]));
     }
     out
 }

@@ -100,14 +100,23 @@ fn reduce_f32x16(mut x: [__m512; 4]) -> f32 {
     _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_movehdup_ps(t8))
 }
 
-/// Cuts every row and the activations to the shortest length (all equal in correct use).
-#[inline]
+/// The length every row and the activations are cut to: the shortest (all equal in correct use).
+#[inline(always)]
 fn common_len<T, U>(rows: &[&[T]], y: &[U]) -> usize {
     debug_assert!(
         rows.iter().all(|r| r.len() == y.len()),
         "row length mismatch"
     );
     rows.iter().fold(y.len(), |n, r| n.min(r.len()))
+}
+
+/// Every row cut to `n` items (a plain loop: it inlines, so the row lengths stay known).
+#[inline(always)]
+fn cut<T, const R: usize>(mut rows: [&[T]; R], n: usize) -> [&[T]; R] {
+    for r in &mut rows {
+        *r = &r[..n];
+    }
+    rows
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -208,7 +217,7 @@ pub(crate) unsafe fn vec_dot_f16_x4(rows: [&[f16]; 4], y: &[f16]) -> [f32; 4] {
 #[inline]
 fn dot_q8_0_rows<const R: usize>(rows: [&[BlockQ8_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
     let n = common_len(&rows, y);
-    let rows = rows.map(|r| &r[..n]);
+    let rows = cut(rows, n);
     let bias = _mm256_set1_epi8(i8::MIN);
     let zero = _mm256_setzero_si256();
     let mut acc = [_mm256_setzero_ps(); R];
@@ -251,7 +260,7 @@ pub(crate) unsafe fn vec_dot_q8_0_q8_0_x4(rows: [&[BlockQ8_0]; 4], y: &[BlockQ8_
 #[inline]
 fn dot_q4_0_rows<const R: usize>(rows: [&[BlockQ4_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
     let n = common_len(&rows, y);
-    let rows = rows.map(|r| &r[..n]);
+    let rows = cut(rows, n);
     let eight = _mm256_set1_epi8(8);
     let zero = _mm256_setzero_si256();
     let mut acc = [_mm256_setzero_ps(); R];
@@ -294,7 +303,7 @@ pub(crate) unsafe fn vec_dot_q4_0_q8_0_x4(rows: [&[BlockQ4_0]; 4], y: &[BlockQ8_
 #[inline]
 fn dot_q4_1_rows<const R: usize>(rows: [&[BlockQ4_1]; R], y: &[BlockQ8_1]) -> [f32; R] {
     let n = common_len(&rows, y);
-    let rows = rows.map(|r| &r[..n]);
+    let rows = cut(rows, n);
     let zero = _mm256_setzero_si256();
     let mut acc = [_mm256_setzero_ps(); R];
     // Lane 1 of each holds the row's running `sum(m_x * s_y)`; the other lanes are ignored.

@@ -1,0 +1,176 @@
+//! Dot-product kernels on the model's matvec shapes, one group per kernel and weight type, one entry
+//! per tier this host supports.
+//!
+//! Each iteration is a whole matrix-vector product on one thread: `rows` weight rows of `cols`
+//! elements against one activation row, in single-row calls (`x1`) or in fours (`x4`, where the
+//! kernel has that form).
+//! `Throughput::Bytes` counts the weight bytes, so the reported rate is GB/s of weights.
+//!
+//! Shapes (SmolLM2-135M): a 576 x 1536 matrix (the MLP down projection; its 1.5 MB of f16 stays
+//! close to the caches) and the 49152 x 576 output head (streams from memory).
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{
+    BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main, measurement::WallTime,
+};
+use half::f16;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use strata_engine::{
+    kernels::{cpu, dispatch::KernelTable},
+    quant::{self, BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK},
+};
+
+/// `(name, rows, cols)`.
+const SHAPES: [(&str, usize, usize); 2] = [("576x1536", 576, 1536), ("49152x576", 49152, 576)];
+
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+fn tables() -> Vec<&'static KernelTable> {
+    cpu::available_tiers()
+        .into_iter()
+        .map(|t| KernelTable::for_tier(t).expect("available tiers have tables"))
+        .collect()
+}
+
+/// A single-row kernel through a table.
+type One<W, A> = fn(&KernelTable, &[W], &[A]) -> f32;
+/// A four-row kernel through a table.
+type Four<W, A> = fn(&KernelTable, [&[W]; 4], &[A]) -> [f32; 4];
+
+/// Runs `x1` and `x4` matvecs of `weights` (`rows` rows of `per_row` items) for every tier.
+fn bench_type<W, A>(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    shape: &str,
+    weights: &[W],
+    per_row: usize,
+    act: &[A],
+    one: One<W, A>,
+    four: Option<Four<W, A>>,
+) {
+    let rows = weights.len() / per_row;
+    let mut out = vec![0f32; rows];
+    for k in tables() {
+        let tier = k.tier().name();
+        group.bench_function(format!("{shape}/{tier}/x1"), |b| {
+            b.iter(|| {
+                for (o, row) in out.iter_mut().zip(weights.chunks_exact(per_row)) {
+                    *o = one(k, row, black_box(act));
+                }
+                black_box(&out);
+            })
+        });
+        let Some(four) = four else { continue };
+        group.bench_function(format!("{shape}/{tier}/x4"), |b| {
+            b.iter(|| {
+                for (o, r) in out
+                    .chunks_exact_mut(4)
+                    .zip(weights.chunks_exact(4 * per_row))
+                {
+                    let (r0, rest) = r.split_at(per_row);
+                    let (r1, rest) = rest.split_at(per_row);
+                    let (r2, r3) = rest.split_at(per_row);
+                    o.copy_from_slice(&four(k, [r0, r1, r2, r3], black_box(act)));
+                }
+                black_box(&out);
+            })
+        });
+    }
+}
+
+fn group<'a>(c: &'a mut Criterion, name: &str, bytes: usize) -> BenchmarkGroup<'a, WallTime> {
+    let mut g = c.benchmark_group(name);
+    g.throughput(Throughput::Bytes(bytes as u64))
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    g
+}
+
+fn kernels(c: &mut Criterion) {
+    for (shape, rows, cols) in SHAPES {
+        let w = random(rows * cols, 1);
+        let x = random(cols, 2);
+        let nb = cols / QK;
+
+        let mut w8 = vec![BlockQ8_0::default(); rows * nb];
+        quant::quantize_q8_0(&w, &mut w8);
+        let mut w40 = vec![BlockQ4_0::default(); rows * nb];
+        quant::quantize_q4_0(&w, &mut w40);
+        let mut w41 = vec![BlockQ4_1::default(); rows * nb];
+        quant::quantize_q4_1(&w, &mut w41);
+        let wh: Vec<f16> = w.iter().map(|&v| f16::from_f32(v)).collect();
+        let mut a8 = vec![BlockQ8_0::default(); nb];
+        quant::quantize_activations_q8_0(&x, &mut a8);
+        let mut a81 = vec![BlockQ8_1::default(); nb];
+        quant::quantize_activations_q8_1(&x, &mut a81);
+        let xh: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
+
+        let mut g = group(c, "vec_dot_q8_0_q8_0", size_of_val(w8.as_slice()));
+        bench_type(
+            &mut g,
+            shape,
+            &w8,
+            nb,
+            &a8,
+            |k, w, a| k.vec_dot_q8_0_q8_0(w, a),
+            Some(|k, w, a| k.vec_dot_q8_0_q8_0_x4(w, a)),
+        );
+        g.finish();
+
+        let mut g = group(c, "vec_dot_q4_0_q8_0", size_of_val(w40.as_slice()));
+        bench_type(
+            &mut g,
+            shape,
+            &w40,
+            nb,
+            &a8,
+            |k, w, a| k.vec_dot_q4_0_q8_0(w, a),
+            Some(|k, w, a| k.vec_dot_q4_0_q8_0_x4(w, a)),
+        );
+        g.finish();
+
+        let mut g = group(c, "vec_dot_q4_1_q8_1", size_of_val(w41.as_slice()));
+        bench_type(
+            &mut g,
+            shape,
+            &w41,
+            nb,
+            &a81,
+            |k, w, a| k.vec_dot_q4_1_q8_1(w, a),
+            Some(|k, w, a| k.vec_dot_q4_1_q8_1_x4(w, a)),
+        );
+        g.finish();
+
+        let mut g = group(c, "vec_dot_f16", size_of_val(wh.as_slice()));
+        bench_type(
+            &mut g,
+            shape,
+            &wh,
+            cols,
+            &xh,
+            |k, w, a| k.vec_dot_f16(w, a),
+            Some(|k, w, a| k.vec_dot_f16_x4(w, a)),
+        );
+        g.finish();
+
+        let mut g = group(c, "vec_dot_f32", size_of_val(w.as_slice()));
+        bench_type(
+            &mut g,
+            shape,
+            &w,
+            cols,
+            &x,
+            |k, w, a| k.vec_dot_f32(w, a),
+            None,
+        );
+        g.finish();
+    }
+}
+
+criterion_group!(benches, kernels);
+criterion_main!(benches);
