@@ -27,6 +27,7 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
+use super::scalar;
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
 
 /// Elements per f32 vector.
@@ -357,4 +358,53 @@ pub(crate) unsafe fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn vec_dot_q4_1_q8_1_x4(rows: [&[BlockQ4_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
     dot_q4_1_rows(rows, y)
+}
+
+// ---------------------------------------------------------------------------------------------
+// f16 accumulators (flash attention).
+
+/// [`scalar::vec_mad_f16`] eight lanes at a time: F16C widening, one FMA, F16C narrowing with
+/// round-to-nearest-even, as ggml's AVX path does.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_mad_f16(y: &mut [f16], x: &[f16], v: f32) {
+    let n = y.len().min(x.len());
+    let np = n - n % EPR;
+    let vv = _mm256_set1_ps(v);
+    for (ys, xs) in y[..np].chunks_exact_mut(EPR).zip(x[..np].chunks_exact(EPR)) {
+        // SAFETY: both chunks hold exactly EPR = 8 f16 values (16 bytes); unaligned loads and stores.
+        unsafe {
+            let acc = _mm256_cvtph_ps(_mm_loadu_si128(ys.as_ptr().cast()));
+            let xv = _mm256_cvtph_ps(_mm_loadu_si128(xs.as_ptr().cast()));
+            let sum = _mm256_fmadd_ps(xv, vv, acc);
+            _mm_storeu_si128(
+                ys.as_mut_ptr().cast(),
+                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(sum),
+            );
+        }
+    }
+    scalar::vec_mad_f16(&mut y[np..n], &x[np..n], v);
+}
+
+/// [`scalar::vec_scale_f16`] eight lanes at a time.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_scale_f16(y: &mut [f16], v: f32) {
+    let np = y.len() - y.len() % EPR;
+    let vv = _mm256_set1_ps(v);
+    for ys in y[..np].chunks_exact_mut(EPR) {
+        // SAFETY: the chunk holds exactly EPR = 8 f16 values (16 bytes); unaligned loads and stores.
+        unsafe {
+            let scaled = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(ys.as_ptr().cast())), vv);
+            _mm_storeu_si128(
+                ys.as_mut_ptr().cast(),
+                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(scaled),
+            );
+        }
+    }
+    scalar::vec_scale_f16(&mut y[np..], v);
 }

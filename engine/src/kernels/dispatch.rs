@@ -40,6 +40,8 @@ pub struct KernelTable {
     q4_0_x4: unsafe fn([&[BlockQ4_0]; 4], &[BlockQ8_0]) -> [f32; 4],
     q4_1: unsafe fn(&[BlockQ4_1], &[BlockQ8_1]) -> f32,
     q4_1_x4: unsafe fn([&[BlockQ4_1]; 4], &[BlockQ8_1]) -> [f32; 4],
+    mad_f16: unsafe fn(&mut [f16], &[f16], f32),
+    scale_f16: unsafe fn(&mut [f16], f32),
 }
 
 static SCALAR: KernelTable = KernelTable {
@@ -54,6 +56,8 @@ static SCALAR: KernelTable = KernelTable {
     q4_0_x4: scalar::vec_dot_q4_0_q8_0_x4,
     q4_1: scalar::vec_dot_q4_1_q8_1,
     q4_1_x4: scalar::vec_dot_q4_1_q8_1_x4,
+    mad_f16: scalar::vec_mad_f16,
+    scale_f16: scalar::vec_scale_f16,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -69,6 +73,8 @@ static AVX2: KernelTable = KernelTable {
     q4_0_x4: avx2::vec_dot_q4_0_q8_0_x4,
     q4_1: avx2::vec_dot_q4_1_q8_1,
     q4_1_x4: avx2::vec_dot_q4_1_q8_1_x4,
+    mad_f16: avx2::vec_mad_f16,
+    scale_f16: avx2::vec_scale_f16,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -84,6 +90,8 @@ static AVX512: KernelTable = KernelTable {
     q4_0_x4: avx512::vec_dot_q4_0_q8_0_x4,
     q4_1: avx512::vec_dot_q4_1_q8_1,
     q4_1_x4: avx512::vec_dot_q4_1_q8_1_x4,
+    mad_f16: avx2::vec_mad_f16,
+    scale_f16: avx2::vec_scale_f16,
 };
 
 /// The kernels of this process's tier, chosen on first use.
@@ -120,6 +128,18 @@ impl KernelTable {
     /// The tier these kernels belong to (record it with any measurement).
     pub fn tier(&self) -> KernelTier {
         self.tier
+    }
+
+    /// `y = f16(x * v + y)` per element (the f16 value accumulator of flash attention).
+    pub fn vec_mad_f16(&self, y: &mut [f16], x: &[f16], v: f32) {
+        // SAFETY: tables exist only for tiers this CPU supports (see `for_tier`).
+        unsafe { (self.mad_f16)(y, x, v) }
+    }
+
+    /// `y = f16(y * v)` per element.
+    pub fn vec_scale_f16(&self, y: &mut [f16], v: f32) {
+        // SAFETY: tables exist only for tiers this CPU supports (see `for_tier`).
+        unsafe { (self.scale_f16)(y, v) }
     }
 
     /// `sum(a[i] * b[i])` in f32.

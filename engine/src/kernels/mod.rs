@@ -263,4 +263,35 @@ mod tests {
             }
         }
     }
+
+    /// The f16 accumulators of flash attention give the same bits on every tier (one fused
+    /// multiply-add, then round to nearest even), tails included.
+    #[test]
+    fn f16_accumulators_agree_bit_for_bit_on_every_tier() {
+        for len in [1, 7, 8, 9, 64, 67] {
+            let x: Vec<f16> = random(len, 10 + len as u64)
+                .iter()
+                .map(|&v| f16::from_f32(v))
+                .collect();
+            let start: Vec<f16> = random(len, 20 + len as u64)
+                .iter()
+                .map(|&v| f16::from_f32(v * 3.0))
+                .collect();
+            let scalar = KernelTable::for_tier(cpu::KernelTier::Scalar).expect("scalar");
+            let mut want = start.clone();
+            scalar.vec_mad_f16(&mut want, &x, 0.37);
+            scalar.vec_scale_f16(&mut want, 0.81);
+            for tier in cpu::available_tiers() {
+                let table = KernelTable::for_tier(tier).expect("available tier");
+                let mut got = start.clone();
+                table.vec_mad_f16(&mut got, &x, 0.37);
+                table.vec_scale_f16(&mut got, 0.81);
+                assert_eq!(
+                    got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{tier:?} length {len}"
+                );
+            }
+        }
+    }
 }

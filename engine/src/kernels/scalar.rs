@@ -129,3 +129,18 @@ pub fn vec_dot_q4_0_q8_0_x4(rows: [&[BlockQ4_0]; 4], y: &[BlockQ8_0]) -> [f32; 4
 pub fn vec_dot_q4_1_q8_1_x4(rows: [&[BlockQ4_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
     rows.map(|x| vec_dot_q4_1_q8_1(x, y))
 }
+
+/// `y = f16(x * v + y)` element by element, fused, rounded to f16 at every step (ggml
+/// `ggml_vec_mad_f16`: the value accumulator of llama.cpp's CPU flash attention).
+pub fn vec_mad_f16(y: &mut [f16], x: &[f16], v: f32) {
+    for (a, b) in y.iter_mut().zip(x) {
+        *a = f16::from_f32(b.to_f32().mul_add(v, a.to_f32()));
+    }
+}
+
+/// `y = f16(y * v)` element by element (ggml `ggml_vec_scale_f16`).
+pub fn vec_scale_f16(y: &mut [f16], v: f32) {
+    for a in y.iter_mut() {
+        *a = f16::from_f32(a.to_f32() * v);
+    }
+}

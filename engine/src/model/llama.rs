@@ -1,7 +1,7 @@
 //! The Llama forward pass (RMSNorm, RoPE, grouped-query attention, SwiGLU, tied or untied head) over a
 //! key/value cache, batched over the tokens of one sequence.
 
-use half::f16;
+use half::{f16, slice::HalfFloatSliceExt};
 use rayon::prelude::*;
 
 use crate::{
@@ -523,19 +523,14 @@ impl Llama {
         let (hd, kv) = (c.head_dim, c.kv_dim());
         let group = c.n_heads / c.n_kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
+        let k = kernels::dispatch::table();
         out.par_chunks_mut(hd).enumerate().for_each_init(
-            || (Vec::new(), Vec::new()),
-            |(query, acc): &mut (Vec<f16>, Vec<f16>), (task, o)| {
+            || (vec![f16::ZERO; hd], vec![f16::ZERO; hd]),
+            |(query, acc), (task, o)| {
                 let (t, h) = (task / c.n_heads, task % c.n_heads);
                 let kvh = h / group;
-                query.clear();
-                query.extend(
-                    q[t * c.dim + h * hd..t * c.dim + (h + 1) * hd]
-                        .iter()
-                        .map(|&x| f16::from_f32(x)),
-                );
-                acc.clear();
-                acc.resize(hd, f16::ZERO);
+                query.convert_from_f32_slice(&q[t * c.dim + h * hd..t * c.dim + (h + 1) * hd]);
+                acc.fill(f16::ZERO);
                 let (mut sum, mut max) = (0f32, f32::NEG_INFINITY);
                 for j in 0..=start + t {
                     let head = j * kv + kvh * hd..j * kv + (kvh + 1) * hd;
@@ -544,14 +539,11 @@ impl Llama {
                     if s > max {
                         rescale = (max - s).exp();
                         max = s;
-                        acc.iter_mut()
-                            .for_each(|a| *a = f16::from_f32(a.to_f32() * rescale));
+                        k.vec_scale_f16(acc, rescale);
                     } else {
                         weight = (s - max).exp();
                     }
-                    for (a, v) in acc.iter_mut().zip(&values[head]) {
-                        *a = f16::from_f32(v.to_f32().mul_add(weight, a.to_f32()));
-                    }
+                    k.vec_mad_f16(acc, &values[head], weight);
                     sum = sum * rescale + weight;
                 }
                 let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
