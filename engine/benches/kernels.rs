@@ -2,8 +2,12 @@
 //! per tier this host supports.
 //!
 //! Each iteration is a whole matrix-vector product on one thread: `rows` weight rows of `cols`
-//! elements against one activation row, in single-row calls (`x1`) or in fours (`x4`, where the
-//! kernel has that form).
+//! elements against one activation row, in single-row calls (`x1`), or, where the kernel has a
+//! four-row form, in fours of adjacent rows (`x4`) or of rows a quarter of the matrix apart (`x4q`).
+//! The two four-row orders read the same bytes; they differ in how memory sees them. When the matrix
+//! streams from DRAM (the output head here, and every matrix of a decode step), four adjacent rows
+//! make four short interleaved streams, which memory serves far more slowly than one sequential
+//! stream (`x1`) or four long ones (`x4q`); software prefetching in the kernel did not close the gap.
 //! `Throughput::Bytes` counts the weight bytes, so the reported rate is GB/s of weights.
 //!
 //! Shapes (SmolLM2-135M): a 576 x 1536 matrix (the MLP down projection; its 1.5 MB of f16 stays
@@ -75,6 +79,20 @@ fn bench_type<W, A>(
                     let (r1, rest) = rest.split_at(per_row);
                     let (r2, r3) = rest.split_at(per_row);
                     o.copy_from_slice(&four(k, [r0, r1, r2, r3], black_box(act)));
+                }
+                black_box(&out);
+            })
+        });
+        // Four rows a quarter of the matrix apart: four long sequential streams.
+        let q = rows / 4;
+        group.bench_function(format!("{shape}/{tier}/x4q"), |b| {
+            b.iter(|| {
+                for i in 0..q {
+                    let row = |r: usize| &weights[(r * q + i) * per_row..(r * q + i + 1) * per_row];
+                    let v = four(k, [row(0), row(1), row(2), row(3)], black_box(act));
+                    for (r, v) in v.into_iter().enumerate() {
+                        out[r * q + i] = v;
+                    }
                 }
                 black_box(&out);
             })
