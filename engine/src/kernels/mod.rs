@@ -66,8 +66,9 @@ fn convert<'a>(w: &Weight, x: &'a [f32], scratch: &'a mut MatmulScratch) -> Conv
     }
 }
 
-/// Writes `out[i] = W[first_row + i] · x[t]` for `out.len()` consecutive rows, four rows per call where
-/// the kernels share one pass over the activation row.
+/// Writes `out[i] = W[first_row + i] · x[t]` for `out.len()` consecutive rows. With `quads`, four rows per
+/// call share one pass over the activation row: faster while the rows sit in cache (prefill), slower
+/// than one row per call when they stream from memory (decode).
 fn rows_dot(
     k: &KernelTable,
     w: &Weight,
@@ -75,19 +76,21 @@ fn rows_dot(
     first_row: usize,
     t: usize,
     out: &mut [f32],
+    quads: bool,
 ) {
+    let group = if quads { 4 } else { usize::MAX };
     let (c, b) = (w.cols, w.cols / QK);
     macro_rules! blocks {
         ($v:expr, $a:expr, $one:ident, $four:ident) => {{
             let y = &$a[t * b..(t + 1) * b];
             let row = |r: usize| &$v[r * b..(r + 1) * b];
-            let mut quads = out.chunks_exact_mut(4);
+            let mut groups = out.chunks_exact_mut(group);
             let mut r = first_row;
-            for quad in quads.by_ref() {
+            for quad in groups.by_ref() {
                 quad.copy_from_slice(&k.$four([row(r), row(r + 1), row(r + 2), row(r + 3)], y));
                 r += 4;
             }
-            for o in quads.into_remainder() {
+            for o in groups.into_remainder() {
                 *o = k.$one(row(r), y);
                 r += 1;
             }
@@ -104,15 +107,15 @@ fn rows_dot(
         (WeightData::F16(v), Converted::F16(a)) => {
             let y = &a[t * c..(t + 1) * c];
             let row = |r: usize| &v[r * c..(r + 1) * c];
-            let mut quads = out.chunks_exact_mut(4);
+            let mut groups = out.chunks_exact_mut(group);
             let mut r = first_row;
-            for quad in quads.by_ref() {
+            for quad in groups.by_ref() {
                 quad.copy_from_slice(
                     &k.vec_dot_f16_x4([row(r), row(r + 1), row(r + 2), row(r + 3)], y),
                 );
                 r += 4;
             }
-            for o in quads.into_remainder() {
+            for o in groups.into_remainder() {
                 *o = k.vec_dot_f16(row(r), y);
                 r += 1;
             }
@@ -165,7 +168,7 @@ pub fn matmul_with(
         out.par_chunks_mut(ROWS_PER_TASK)
             .enumerate()
             .for_each(|(task, chunk)| {
-                rows_dot(k, w, &converted, task * ROWS_PER_TASK, 0, chunk);
+                rows_dot(k, w, &converted, task * ROWS_PER_TASK, 0, chunk, false);
             });
         return;
     }
@@ -183,7 +186,7 @@ pub fn matmul_with(
                 let rows = chunk.len() / n_tokens;
                 row_out.resize(rows, 0.0);
                 for t in 0..n_tokens {
-                    rows_dot(k, w, &converted, first_row, t, row_out);
+                    rows_dot(k, w, &converted, first_row, t, row_out, true);
                     for (i, &v) in row_out.iter().enumerate() {
                         chunk[i * n_tokens + t] = v;
                     }
