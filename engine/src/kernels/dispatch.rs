@@ -42,6 +42,7 @@ pub struct KernelTable {
     q4_1_x4: unsafe fn([&[BlockQ4_1]; 4], &[BlockQ8_1]) -> [f32; 4],
     mad_f16: unsafe fn(&mut [f16], &[f16], f32),
     scale_f16: unsafe fn(&mut [f16], f32),
+    attention_f16: unsafe fn(&[f16], &[f16]) -> f32,
 }
 
 static SCALAR: KernelTable = KernelTable {
@@ -58,6 +59,7 @@ static SCALAR: KernelTable = KernelTable {
     q4_1_x4: scalar::vec_dot_q4_1_q8_1_x4,
     mad_f16: scalar::vec_mad_f16,
     scale_f16: scalar::vec_scale_f16,
+    attention_f16: scalar::vec_dot_f16,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -75,6 +77,7 @@ static AVX2: KernelTable = KernelTable {
     q4_1_x4: avx2::vec_dot_q4_1_q8_1_x4,
     mad_f16: avx2::vec_mad_f16,
     scale_f16: avx2::vec_scale_f16,
+    attention_f16: avx2::vec_dot_f16_attention,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -92,6 +95,7 @@ static AVX512: KernelTable = KernelTable {
     q4_1_x4: avx512::vec_dot_q4_1_q8_1_x4,
     mad_f16: avx2::vec_mad_f16,
     scale_f16: avx2::vec_scale_f16,
+    attention_f16: avx2::vec_dot_f16_attention,
 };
 
 /// The kernels of this process's tier, chosen on first use.
@@ -134,6 +138,13 @@ impl KernelTable {
     pub fn vec_mad_f16(&self, y: &mut [f16], x: &[f16], v: f32) {
         // SAFETY: tables exist only for tiers this CPU supports (see `for_tier`).
         unsafe { (self.mad_f16)(y, x, v) }
+    }
+
+    /// The f16 dot product of attention scores, in the scalar reference's summation order on every
+    /// tier (so scores, and everything downstream, are the same bits whatever the tier).
+    pub fn vec_dot_f16_attention(&self, a: &[f16], b: &[f16]) -> f32 {
+        // SAFETY: tables exist only for tiers this CPU supports (see `for_tier`).
+        unsafe { (self.attention_f16)(a, b) }
     }
 
     /// `y = f16(y * v)` per element.

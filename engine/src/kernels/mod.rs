@@ -267,11 +267,11 @@ mod tests {
         }
     }
 
-    /// The f16 accumulators of flash attention give the same bits on every tier (one fused
-    /// multiply-add, then round to nearest even), tails included.
+    /// The f16 accumulators and score dot of flash attention give the same bits on every tier, tails
+    /// included.
     #[test]
     fn f16_accumulators_agree_bit_for_bit_on_every_tier() {
-        for len in [1, 7, 8, 9, 64, 67] {
+        for len in [1, 7, 8, 9, 16, 63, 64, 65, 67, 128, 130] {
             let x: Vec<f16> = random(len, 10 + len as u64)
                 .iter()
                 .map(|&v| f16::from_f32(v))
@@ -284,11 +284,18 @@ mod tests {
             let mut want = start.clone();
             scalar.vec_mad_f16(&mut want, &x, 0.37);
             scalar.vec_scale_f16(&mut want, 0.81);
+            let want_dot = scalar.vec_dot_f16_attention(&x, &start);
             for tier in cpu::available_tiers() {
                 let table = KernelTable::for_tier(tier).expect("available tier");
                 let mut got = start.clone();
                 table.vec_mad_f16(&mut got, &x, 0.37);
                 table.vec_scale_f16(&mut got, 0.81);
+                let got_dot = table.vec_dot_f16_attention(&x, &start);
+                assert_eq!(
+                    got_dot.to_bits(),
+                    want_dot.to_bits(),
+                    "{tier:?} attention dot, length {len}"
+                );
                 assert_eq!(
                     got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                     want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),

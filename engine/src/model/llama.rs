@@ -534,7 +534,7 @@ impl Llama {
                 let (mut sum, mut max) = (0f32, f32::NEG_INFINITY);
                 for j in 0..=start + t {
                     let head = j * kv + kvh * hd..j * kv + (kvh + 1) * hd;
-                    let s = kernels::scalar::vec_dot_f16(&keys[head.clone()], query) * scale;
+                    let s = k.vec_dot_f16_attention(&keys[head.clone()], query) * scale;
                     let (mut rescale, mut weight) = (1f32, 1f32);
                     if s > max {
                         rescale = (max - s).exp();
