@@ -9,61 +9,40 @@ use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
 /// Lanes of independent accumulators, so that the compiler can vectorize float sums.
 const LANES: usize = 8;
 
-/// `sum(a[i] * b[i])` in f32.
-pub fn vec_dot_f32(a: &[f32], b: &[f32]) -> f32 {
+/// `sum(a[i] * b[i])` over values widened to f32 by `widen`: eight lanes of separate multiply and add,
+/// the lanes summed in order, the tail last. The f32, f16 and bf16 dots (and the SIMD attention dot,
+/// which reproduces these bits) share this order.
+fn dot_widened<T: Copy>(a: &[T], b: &[T], widen: impl Fn(T) -> f32) -> f32 {
     let mut acc = [0f32; LANES];
     let mut ca = a.chunks_exact(LANES);
     let mut cb = b.chunks_exact(LANES);
     for (x, y) in ca.by_ref().zip(cb.by_ref()) {
         for l in 0..LANES {
-            acc[l] += x[l] * y[l];
+            acc[l] += widen(x[l]) * widen(y[l]);
         }
     }
     let tail: f32 = ca
         .remainder()
         .iter()
         .zip(cb.remainder())
-        .map(|(x, y)| x * y)
+        .map(|(&x, &y)| widen(x) * widen(y))
         .sum();
     acc.iter().sum::<f32>() + tail
+}
+
+/// `sum(a[i] * b[i])` in f32.
+pub fn vec_dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    dot_widened(a, b, |v| v)
 }
 
 /// f16 weights against f16 activations, accumulated in f32 (ggml `ggml_vec_dot_f16`).
 pub fn vec_dot_f16(a: &[f16], b: &[f16]) -> f32 {
-    let mut acc = [0f32; LANES];
-    let mut ca = a.chunks_exact(LANES);
-    let mut cb = b.chunks_exact(LANES);
-    for (x, y) in ca.by_ref().zip(cb.by_ref()) {
-        for l in 0..LANES {
-            acc[l] += x[l].to_f32() * y[l].to_f32();
-        }
-    }
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x.to_f32() * y.to_f32())
-        .sum();
-    acc.iter().sum::<f32>() + tail
+    dot_widened(a, b, f16::to_f32)
 }
 
 /// bf16 weights against bf16 activations, accumulated in f32 (ggml `ggml_vec_dot_bf16`).
 pub fn vec_dot_bf16(a: &[bf16], b: &[bf16]) -> f32 {
-    let mut acc = [0f32; LANES];
-    let mut ca = a.chunks_exact(LANES);
-    let mut cb = b.chunks_exact(LANES);
-    for (x, y) in ca.by_ref().zip(cb.by_ref()) {
-        for l in 0..LANES {
-            acc[l] += x[l].to_f32() * y[l].to_f32();
-        }
-    }
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x.to_f32() * y.to_f32())
-        .sum();
-    acc.iter().sum::<f32>() + tail
+    dot_widened(a, b, bf16::to_f32)
 }
 
 fn dot_i8(a: &[i8; QK], b: &[i8; QK]) -> i32 {
