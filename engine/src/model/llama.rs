@@ -8,7 +8,10 @@ use crate::{
     error::{Error, Result},
     format::{RawTensor, TensorSource},
     kernels::{self, MatmulScratch},
-    model::config::{LlamaConfig, RopeStyle},
+    model::{
+        config::{LlamaConfig, RopeStyle},
+        kv::{KvCache, KvStorage, KvType, PagedKv, SeqLayout},
+    },
     quant::{self, GgmlType},
     weights::{Weight, WeightType},
 };
@@ -123,122 +126,52 @@ pub struct Llama {
     pool: rayon::ThreadPool,
 }
 
-/// How the key/value cache stores its values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum KvType {
-    /// 32-bit floats, attention computed in f32 with an exact softmax.
-    F32,
-    /// Half floats (half the memory), attention with f16 queries and an f16 running sum over values,
-    /// as llama.cpp's CPU flash attention computes it.
-    #[default]
-    F16,
+/// One sequence's part of [`Llama::forward_batch`].
+#[derive(Debug, Clone, Copy)]
+pub struct BatchSeq<'a> {
+    /// Tokens to run, at positions `start..start + tokens.len()`.
+    pub tokens: &'a [u32],
+    /// Positions already in the sequence's blocks.
+    pub start: usize,
+    /// The sequence's block table: position `p` lives in `blocks[p / block_size]`.
+    pub blocks: &'a [u32],
+    /// Whether to return the logits of the last token.
+    pub logits: bool,
 }
 
-/// The cache's values in their storage type.
-enum KvStorage {
-    F32 { k: Vec<f32>, v: Vec<f32> },
-    F16 { k: Vec<f16>, v: Vec<f16> },
+/// Where a token of a pass belongs: its sequence (index into the pass's layouts) and position.
+#[derive(Debug, Clone, Copy)]
+struct TokenAt {
+    seq: usize,
+    pos: usize,
 }
 
-/// Keys and values of every processed position, per layer: `[layer][position][kv_dim]`.
-pub struct KvCache {
-    storage: KvStorage,
-    n_layers: usize,
+/// The tokens of one forward pass, from one or many sequences.
+struct Pass<'a> {
+    tokens: Vec<u32>,
+    at: Vec<TokenAt>,
+    layouts: Vec<SeqLayout<'a>>,
+    logit_rows: Vec<usize>,
+}
+
+/// Finds the cached rows a token of a pass attends to, in one layer.
+struct KvRows<'a> {
+    pass: &'a Pass<'a>,
+    layer: usize,
     kv_dim: usize,
-    capacity: usize,
-    len: usize,
 }
 
-impl KvCache {
-    /// A cache for `capacity` positions of `config`'s model.
-    pub fn new(config: &LlamaConfig, capacity: usize, kind: KvType) -> Self {
-        let size = config.n_layers * capacity * config.kv_dim();
-        let storage = match kind {
-            KvType::F32 => KvStorage::F32 {
-                k: vec![0.0; size],
-                v: vec![0.0; size],
-            },
-            KvType::F16 => KvStorage::F16 {
-                k: vec![f16::ZERO; size],
-                v: vec![f16::ZERO; size],
-            },
-        };
-        Self {
-            storage,
-            n_layers: config.n_layers,
-            kv_dim: config.kv_dim(),
-            capacity,
-            len: 0,
-        }
+impl KvRows<'_> {
+    /// The position of token `t`: it attends to positions `0..=pos`.
+    #[inline]
+    fn pos(&self, t: usize) -> usize {
+        self.pass.at[t].pos
     }
 
-    /// How values are stored.
-    pub fn kind(&self) -> KvType {
-        match self.storage {
-            KvStorage::F32 { .. } => KvType::F32,
-            KvStorage::F16 { .. } => KvType::F16,
-        }
-    }
-
-    /// Positions held.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether no position is held.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Positions the cache can hold.
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    /// Bytes the cache holds allocated.
-    pub fn byte_size(&self) -> usize {
-        let values = 2 * self.n_layers * self.capacity * self.kv_dim;
-        match self.storage {
-            KvStorage::F32 { .. } => values * 4,
-            KvStorage::F16 { .. } => values * 2,
-        }
-    }
-
-    /// Forgets every position.
-    pub fn clear(&mut self) {
-        self.len = 0;
-    }
-
-    /// Forgets positions from `len` on.
-    pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
-    }
-
-    fn layer_offset(&self, layer: usize) -> usize {
-        layer * self.capacity * self.kv_dim
-    }
-
-    /// Stores keys and values of positions `start..start + n` of `layer`.
-    fn store(&mut self, layer: usize, start: usize, keys: &[f32], values: &[f32]) {
-        let at = self.layer_offset(layer) + start * self.kv_dim;
-        let range = at..at + keys.len();
-        match &mut self.storage {
-            KvStorage::F32 { k, v } => {
-                k[range.clone()].copy_from_slice(keys);
-                v[range].copy_from_slice(values);
-            }
-            KvStorage::F16 { k, v } => {
-                k[range.clone()]
-                    .iter_mut()
-                    .zip(keys)
-                    .for_each(|(d, &s)| *d = f16::from_f32(s));
-                v[range]
-                    .iter_mut()
-                    .zip(values)
-                    .for_each(|(d, &s)| *d = f16::from_f32(s));
-            }
-        }
+    /// The element offset of position `j` of token `t`'s sequence.
+    #[inline]
+    fn offset(&self, t: usize, j: usize) -> usize {
+        self.pass.layouts[self.pass.at[t].seq].offset(self.layer, j, self.kv_dim)
     }
 }
 
@@ -384,12 +317,96 @@ impl Llama {
     /// # Errors
     /// When `tokens` is empty, holds an id outside the vocabulary, or does not fit in the cache.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, logits: Logits) -> Result<Vec<f32>> {
-        self.check_input(tokens, cache)?;
-        self.pool
-            .install(|| Ok(self.forward_inner(tokens, cache, logits)))
+        self.check_tokens(tokens)?;
+        if cache.kv_dim != self.config.kv_dim() || cache.n_layers != self.config.n_layers {
+            return Err(Error::InvalidRequest(
+                "the key/value cache was made for another model".into(),
+            ));
+        }
+        if cache.len + tokens.len() > cache.capacity() {
+            return Err(Error::InvalidRequest(format!(
+                "{} cached + {} new tokens exceed the context of {} positions",
+                cache.len,
+                tokens.len(),
+                cache.capacity()
+            )));
+        }
+        let start = cache.len;
+        let pass = Pass {
+            tokens: tokens.to_vec(),
+            at: (0..tokens.len())
+                .map(|t| TokenAt {
+                    seq: 0,
+                    pos: start + t,
+                })
+                .collect(),
+            layouts: vec![cache.layout()],
+            logit_rows: match logits {
+                Logits::Last => vec![tokens.len() - 1],
+                Logits::All => (0..tokens.len()).collect(),
+            },
+        };
+        let out = self
+            .pool
+            .install(|| self.run_pass(&pass, &mut cache.storage, cache.kv_dim));
+        cache.len = start + tokens.len();
+        Ok(out)
     }
 
-    fn check_input(&self, tokens: &[u32], cache: &KvCache) -> Result<()> {
+    /// Runs one step for several sequences at once over a shared [`PagedKv`]: every sequence's tokens
+    /// go through each weight matrix in one pass. Each sequence's keys and values are appended after
+    /// its `start` positions, in the blocks its table names. Returns, per sequence, the logits of its
+    /// last token when it asked for them.
+    ///
+    /// # Errors
+    /// When a sequence has no tokens, an id outside the vocabulary, positions beyond the context, or a
+    /// block table that does not cover its positions or names a block outside the pool.
+    pub fn forward_batch(
+        &self,
+        batch: &[BatchSeq<'_>],
+        kv: &mut PagedKv,
+    ) -> Result<Vec<Option<Vec<f32>>>> {
+        if kv.kv_dim != self.config.kv_dim() || kv.n_layers != self.config.n_layers {
+            return Err(Error::InvalidRequest(
+                "the key/value pool was made for another model".into(),
+            ));
+        }
+        let mut pass = Pass {
+            tokens: Vec::new(),
+            at: Vec::new(),
+            layouts: Vec::with_capacity(batch.len()),
+            logit_rows: Vec::new(),
+        };
+        let mut wants = Vec::with_capacity(batch.len());
+        for (index, seq) in batch.iter().enumerate() {
+            self.check_batch_seq(seq, kv)?;
+            pass.tokens.extend_from_slice(seq.tokens);
+            pass.at.extend((0..seq.tokens.len()).map(|t| TokenAt {
+                seq: index,
+                pos: seq.start + t,
+            }));
+            pass.layouts.push(kv.layout(seq.blocks));
+            if seq.logits {
+                pass.logit_rows.push(pass.tokens.len() - 1);
+            }
+            wants.push(seq.logits);
+        }
+        if pass.tokens.is_empty() {
+            return Ok(vec![None; batch.len()]);
+        }
+        let kv_dim = kv.kv_dim;
+        let logits = self
+            .pool
+            .install(|| self.run_pass(&pass, &mut kv.storage, kv_dim));
+        let vocab = self.config.vocab_size;
+        let mut rows = logits.chunks_exact(vocab);
+        Ok(wants
+            .into_iter()
+            .map(|w| w.then(|| rows.next().map(<[f32]>::to_vec).unwrap_or_default()))
+            .collect())
+    }
+
+    fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
         if tokens.is_empty() {
             return Err(Error::InvalidRequest("no tokens to evaluate".into()));
         }
@@ -402,37 +419,49 @@ impl Llama {
                 self.config.vocab_size
             )));
         }
-        if cache.kv_dim != self.config.kv_dim() || cache.n_layers != self.config.n_layers {
-            return Err(Error::InvalidRequest(
-                "the key/value cache was made for another model".into(),
-            ));
-        }
-        if cache.len + tokens.len() > cache.capacity {
+        Ok(())
+    }
+
+    fn check_batch_seq(&self, seq: &BatchSeq<'_>, kv: &PagedKv) -> Result<()> {
+        self.check_tokens(seq.tokens)?;
+        let end = seq.start + seq.tokens.len();
+        if end > self.config.context_length {
             return Err(Error::InvalidRequest(format!(
                 "{} cached + {} new tokens exceed the context of {} positions",
-                cache.len,
-                tokens.len(),
-                cache.capacity
+                seq.start,
+                seq.tokens.len(),
+                self.config.context_length
+            )));
+        }
+        if seq.blocks.len() * kv.block_size() < end {
+            return Err(Error::InvalidRequest(format!(
+                "a block table of {} blocks cannot hold {end} positions",
+                seq.blocks.len()
+            )));
+        }
+        if let Some(bad) = seq.blocks.iter().find(|&&b| b as usize >= kv.n_blocks()) {
+            return Err(Error::InvalidRequest(format!(
+                "block {bad} is outside the pool of {} blocks",
+                kv.n_blocks()
             )));
         }
         Ok(())
     }
 
-    fn forward_inner(&self, tokens: &[u32], cache: &mut KvCache, logits: Logits) -> Vec<f32> {
+    /// The forward pass over every token of `pass`; returns logits of its `logit_rows`.
+    fn run_pass(&self, pass: &Pass<'_>, storage: &mut KvStorage, kv_dim: usize) -> Vec<f32> {
         let c = &self.config;
-        let n = tokens.len();
-        let start = cache.len;
+        let n = pass.tokens.len();
         let mut b = Buffers::new(c, n);
-        for (t, &token) in tokens.iter().enumerate() {
+        for (t, &token) in pass.tokens.iter().enumerate() {
             self.embedding
                 .row_to_f32(token as usize, &mut b.x[t * c.dim..(t + 1) * c.dim]);
         }
         for (index, layer) in self.layers.iter().enumerate() {
-            self.attention_block(index, layer, &mut b, cache, start, n);
+            self.attention_block(index, layer, &mut b, pass, storage, kv_dim);
             self.ffn_block(layer, &mut b, n);
         }
-        cache.len = start + n;
-        self.head(&mut b, n, logits)
+        self.head(&mut b, &pass.logit_rows)
     }
 
     fn attention_block(
@@ -440,11 +469,12 @@ impl Llama {
         index: usize,
         layer: &Layer,
         b: &mut Buffers,
-        cache: &mut KvCache,
-        start: usize,
-        n: usize,
+        pass: &Pass<'_>,
+        storage: &mut KvStorage,
+        kv_dim: usize,
     ) {
         let c = &self.config;
+        let n = pass.tokens.len();
         rms_norm(&b.x, &layer.attn_norm, c.rms_eps, &mut b.xb);
         layer.qkv.matmul(
             &b.xb,
@@ -456,59 +486,49 @@ impl Llama {
         add_bias(&mut b.q, layer.bq.as_deref());
         add_bias(&mut b.k, layer.bk.as_deref());
         add_bias(&mut b.v, layer.bv.as_deref());
-        for t in 0..n {
-            let pos = start + t;
-            self.rope(&mut b.q[t * c.dim..(t + 1) * c.dim], pos);
-            self.rope(&mut b.k[t * c.kv_dim()..(t + 1) * c.kv_dim()], pos);
+        for (t, at) in pass.at.iter().enumerate() {
+            self.rope(&mut b.q[t * c.dim..(t + 1) * c.dim], at.pos);
+            let row = t * kv_dim..(t + 1) * kv_dim;
+            self.rope(&mut b.k[row.clone()], at.pos);
+            let offset = pass.layouts[at.seq].offset(index, at.pos, kv_dim);
+            storage.store(offset, &b.k[row.clone()], &b.v[row]);
         }
-        cache.store(index, start, &b.k, &b.v);
-        let visible = (start + n) * c.kv_dim();
-        let base = cache.layer_offset(index);
-        match &cache.storage {
-            KvStorage::F32 { k, v } => self.attend(
-                &b.q,
-                &k[base..base + visible],
-                &v[base..base + visible],
-                start,
-                &mut b.att,
-            ),
-            KvStorage::F16 { k, v } => self.attend_f16(
-                &b.q,
-                &k[base..base + visible],
-                &v[base..base + visible],
-                start,
-                &mut b.att,
-            ),
+        let rows = KvRows {
+            pass,
+            layer: index,
+            kv_dim,
+        };
+        match storage {
+            KvStorage::F32 { k, v } => self.attend(&b.q, k, v, &rows, &mut b.att),
+            KvStorage::F16 { k, v } => self.attend_f16(&b.q, k, v, &rows, &mut b.att),
         }
         kernels::matmul(&layer.wo, &b.att, n, &mut b.proj, &mut b.scratch);
         add_in_place(&mut b.x, &b.proj);
     }
 
-    /// Causal grouped-query attention of every (token, head) pair over the cached keys and values.
-    fn attend(&self, q: &[f32], keys: &[f32], values: &[f32], start: usize, out: &mut [f32]) {
+    /// Causal grouped-query attention of every (token, head) pair over its sequence's cached keys and
+    /// values.
+    fn attend(&self, q: &[f32], keys: &[f32], values: &[f32], rows: &KvRows<'_>, out: &mut [f32]) {
         let c = &self.config;
-        let (hd, kv) = (c.head_dim, c.kv_dim());
+        let hd = c.head_dim;
         let group = c.n_heads / c.n_kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
         out.par_chunks_mut(hd)
             .enumerate()
             .for_each_init(Vec::new, |scores, (task, o)| {
                 let (t, h) = (task / c.n_heads, task % c.n_heads);
-                let kvh = h / group;
+                let head = (h / group) * hd;
                 let qh = &q[t * c.dim + h * hd..t * c.dim + (h + 1) * hd];
-                let visible = start + t + 1;
                 scores.clear();
-                scores.extend((0..visible).map(|j| {
-                    kernels::scalar::vec_dot_f32(
-                        qh,
-                        &keys[j * kv + kvh * hd..j * kv + (kvh + 1) * hd],
-                    ) * scale
+                scores.extend((0..=rows.pos(t)).map(|j| {
+                    let at = rows.offset(t, j) + head;
+                    kernels::scalar::vec_dot_f32(qh, &keys[at..at + hd]) * scale
                 }));
                 softmax(scores);
                 o.fill(0.0);
                 for (j, &p) in scores.iter().enumerate() {
-                    let vj = &values[j * kv + kvh * hd..j * kv + (kvh + 1) * hd];
-                    for (acc, &v) in o.iter_mut().zip(vj) {
+                    let at = rows.offset(t, j) + head;
+                    for (acc, &v) in o.iter_mut().zip(&values[at..at + hd]) {
                         *acc += p * v;
                     }
                 }
@@ -518,9 +538,16 @@ impl Llama {
     /// Attention over an f16 cache, computed as llama.cpp's CPU flash attention does (its
     /// `flash_attn_ext_f16_one_chunk`): the query rounded to f16, an online softmax, and the weighted
     /// sum of values kept in f16 and rescaled whenever a new maximum appears.
-    fn attend_f16(&self, q: &[f32], keys: &[f16], values: &[f16], start: usize, out: &mut [f32]) {
+    fn attend_f16(
+        &self,
+        q: &[f32],
+        keys: &[f16],
+        values: &[f16],
+        rows: &KvRows<'_>,
+        out: &mut [f32],
+    ) {
         let c = &self.config;
-        let (hd, kv) = (c.head_dim, c.kv_dim());
+        let hd = c.head_dim;
         let group = c.n_heads / c.n_kv_heads;
         let scale = 1.0 / (hd as f32).sqrt();
         let k = kernels::dispatch::table();
@@ -528,13 +555,13 @@ impl Llama {
             || (vec![f16::ZERO; hd], vec![f16::ZERO; hd]),
             |(query, acc), (task, o)| {
                 let (t, h) = (task / c.n_heads, task % c.n_heads);
-                let kvh = h / group;
+                let head = (h / group) * hd;
                 query.convert_from_f32_slice(&q[t * c.dim + h * hd..t * c.dim + (h + 1) * hd]);
                 acc.fill(f16::ZERO);
                 let (mut sum, mut max) = (0f32, f32::NEG_INFINITY);
-                for j in 0..=start + t {
-                    let head = j * kv + kvh * hd..j * kv + (kvh + 1) * hd;
-                    let s = k.vec_dot_f16_attention(&keys[head.clone()], query) * scale;
+                for j in 0..=rows.pos(t) {
+                    let at = rows.offset(t, j) + head;
+                    let s = k.vec_dot_f16_attention(&keys[at..at + hd], query) * scale;
                     let (mut rescale, mut weight) = (1f32, 1f32);
                     if s > max {
                         rescale = (max - s).exp();
@@ -543,7 +570,7 @@ impl Llama {
                     } else {
                         weight = (s - max).exp();
                     }
-                    k.vec_mad_f16(acc, &values[head], weight);
+                    k.vec_mad_f16(acc, &values[at..at + hd], weight);
                     sum = sum * rescale + weight;
                 }
                 let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
@@ -571,15 +598,15 @@ impl Llama {
         add_in_place(&mut b.x, &b.proj);
     }
 
-    fn head(&self, b: &mut Buffers, n: usize, logits: Logits) -> Vec<f32> {
+    fn head(&self, b: &mut Buffers, logit_rows: &[usize]) -> Vec<f32> {
         let c = &self.config;
-        let (rows, first) = match logits {
-            Logits::Last => (1, n - 1),
-            Logits::All => (n, 0),
-        };
-        let x = &b.x[first * c.dim..];
-        let xb = &mut b.xb[..rows * c.dim];
-        rms_norm(x, &self.output_norm, c.rms_eps, xb);
+        let d = c.dim;
+        let rows = logit_rows.len();
+        for (i, &t) in logit_rows.iter().enumerate() {
+            b.proj[i * d..(i + 1) * d].copy_from_slice(&b.x[t * d..(t + 1) * d]);
+        }
+        let xb = &mut b.xb[..rows * d];
+        rms_norm(&b.proj[..rows * d], &self.output_norm, c.rms_eps, xb);
         let head = self.output.as_ref().unwrap_or(&self.embedding);
         let mut out = vec![0.0; rows * c.vocab_size];
         kernels::matmul(head, xb, rows, &mut out, &mut b.scratch);

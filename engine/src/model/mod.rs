@@ -2,7 +2,9 @@
 //! forward pass and its key/value cache.
 
 pub mod config;
+pub mod kv;
 pub mod llama;
 
 pub use config::{LlamaConfig, RopeStyle};
-pub use llama::{KvCache, KvType, Llama, LoadOptions, Logits};
+pub use kv::{KvCache, KvType, PagedKv};
+pub use llama::{BatchSeq, Llama, LoadOptions, Logits};

@@ -1,0 +1,252 @@
+//! The batched forward pass over a paged key/value pool computes the same logits, bit for bit, as
+//! one sequence at a time over its own contiguous cache, whatever the batch mix, the chunking of the
+//! prompt and the placement of blocks.
+
+use std::path::Path;
+
+use strata_engine::{
+    format::{gguf::GgufFile, gguf_writer::tiny_llama_gguf},
+    model::{BatchSeq, KvType, Llama, LlamaConfig, LoadOptions, Logits, PagedKv},
+    weights::WeightType,
+};
+
+fn tiny(kind: WeightType) -> Llama {
+    let file =
+        GgufFile::from_bytes(Path::new("tiny.gguf"), tiny_llama_gguf(7, kind)).expect("parses");
+    let config = LlamaConfig::from_gguf(&file).expect("config");
+    Llama::load(
+        config,
+        &file,
+        LoadOptions {
+            weights: None,
+            threads: 2,
+        },
+    )
+    .expect("loads")
+}
+
+fn prompt(len: usize, salt: u32) -> Vec<u32> {
+    (0..len as u32)
+        .map(|i| (i * 37 + salt * 11 + 3) % 290 + 5)
+        .collect()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Logits of one sequence alone: the prompt at once, then each of `follow` one by one.
+fn alone(model: &Llama, kv: KvType, prompt: &[u32], follow: &[u32]) -> Vec<Vec<u32>> {
+    let mut cache = model.new_cache_with(prompt.len() + follow.len(), kv);
+    let mut out = vec![bits(
+        &model
+            .forward(prompt, &mut cache, Logits::Last)
+            .expect("prefill"),
+    )];
+    for &t in follow {
+        out.push(bits(
+            &model
+                .forward(&[t], &mut cache, Logits::Last)
+                .expect("decode"),
+        ));
+    }
+    out
+}
+
+#[test]
+fn batched_paged_logits_equal_single_sequence_logits() {
+    let block_size = 4;
+    for kind in [
+        WeightType::Q8_0,
+        WeightType::Q4_1,
+        WeightType::F16,
+        WeightType::F32,
+    ] {
+        let model = tiny(kind);
+        for kv in [KvType::F16, KvType::F32] {
+            let prompts = [prompt(3, 1), prompt(11, 2), prompt(6, 3)];
+            let follow = [vec![9, 17, 33], vec![40, 41, 42], vec![5, 6, 7]];
+            let want: Vec<_> = prompts
+                .iter()
+                .zip(&follow)
+                .map(|(p, f)| alone(&model, kv, p, f))
+                .collect();
+
+            let mut pool = PagedKv::new(model.config(), 32, block_size, kv);
+            // Scattered, interleaved block tables.
+            let tables: Vec<Vec<u32>> = vec![vec![30, 2], vec![5, 29, 11, 0], vec![17, 8, 3]];
+            // Step 1: sequence 1 prefills its first chunk only; the others their whole prompt.
+            let got_first = model
+                .forward_batch(
+                    &[
+                        BatchSeq {
+                            tokens: &prompts[0],
+                            start: 0,
+                            blocks: &tables[0],
+                            logits: true,
+                        },
+                        BatchSeq {
+                            tokens: &prompts[1][..5],
+                            start: 0,
+                            blocks: &tables[1],
+                            logits: false,
+                        },
+                        BatchSeq {
+                            tokens: &prompts[2],
+                            start: 0,
+                            blocks: &tables[2],
+                            logits: true,
+                        },
+                    ],
+                    &mut pool,
+                )
+                .expect("step 1");
+            assert!(
+                got_first[1].is_none(),
+                "no logits asked for a partial prefill"
+            );
+            assert_eq!(
+                bits(got_first[0].as_ref().expect("logits")),
+                want[0][0],
+                "{kind} {kv:?} seq 0 prefill"
+            );
+            assert_eq!(
+                bits(got_first[2].as_ref().expect("logits")),
+                want[2][0],
+                "{kind} {kv:?} seq 2 prefill"
+            );
+            // Step 2: sequence 1 finishes its prompt while the others decode.
+            let got = model
+                .forward_batch(
+                    &[
+                        BatchSeq {
+                            tokens: &follow[0][..1],
+                            start: 3,
+                            blocks: &tables[0],
+                            logits: true,
+                        },
+                        BatchSeq {
+                            tokens: &prompts[1][5..],
+                            start: 5,
+                            blocks: &tables[1],
+                            logits: true,
+                        },
+                        BatchSeq {
+                            tokens: &follow[2][..1],
+                            start: 6,
+                            blocks: &tables[2],
+                            logits: true,
+                        },
+                    ],
+                    &mut pool,
+                )
+                .expect("step 2");
+            assert_eq!(
+                bits(got[0].as_ref().expect("logits")),
+                want[0][1],
+                "{kind} {kv:?} seq 0 decode"
+            );
+            assert_eq!(
+                bits(got[1].as_ref().expect("logits")),
+                want[1][0],
+                "{kind} {kv:?} seq 1 prefill"
+            );
+            assert_eq!(
+                bits(got[2].as_ref().expect("logits")),
+                want[2][1],
+                "{kind} {kv:?} seq 2 decode"
+            );
+            // Step 3: everybody decodes, one of them alone in a second call.
+            let got = model
+                .forward_batch(
+                    &[
+                        BatchSeq {
+                            tokens: &follow[0][1..2],
+                            start: 4,
+                            blocks: &tables[0],
+                            logits: true,
+                        },
+                        BatchSeq {
+                            tokens: &follow[1][..1],
+                            start: 11,
+                            blocks: &tables[1],
+                            logits: true,
+                        },
+                    ],
+                    &mut pool,
+                )
+                .expect("step 3");
+            assert_eq!(
+                bits(got[0].as_ref().expect("logits")),
+                want[0][2],
+                "{kind} {kv:?} seq 0 decode 2"
+            );
+            assert_eq!(
+                bits(got[1].as_ref().expect("logits")),
+                want[1][1],
+                "{kind} {kv:?} seq 1 decode"
+            );
+            let got = model
+                .forward_batch(
+                    &[BatchSeq {
+                        tokens: &follow[2][1..2],
+                        start: 7,
+                        blocks: &tables[2],
+                        logits: true,
+                    }],
+                    &mut pool,
+                )
+                .expect("step 3, alone");
+            assert_eq!(
+                bits(got[0].as_ref().expect("logits")),
+                want[2][2],
+                "{kind} {kv:?} seq 2 decode 2"
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_batches_are_refused_with_a_reason() {
+    let model = tiny(WeightType::Q8_0);
+    let mut pool = PagedKv::new(model.config(), 4, 4, KvType::F16);
+    let tokens = prompt(6, 1);
+    let short_table = [0u32];
+    let err = model
+        .forward_batch(
+            &[BatchSeq {
+                tokens: &tokens,
+                start: 0,
+                blocks: &short_table,
+                logits: true,
+            }],
+            &mut pool,
+        )
+        .expect_err("table too short");
+    assert!(err.to_string().contains("cannot hold 6 positions"), "{err}");
+    let outside = [0u32, 9];
+    let err = model
+        .forward_batch(
+            &[BatchSeq {
+                tokens: &tokens,
+                start: 0,
+                blocks: &outside,
+                logits: true,
+            }],
+            &mut pool,
+        )
+        .expect_err("block outside the pool");
+    assert!(err.to_string().contains("block 9"), "{err}");
+    let err = model
+        .forward_batch(
+            &[BatchSeq {
+                tokens: &[],
+                start: 0,
+                blocks: &outside,
+                logits: true,
+            }],
+            &mut pool,
+        )
+        .expect_err("empty");
+    assert!(err.to_string().contains("no tokens"), "{err}");
+}
