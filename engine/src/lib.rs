@@ -13,6 +13,7 @@ pub mod loader;
 pub mod model;
 pub mod quant;
 pub mod sampling;
+pub mod serve;
 pub mod tokenizer;
 pub mod weights;
 

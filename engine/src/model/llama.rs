@@ -602,6 +602,9 @@ impl Llama {
         let c = &self.config;
         let d = c.dim;
         let rows = logit_rows.len();
+        if rows == 0 {
+            return Vec::new();
+        }
         for (i, &t) in logit_rows.iter().enumerate() {
             b.proj[i * d..(i + 1) * d].copy_from_slice(&b.x[t * d..(t + 1) * d]);
         }

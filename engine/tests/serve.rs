@@ -1,0 +1,308 @@
+//! The serving engine on a tiny random model: batched outputs equal one-at-a-time outputs (also when
+//! the key/value pool is so small that sequences are preempted), prefixes are reused, cancelled
+//! requests give their memory back, and bad requests are refused at the door.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
+    time::Duration,
+};
+
+use strata_engine::{
+    format::{gguf::GgufFile, gguf_writer::tiny_llama_gguf},
+    generate::generate,
+    loader::{LoadedModel, ModelFormat},
+    model::{KvType, Llama, LlamaConfig, LoadOptions, PagedKv},
+    sampling::SamplingParams,
+    serve::{DEFAULT_PRIORITY, Engine, Event, EventSink, Request, ServeConfig, SubmitError},
+    tokenizer::Tokenizer,
+    weights::WeightType,
+};
+
+fn tiny() -> Arc<LoadedModel> {
+    let file = GgufFile::from_bytes(Path::new("tiny.gguf"), tiny_llama_gguf(3, WeightType::Q8_0))
+        .expect("parses");
+    let config = LlamaConfig::from_gguf(&file).expect("config");
+    let tokenizer = Tokenizer::from_gguf(&file).expect("tokenizer");
+    let model = Llama::load(
+        config,
+        &file,
+        LoadOptions {
+            weights: None,
+            threads: 2,
+        },
+    )
+    .expect("loads");
+    Arc::new(LoadedModel {
+        model,
+        tokenizer,
+        format: ModelFormat::Gguf,
+        path: PathBuf::from("tiny.gguf"),
+    })
+}
+
+/// Collects events on a channel; `closed` simulates a client that went away.
+struct ChannelSink {
+    tx: mpsc::Sender<Event>,
+    closed: Arc<AtomicBool>,
+}
+
+impl EventSink for ChannelSink {
+    fn send(&mut self, event: Event) -> bool {
+        !self.closed.load(Ordering::Relaxed) && self.tx.send(event).is_ok()
+    }
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+}
+
+fn request(
+    prompt: Vec<u32>,
+    params: SamplingParams,
+) -> (Request, mpsc::Receiver<Event>, Arc<AtomicBool>) {
+    let (tx, rx) = mpsc::channel();
+    let closed = Arc::new(AtomicBool::new(false));
+    let request = Request {
+        prompt,
+        params,
+        priority: DEFAULT_PRIORITY,
+        logprobs: None,
+        events: Box::new(ChannelSink {
+            tx,
+            closed: closed.clone(),
+        }),
+    };
+    (request, rx, closed)
+}
+
+/// Generated ids and the finish event of one request.
+fn collect(rx: &mpsc::Receiver<Event>) -> (Vec<u32>, String, Event) {
+    let mut ids = Vec::new();
+    let mut text = String::new();
+    loop {
+        let event = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the engine answers");
+        match event {
+            Event::Token(t) => {
+                ids.push(t.id);
+                text.push_str(&t.text);
+            }
+            Event::Done(ref d) => {
+                text.push_str(&d.text);
+                return (ids, text, event);
+            }
+            Event::Failed(_) => return (ids, text, event),
+        }
+    }
+}
+
+fn prompt(len: usize, salt: u32) -> Vec<u32> {
+    (0..len as u32)
+        .map(|i| (i * 31 + salt * 7 + 3) % 290 + 5)
+        .collect()
+}
+
+fn greedy(max_tokens: usize) -> SamplingParams {
+    SamplingParams {
+        max_tokens,
+        ..SamplingParams::greedy()
+    }
+}
+
+fn kv_bytes_for(model: &LoadedModel, blocks: usize, block_size: usize) -> usize {
+    blocks * PagedKv::block_bytes(model.model.config(), block_size, KvType::F16)
+}
+
+/// Sixteen requests of different lengths at once give what each gives alone, with room for all and
+/// with a pool so small that the scheduler must preempt and recompute.
+#[test]
+fn batched_greedy_equals_one_at_a_time() {
+    let model = tiny();
+    let jobs: Vec<(Vec<u32>, SamplingParams)> = (0..16)
+        .map(|i| {
+            let params = if i % 4 == 3 {
+                SamplingParams {
+                    max_tokens: 12,
+                    seed: i as u64,
+                    ..SamplingParams::default()
+                }
+            } else {
+                greedy(4 + i % 9)
+            };
+            (prompt(3 + i * 5 % 37, i as u32), params)
+        })
+        .collect();
+    let alone: Vec<(Vec<u32>, String)> = jobs
+        .iter()
+        .map(|(p, params)| {
+            let g = generate(&model, p, params, |_| {}).expect("generates");
+            (g.tokens, g.text)
+        })
+        .collect();
+    for (kv_blocks, step_tokens) in [(256, 512), (16, 7)] {
+        let engine = Engine::start(
+            model.clone(),
+            ServeConfig {
+                max_batch: 16,
+                kv_bytes: kv_bytes_for(&model, kv_blocks, 4),
+                block_size: 4,
+                step_tokens,
+                ..ServeConfig::default()
+            },
+        )
+        .expect("starts");
+        let receivers: Vec<_> = jobs
+            .iter()
+            .map(|(p, params)| {
+                let (req, rx, _) = request(p.clone(), params.clone());
+                engine.submit(req).expect("accepted");
+                rx
+            })
+            .collect();
+        for (i, rx) in receivers.iter().enumerate() {
+            let (ids, text, done) = collect(rx);
+            let Event::Done(done) = done else {
+                panic!("request {i} failed: {done:?}");
+            };
+            assert_eq!(ids, alone[i].0, "request {i} with {kv_blocks} blocks");
+            assert_eq!(text, alone[i].1, "request {i} text");
+            assert_eq!(done.completion_tokens, ids.len());
+            assert_eq!(done.prompt_tokens, jobs[i].0.len());
+        }
+        let stats = engine.stats();
+        if kv_blocks == 16 {
+            assert!(
+                stats.preemptions.load(Ordering::Relaxed) > 0,
+                "a 16-block pool must preempt"
+            );
+        }
+        engine.shutdown();
+        assert_eq!(
+            stats.kv_blocks_used.load(Ordering::Relaxed),
+            0,
+            "every block returned"
+        );
+    }
+}
+
+#[test]
+fn a_cached_prefix_is_reused() {
+    let model = tiny();
+    let engine = Engine::start(
+        model.clone(),
+        ServeConfig {
+            block_size: 4,
+            ..ServeConfig::default()
+        },
+    )
+    .expect("starts");
+    let shared = prompt(40, 9);
+    let (first, rx, _) = request(shared.clone(), greedy(3));
+    engine.submit(first).expect("accepted");
+    let (ids_first, _, done) = collect(&rx);
+    let Event::Done(done) = done else {
+        panic!("{done:?}")
+    };
+    assert_eq!(done.cached_tokens, 0);
+    let mut longer = shared.clone();
+    longer.extend(prompt(5, 1));
+    let (second, rx, _) = request(longer.clone(), greedy(3));
+    engine.submit(second).expect("accepted");
+    let (ids_second, _, done) = collect(&rx);
+    let Event::Done(done) = done else {
+        panic!("{done:?}")
+    };
+    assert_eq!(
+        done.cached_tokens, 40,
+        "the 40-token prefix (10 full blocks) is reused"
+    );
+    let alone = generate(&model, &longer, &greedy(3), |_| {}).expect("generates");
+    assert_eq!(
+        ids_second, alone.tokens,
+        "reuse changes nothing in the output"
+    );
+    assert_eq!(ids_first.len(), 3);
+    assert!(engine.stats().prefix_hit_rate() > 0.4);
+}
+
+#[test]
+fn a_cancelled_request_frees_its_memory_and_others_go_on() {
+    let model = tiny();
+    let engine = Engine::start(model.clone(), ServeConfig::default()).expect("starts");
+    let (gone, rx_gone, closed) = request(prompt(20, 1), greedy(100));
+    let (kept, rx_kept, _) = request(prompt(10, 2), greedy(20));
+    engine.submit(gone).expect("accepted");
+    engine.submit(kept).expect("accepted");
+    // Wait for the first token of the one that goes away, then close it.
+    assert!(matches!(
+        rx_gone.recv_timeout(Duration::from_secs(60)),
+        Ok(Event::Token(_))
+    ));
+    closed.store(true, Ordering::Relaxed);
+    let (ids, _, done) = collect(&rx_kept);
+    assert!(matches!(done, Event::Done(_)), "{done:?}");
+    assert_eq!(
+        ids,
+        generate(&model, &prompt(10, 2), &greedy(20), |_| {})
+            .expect("gen")
+            .tokens
+    );
+    // The cancelled one is retired within a few steps.
+    for _ in 0..100 {
+        if engine.stats().kv_blocks_used.load(Ordering::Relaxed) == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(engine.stats().kv_blocks_used.load(Ordering::Relaxed), 0);
+    assert_eq!(engine.stats().finished.load(Ordering::Relaxed), 2);
+}
+
+#[test]
+fn bad_requests_are_refused_with_a_reason() {
+    let model = tiny();
+    let context = model.model.config().context_length;
+    let engine = Engine::start(
+        model.clone(),
+        ServeConfig {
+            max_waiting: 0,
+            ..ServeConfig::default()
+        },
+    )
+    .expect("starts");
+    let refuse = |prompt: Vec<u32>, params: SamplingParams| {
+        let (req, _rx, _) = request(prompt, params);
+        engine.submit(req).expect_err("refused")
+    };
+    let e = refuse(Vec::new(), greedy(4));
+    assert!(e.to_string().contains("empty"), "{e}");
+    let e = refuse(vec![100_000], greedy(4));
+    assert!(e.to_string().contains("outside the vocabulary"), "{e}");
+    let e = refuse(prompt(10, 1), greedy(context));
+    assert!(e.to_string().contains("maximum context length"), "{e}");
+    let e = refuse(
+        prompt(10, 1),
+        SamplingParams {
+            top_p: 2.0,
+            ..greedy(4)
+        },
+    );
+    assert!(e.to_string().contains("top_p"), "{e}");
+    let e = refuse(prompt(10, 1), greedy(4));
+    assert_eq!(e, SubmitError::Overloaded { waiting: 0 });
+    assert!(
+        Engine::start(
+            model,
+            ServeConfig {
+                kv_bytes: 10,
+                ..ServeConfig::default()
+            }
+        )
+        .is_err()
+    );
+}
