@@ -40,7 +40,19 @@ impl LoadedModel {
         if path.is_dir() {
             return crate::format::safetensors::load_folder(path, options);
         }
-        let file = GgufFile::open(path)?;
+        Self::from_gguf(GgufFile::open(path)?, options)
+    }
+
+    /// Loads a GGUF file held in memory (`name` stands for its path in messages).
+    ///
+    /// # Errors
+    /// When the bytes do not describe a supported model.
+    pub fn from_gguf_bytes(name: &Path, bytes: Vec<u8>, options: LoadOptions) -> Result<Self> {
+        Self::from_gguf(GgufFile::from_bytes(name, bytes)?, options)
+    }
+
+    fn from_gguf(file: GgufFile, options: LoadOptions) -> Result<Self> {
+        let path = file.path().to_path_buf();
         let config = LlamaConfig::from_gguf(&file)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
         let model = Llama::load(config, &file, options)?;
@@ -48,7 +60,7 @@ impl LoadedModel {
             model,
             tokenizer,
             format: ModelFormat::Gguf,
-            path: path.to_path_buf(),
+            path,
         })
     }
 }

@@ -3,6 +3,7 @@
 mod bench;
 mod generate;
 mod model;
+mod serve;
 mod store;
 
 use clap::{Args, Parser, Subcommand};
@@ -44,6 +45,8 @@ pub(crate) enum Command {
     /// Fetch, list and locate model files in the local cache.
     #[command(subcommand)]
     Model(model::ModelCommand),
+    /// Serve a model over the OpenAI API with continuous batching.
+    Serve(serve::ServeArgs),
     /// Inspect the store (PostgreSQL or the embedded SQLite file).
     #[command(subcommand)]
     Store(store::StoreCommand),
@@ -56,6 +59,7 @@ impl Command {
             Command::Bench(args) => args.run(global),
             Command::Generate(args) => args.run(global),
             Command::Model(cmd) => cmd.run(global),
+            Command::Serve(args) => args.run(global),
             Command::Store(cmd) => cmd.run(global),
         }
     }

@@ -1,1 +1,4 @@
 //! Strata's HTTP surface: the engine's OpenAI-compatible server, the gateway, the dashboard and metrics.
+
+pub mod openai_error;
+pub mod server;

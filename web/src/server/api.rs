@@ -1,0 +1,407 @@
+//! The OpenAI request bodies this server accepts, and their translation into engine requests. Fields
+//! the API defines but the engine does not use are accepted and ignored, unknown fields too; a field
+//! of the wrong type, or a value out of range, is refused naming the field.
+
+use serde::Deserialize;
+use strata_engine::sampling::SamplingParams;
+
+use crate::openai_error::ApiError;
+
+/// Text, or a list of texts (`stop`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            Self::One(s) => vec![s],
+            Self::Many(v) => v,
+        }
+    }
+}
+
+/// `stream_options`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct StreamOptions {
+    #[serde(default)]
+    pub(crate) include_usage: bool,
+}
+
+/// The sampling fields shared by both endpoints.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct Sampling {
+    pub(crate) temperature: Option<f32>,
+    pub(crate) top_p: Option<f32>,
+    pub(crate) stop: Option<OneOrMany>,
+    pub(crate) seed: Option<i64>,
+    pub(crate) n: Option<u32>,
+    pub(crate) presence_penalty: Option<f32>,
+    pub(crate) frequency_penalty: Option<f32>,
+    /// Not in OpenAI's API; accepted as llama.cpp's and vLLM's servers do.
+    pub(crate) top_k: Option<u32>,
+    /// Not in OpenAI's API; accepted as llama.cpp's and vLLM's servers do.
+    pub(crate) min_p: Option<f32>,
+    /// Not in OpenAI's API; accepted as llama.cpp's and vLLM's servers do.
+    pub(crate) repetition_penalty: Option<f32>,
+}
+
+/// A chat message's content: text, or a list of parts of which the text ones are used.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// One part of a message's content.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct ContentPart {
+    #[serde(rename = "type")]
+    pub(crate) kind: String,
+    #[serde(default)]
+    pub(crate) text: Option<String>,
+}
+
+/// One message of a conversation.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct Message {
+    pub(crate) role: String,
+    #[serde(default)]
+    pub(crate) content: Option<Content>,
+}
+
+/// `POST /v1/chat/completions`.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct ChatRequest {
+    pub(crate) model: String,
+    pub(crate) messages: Vec<Message>,
+    pub(crate) max_tokens: Option<u32>,
+    pub(crate) max_completion_tokens: Option<u32>,
+    #[serde(default)]
+    pub(crate) stream: bool,
+    pub(crate) stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    pub(crate) logprobs: bool,
+    pub(crate) top_logprobs: Option<u32>,
+    #[serde(flatten)]
+    pub(crate) sampling: Sampling,
+}
+
+/// A completion prompt: text, one text in a list, or token ids.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Prompt {
+    Text(String),
+    Texts(Vec<String>),
+    Tokens(Vec<u32>),
+}
+
+/// `POST /v1/completions`.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct CompletionRequest {
+    pub(crate) model: String,
+    pub(crate) prompt: Prompt,
+    pub(crate) max_tokens: Option<u32>,
+    #[serde(default)]
+    pub(crate) stream: bool,
+    pub(crate) stream_options: Option<StreamOptions>,
+    pub(crate) logprobs: Option<u32>,
+    #[serde(default)]
+    pub(crate) echo: bool,
+    pub(crate) suffix: Option<String>,
+    pub(crate) best_of: Option<u32>,
+    #[serde(flatten)]
+    pub(crate) sampling: Sampling,
+}
+
+/// Most alternatives per token OpenAI allows.
+const MAX_TOP_LOGPROBS: u32 = 20;
+
+/// Parses a JSON body into `T`, refusing malformed JSON and wrong types with the serde message
+/// (which names the field, its expected type and where it was).
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    if body.is_empty() {
+        return Err(ApiError::invalid(
+            "The request body is empty; send a JSON object",
+        ));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        let what = match e.classify() {
+            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+                "The request body is not valid JSON"
+            }
+            _ => "The request body does not match the API",
+        };
+        ApiError::invalid(format!("{what}: {e}"))
+    })
+}
+
+impl Sampling {
+    /// Engine sampling parameters for this request; `max_tokens` as resolved by the endpoint.
+    pub(crate) fn to_params(&self, max_tokens: usize) -> Result<SamplingParams, ApiError> {
+        if let Some(n) = self.n
+            && n != 1
+        {
+            return Err(ApiError::invalid_param(
+                "n",
+                format!("n must be 1 (this server returns one choice per request), got {n}"),
+            ));
+        }
+        let temperature = self.temperature.unwrap_or(1.0);
+        if !(0.0..=2.0).contains(&temperature) {
+            return Err(ApiError::invalid_param(
+                "temperature",
+                format!("temperature must be between 0 and 2, got {temperature}"),
+            ));
+        }
+        let top_p = self.top_p.unwrap_or(1.0);
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(ApiError::invalid_param(
+                "top_p",
+                format!("top_p must be in (0, 1], got {top_p}"),
+            ));
+        }
+        for (name, value) in [
+            ("presence_penalty", self.presence_penalty),
+            ("frequency_penalty", self.frequency_penalty),
+        ] {
+            if let Some(v) = value
+                && !(-2.0..=2.0).contains(&v)
+            {
+                return Err(ApiError::invalid_param(
+                    name,
+                    format!("{name} must be between -2 and 2, got {v}"),
+                ));
+            }
+        }
+        let stop = self
+            .stop
+            .clone()
+            .map(OneOrMany::into_vec)
+            .unwrap_or_default();
+        if stop.len() > 4 {
+            return Err(ApiError::invalid_param(
+                "stop",
+                format!("stop holds at most 4 sequences, got {}", stop.len()),
+            ));
+        }
+        if stop.iter().any(String::is_empty) {
+            return Err(ApiError::invalid_param(
+                "stop",
+                "stop sequences must not be empty",
+            ));
+        }
+        let params = SamplingParams {
+            temperature,
+            top_k: self.top_k.unwrap_or(0) as usize,
+            top_p,
+            min_p: self.min_p.unwrap_or(0.0),
+            repetition_penalty: self.repetition_penalty.unwrap_or(1.0),
+            seed: self.seed.map_or_else(fresh_seed, |s| s as u64),
+            max_tokens,
+            stop,
+            ..SamplingParams::default()
+        };
+        params
+            .validate()
+            .map_err(|e| ApiError::invalid(e.to_string()))?;
+        Ok(params)
+    }
+}
+
+/// A seed for requests that bring none: different per request.
+fn fresh_seed() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    nanos
+        ^ COUNTER
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+impl ChatRequest {
+    /// `max_completion_tokens`, else `max_tokens`, else what the context leaves.
+    pub(crate) fn max_tokens(&self) -> Option<usize> {
+        self.max_completion_tokens
+            .or(self.max_tokens)
+            .map(|n| n as usize)
+    }
+
+    /// The messages as the chat template takes them.
+    pub(crate) fn template_messages(
+        &self,
+    ) -> Result<Vec<strata_engine::chat::ChatMessage>, ApiError> {
+        if self.messages.is_empty() {
+            return Err(ApiError::invalid_param(
+                "messages",
+                "messages must hold at least one message",
+            ));
+        }
+        self.messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                if !matches!(
+                    m.role.as_str(),
+                    "system" | "developer" | "user" | "assistant" | "tool"
+                ) {
+                    return Err(ApiError::invalid_param(
+                        &format!("messages[{i}].role"),
+                        format!(
+                            "messages[{i}].role must be system, developer, user, assistant or \
+                             tool, got `{}`",
+                            m.role
+                        ),
+                    ));
+                }
+                let text = match &m.content {
+                    None => String::new(),
+                    Some(Content::Text(t)) => t.clone(),
+                    Some(Content::Parts(parts)) => {
+                        if let Some(p) = parts.iter().find(|p| p.kind != "text") {
+                            return Err(ApiError::invalid_param(
+                                &format!("messages[{i}].content"),
+                                format!("content parts of type `{}` are not supported", p.kind),
+                            ));
+                        }
+                        parts.iter().filter_map(|p| p.text.as_deref()).collect()
+                    }
+                };
+                let role = if m.role == "developer" {
+                    "system"
+                } else {
+                    &m.role
+                };
+                Ok(strata_engine::chat::ChatMessage::new(role, text))
+            })
+            .collect()
+    }
+
+    /// Alternatives per token to report, if any.
+    pub(crate) fn logprobs(&self) -> Result<Option<usize>, ApiError> {
+        let top = self.top_logprobs.unwrap_or(0);
+        if top > MAX_TOP_LOGPROBS {
+            return Err(ApiError::invalid_param(
+                "top_logprobs",
+                format!("top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {top}"),
+            ));
+        }
+        if self.top_logprobs.is_some() && !self.logprobs {
+            return Err(ApiError::invalid_param(
+                "top_logprobs",
+                "top_logprobs requires logprobs to be true",
+            ));
+        }
+        Ok(self.logprobs.then_some(top as usize))
+    }
+}
+
+impl CompletionRequest {
+    /// Alternatives per token to report, if any.
+    pub(crate) fn logprobs(&self) -> Result<Option<usize>, ApiError> {
+        match self.logprobs {
+            Some(n) if n > 5 => Err(ApiError::invalid_param(
+                "logprobs",
+                format!("logprobs must be between 0 and 5, got {n}"),
+            )),
+            other => Ok(other.map(|n| n as usize)),
+        }
+    }
+
+    /// Refuses what the legacy API defines but this server does not do.
+    pub(crate) fn check_unsupported(&self) -> Result<(), ApiError> {
+        if self.echo {
+            return Err(ApiError::invalid_param("echo", "echo is not supported"));
+        }
+        if self.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+            return Err(ApiError::invalid_param("suffix", "suffix is not supported"));
+        }
+        if self.best_of.is_some_and(|b| b != 1) {
+            return Err(ApiError::invalid_param("best_of", "best_of must be 1"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrong_types_name_the_field() {
+        let e = parse::<ChatRequest>(br#"{"model":"m","messages":[],"temperature":"hot"}"#)
+            .expect_err("refused");
+        assert!(e.message.contains("invalid type"), "{}", e.message);
+        let e = parse::<ChatRequest>(
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":-1}"#,
+        )
+        .expect_err("refused");
+        assert!(e.message.contains("does not match"), "{}", e.message);
+        let e = parse::<ChatRequest>(b"{not json").expect_err("refused");
+        assert!(e.message.contains("not valid JSON"), "{}", e.message);
+        let e = parse::<ChatRequest>(br#"{"messages":[]}"#).expect_err("refused");
+        assert!(e.message.contains("missing field `model`"), "{}", e.message);
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored_and_defaults_follow_openai() {
+        let r: ChatRequest = parse(
+            br#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],
+                "user":"u1","parallel_tool_calls":false,"stop":"END","seed":5}"#,
+        )
+        .expect("parses");
+        let params = r.sampling.to_params(16).expect("valid");
+        assert_eq!(params.temperature, 1.0);
+        assert_eq!(params.top_p, 1.0);
+        assert_eq!((params.top_k, params.min_p), (0, 0.0));
+        assert_eq!(params.stop, ["END"]);
+        assert_eq!(params.seed, 5);
+        let messages = r.template_messages().expect("valid");
+        assert_eq!(messages[0].content, "hi");
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused() {
+        let bad = |body: &str| {
+            let r: ChatRequest = parse(body.as_bytes()).expect("parses");
+            r.sampling
+                .to_params(16)
+                .and_then(|_| r.logprobs())
+                .and_then(|_| r.template_messages())
+                .expect_err("refused")
+        };
+        let m = r#""model":"m","messages":[{"role":"user","content":"x"}]"#;
+        assert_eq!(bad(&format!("{{{m},\"n\":2}}")).param.as_deref(), Some("n"));
+        assert_eq!(
+            bad(&format!("{{{m},\"temperature\":3}}")).param.as_deref(),
+            Some("temperature")
+        );
+        assert_eq!(
+            bad(&format!("{{{m},\"top_p\":0}}")).param.as_deref(),
+            Some("top_p")
+        );
+        assert_eq!(
+            bad(&format!("{{{m},\"logprobs\":true,\"top_logprobs\":21}}"))
+                .param
+                .as_deref(),
+            Some("top_logprobs")
+        );
+        assert_eq!(
+            bad(r#"{"model":"m","messages":[{"role":"wizard","content":"x"}]}"#)
+                .param
+                .as_deref(),
+            Some("messages[0].role")
+        );
+        assert_eq!(
+            bad(r#"{"model":"m","messages":[]}"#).param.as_deref(),
+            Some("messages")
+        );
+    }
+}
