@@ -1,0 +1,3 @@
+//! Planner benches (filled in with the planner).
+
+fn main() {}
