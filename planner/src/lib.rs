@@ -3,6 +3,8 @@
 
 pub mod catalog;
 mod error;
+pub mod profile;
 pub mod tco;
+pub mod workload;
 
 pub use error::{PlannerError, Result};
