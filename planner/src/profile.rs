@@ -92,6 +92,10 @@ pub struct ConfigProfile {
     /// (default 0.2: prefill ran about 5x faster per token than decode in the anchor measurements).
     #[serde(default = "default_prompt_token_weight")]
     pub prompt_token_weight: f64,
+    /// Prefill (prompt) tokens/s of one request on one measured host, when measured separately; else
+    /// derived from the lightest load point as `mean_prompt_tokens / ttft_p99_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill_tokens_per_s: Option<f64>,
     /// Measured or estimated.
     #[serde(default)]
     pub provenance: Provenance,
@@ -178,11 +182,11 @@ pub struct Latency {
     pub e2e_p99_s: f64,
 }
 
-/// A request shape to predict latency for: mean prompt tokens and p99 output tokens.
+/// A request shape to predict p99 latency for: p99 prompt and p99 output tokens.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Shape {
-    /// Mean prompt tokens.
-    pub prompt_tokens: f64,
+    /// p99 prompt tokens.
+    pub prompt_tokens_p99: f64,
     /// p99 output tokens.
     pub output_tokens_p99: f64,
 }
@@ -245,6 +249,9 @@ impl ConfigProfile {
         positive(W, e, "mean_prompt_tokens", self.mean_prompt_tokens)?;
         positive(W, e, "mean_output_tokens", self.mean_output_tokens)?;
         non_negative(W, e, "prompt_token_weight", self.prompt_token_weight)?;
+        if let Some(r) = self.prefill_tokens_per_s {
+            positive(W, e, "prefill_tokens_per_s", r)?;
+        }
         if self.load_curve.is_empty() {
             return Err(invalid(
                 W,
@@ -283,6 +290,16 @@ impl ConfigProfile {
         let w = self.prompt_token_weight;
         (w * prompt_tokens + output_tokens)
             / (w * self.mean_prompt_tokens + self.mean_output_tokens)
+    }
+
+    /// Prefill tokens/s of one request (see [`ConfigProfile::prefill_tokens_per_s`]).
+    pub fn prefill_rate(&self) -> f64 {
+        let derived = || {
+            self.load_curve
+                .first()
+                .map_or(1.0, |p| self.mean_prompt_tokens / p.ttft_p99_s)
+        };
+        self.prefill_tokens_per_s.unwrap_or_else(derived)
     }
 
     /// Highest measured rate (mean-request units) for one measured host.
@@ -324,11 +341,22 @@ impl ConfigProfile {
         ))
     }
 
-    /// Predicted p99s for requests of `shape` at `rate`: TTFT scales with the prompt when it is longer
-    /// than the profiling mean; E2E = TTFT + TPOT x (p99 output tokens - 1). `None` beyond the curve.
+    /// Predicted p99s for requests of `shape` at `rate`: the curve's TTFT plus the extra prefill of a
+    /// p99 prompt longer than the profiling mean; E2E = TTFT + TPOT x (p99 output tokens - 1). `None`
+    /// beyond the curve.
     pub fn latency_at(&self, rate: f64, shape: Shape) -> Option<Latency> {
         let (ttft, tpot) = self.curve_at(rate)?;
-        Some(shape_latency(ttft, tpot, shape, self.mean_prompt_tokens))
+        Some(self.shape_latency(ttft, tpot, shape))
+    }
+
+    fn shape_latency(&self, ttft: f64, tpot: f64, shape: Shape) -> Latency {
+        let extra_prefill =
+            (shape.prompt_tokens_p99 - self.mean_prompt_tokens).max(0.0) / self.prefill_rate();
+        let ttft = ttft + extra_prefill;
+        Latency {
+            ttft_p99_s: ttft,
+            e2e_p99_s: ttft + tpot * (shape.output_tokens_p99 - 1.0).max(0.0),
+        }
     }
 
     /// Highest rate (mean-request units per measured host) at which `shape` meets `ttft_sla`/`e2e_sla`
@@ -345,7 +373,7 @@ impl ConfigProfile {
         let pts: Vec<Latency> = self
             .load_curve
             .iter()
-            .map(|p| shape_latency(p.ttft_p99_s, p.tpot_p99_s, shape, self.mean_prompt_tokens))
+            .map(|p| self.shape_latency(p.ttft_p99_s, p.tpot_p99_s, shape))
             .collect();
         let Some(bad) = pts.iter().position(|&l| !ok(l)) else {
             return self.max_rate();
@@ -366,15 +394,6 @@ impl ConfigProfile {
             self.load_curve[bad].rate_rps,
         );
         lerp(ra, rb, t)
-    }
-}
-
-/// p99 latencies of `shape` given the curve's TTFT and TPOT.
-pub(crate) fn shape_latency(ttft: f64, tpot: f64, shape: Shape, mean_prompt: f64) -> Latency {
-    let ttft = ttft * (shape.prompt_tokens / mean_prompt).max(1.0);
-    Latency {
-        ttft_p99_s: ttft,
-        e2e_p99_s: ttft + tpot * (shape.output_tokens_p99 - 1.0).max(0.0),
     }
 }
 
@@ -430,6 +449,7 @@ pub(crate) mod tests {
             mean_prompt_tokens: 256.0,
             mean_output_tokens: 128.0,
             prompt_token_weight: 0.2,
+            prefill_tokens_per_s: Some(650.0),
             provenance: Provenance::Measured,
         }
     }
@@ -447,7 +467,7 @@ pub(crate) mod tests {
     fn max_rate_meeting_finds_the_crossing() {
         let p = smol();
         let s = Shape {
-            prompt_tokens: 256.0,
+            prompt_tokens_p99: 256.0,
             output_tokens_p99: 1.0,
         };
         assert!((p.max_rate_meeting(s, Some(1.4), None) - 1.25).abs() < 1e-12);
