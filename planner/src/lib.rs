@@ -6,6 +6,7 @@
 
 pub mod catalog;
 mod error;
+pub mod estimate;
 pub mod plan;
 pub mod profile;
 pub mod queueing;

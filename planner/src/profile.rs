@@ -119,7 +119,7 @@ impl ScalingRule {
         match self {
             ScalingRule::PerCore => "per-core",
             ScalingRule::MemoryBandwidth => "mem-bw",
-            ScalingRule::MeasuredOnType => "measured",
+            ScalingRule::MeasuredOnType => "on-type",
         }
     }
 }

@@ -140,6 +140,8 @@ impl BudgetRules {
 pub struct RoutePolicy<'a> {
     /// Planned GPU share per class.
     pub gpu_share: &'a [f64],
+    /// Planned rejected share per class (non-zero only when the budget forced the plan to shed).
+    pub shed_share: &'a [f64],
     /// Send a request to GPU when the CPU pool is predicted to miss its SLA.
     pub overflow_to_gpu: bool,
     /// Budget thresholds and actions.
@@ -200,6 +202,11 @@ pub enum Reason {
         /// SLA multiplier.
         factor: f64,
     },
+    /// The plan sheds this share of the class (its budget cannot pay for it) and the draw fell inside it.
+    PlanShed {
+        /// Planned shed share.
+        share: f64,
+    },
     /// The budget rejects classes below this priority.
     BudgetReject {
         /// Priority threshold.
@@ -227,6 +234,9 @@ impl fmt::Display for Reason {
                 write!(f, "budget caps GPU share at {:.0}%", max_share * 100.0)
             }
             Reason::SlaRelaxed { factor } => write!(f, "budget relaxes this class's SLA x{factor}"),
+            Reason::PlanShed { share } => {
+                write!(f, "plan sheds {:.0}% of this class", share * 100.0)
+            }
             Reason::BudgetReject { below } => write!(f, "budget rejects priority below {below}"),
         }
     }
@@ -279,7 +289,8 @@ pub struct RouteDecision {
     pub predicted_e2e_s: f64,
 }
 
-/// Decides where `req` goes. Order: budget rejection; the plan's GPU share (unless the budget caps GPU);
+/// Decides where `req` goes. Order: budget rejection; the plan's GPU share (unless the budget caps GPU),
+/// then its shed share;
 /// the better of two CPU instances (power of two choices on in-flight) if it is predicted to meet the
 /// (possibly relaxed) SLA; else GPU overflow when allowed and not capped; else CPU anyway.
 pub fn route(
@@ -336,6 +347,11 @@ pub fn route(
     if let (Some(g), true, true) = (gpu, gpu_allowed, req.draw < share) {
         reasons.push(Reason::PlanGpuShare { share });
         return to_gpu(g, reasons);
+    }
+    let shed = policy.shed_share.get(req.class).copied().unwrap_or(0.0);
+    if req.draw >= share && req.draw < share + shed {
+        reasons.push(Reason::PlanShed { share: shed });
+        return reject(reasons);
     }
     let Some(c) = cpu else {
         reasons.push(Reason::NoCpu);
@@ -399,4 +415,148 @@ pub fn predict_cpu(s: &ServiceCurve, load: InstanceLoad, req: &RouteRequest) -> 
     };
     let ttft = wait + s.prefill_s(prompt);
     (ttft, ttft + (out - 1.0).max(0.0) * s.tpot_s(busy))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{Scaling, ScalingRule, tests::smol};
+
+    fn req(draw: f64) -> RouteRequest {
+        RouteRequest {
+            class: 0,
+            priority: 1,
+            prompt_tokens: 256,
+            expected_output_tokens: 128,
+            sla: Sla {
+                ttft_p99_s: Some(1.0),
+                e2e_p99_s: Some(5.0),
+            },
+            draw,
+            pick: [0, 1],
+        }
+    }
+
+    fn pools<'a>(curve: &'a ServiceCurve, loads: &'a [InstanceLoad]) -> [PoolState<'a>; 2] {
+        let cpu = PoolState {
+            kind: PoolKind::Cpu,
+            healthy: true,
+            instances: loads,
+            ewma_ttft_s: 0.0,
+            ewma_e2e_s: 0.0,
+            service: curve,
+            gpu_ttft_s: 0.0,
+            gpu_tpot_s: 0.0,
+        };
+        [
+            cpu,
+            PoolState {
+                kind: PoolKind::Gpu,
+                instances: &[],
+                gpu_ttft_s: 0.2,
+                gpu_tpot_s: 0.01,
+                ..cpu
+            },
+        ]
+    }
+
+    #[test]
+    fn plan_share_then_p2c_then_overflow() {
+        let curve = ServiceCurve::from_profile(
+            &smol(),
+            Scaling {
+                rule: ScalingRule::PerCore,
+                factor: 1.0,
+            },
+        );
+        let rules = BudgetRules::default();
+        let policy = RoutePolicy {
+            gpu_share: &[0.3],
+            shed_share: &[0.0],
+            overflow_to_gpu: true,
+            budget: &rules,
+        };
+        let idle = [
+            InstanceLoad {
+                in_flight: 3,
+                queue_depth: 0,
+            },
+            InstanceLoad {
+                in_flight: 1,
+                queue_depth: 0,
+            },
+        ];
+        let p = pools(&curve, &idle);
+        let b = BudgetState::default();
+        let d = route(&req(0.1), &p, &b, &policy);
+        assert_eq!(d.target, Target::Gpu { pool: 1 });
+        assert!(matches!(
+            d.reasons.iter().next(),
+            Some(Reason::PlanGpuShare { .. })
+        ));
+        let d = route(&req(0.9), &p, &b, &policy);
+        assert_eq!(
+            d.target,
+            Target::Cpu {
+                pool: 0,
+                instance: 1
+            },
+            "the less loaded of the two picks"
+        );
+        assert!(d.reasons.iter().any(|r| *r == Reason::CpuMeetsSla));
+        let busy = [InstanceLoad {
+            in_flight: 40,
+            queue_depth: 32,
+        }; 2];
+        let p = pools(&curve, &busy);
+        let d = route(&req(0.9), &p, &b, &policy);
+        assert_eq!(d.target, Target::Gpu { pool: 1 });
+        assert!(
+            d.reasons
+                .iter()
+                .any(|r| matches!(r, Reason::CpuPredictedMiss { .. }))
+        );
+    }
+
+    #[test]
+    fn budget_actions_apply_past_their_threshold() {
+        let curve = ServiceCurve::from_profile(
+            &smol(),
+            Scaling {
+                rule: ScalingRule::PerCore,
+                factor: 1.0,
+            },
+        );
+        let rules = BudgetRules {
+            relax: vec![],
+            cap_gpu: vec![(0.8, 0.1)],
+            reject_below: vec![(0.95, 2)],
+        };
+        let policy = RoutePolicy {
+            gpu_share: &[1.0],
+            shed_share: &[0.0],
+            overflow_to_gpu: true,
+            budget: &rules,
+        };
+        let loads = [InstanceLoad::default()];
+        let p = pools(&curve, &loads);
+        let mut b = BudgetState {
+            spent_today: 85.0,
+            budget_per_day: Some(100.0),
+            gpu_share_today: 0.2,
+        };
+        let d = route(&req(0.5), &p, &b, &policy);
+        assert!(
+            matches!(d.target, Target::Cpu { .. }),
+            "GPU capped: {:?}",
+            d.reasons
+        );
+        b.spent_today = 96.0;
+        let d = route(&req(0.5), &p, &b, &policy);
+        assert_eq!(d.target, Target::Reject);
+        assert_eq!(
+            d.reasons.iter().next().map(ToString::to_string).as_deref(),
+            Some("budget rejects priority below 2")
+        );
+    }
 }

@@ -234,6 +234,7 @@ struct Run<'a> {
     lengths_rng: ChaCha8Rng,
     route_rng: ChaCha8Rng,
     gpu_shares: Vec<Vec<f64>>,
+    shed_shares: Vec<Vec<f64>>,
     /// (prompt, output) tokens sent to GPU per (day, hour).
     gpu_tokens: Vec<(f64, f64)>,
     day_of_spend: i64,
@@ -296,6 +297,11 @@ impl<'a> Run<'a> {
                 .hours
                 .iter()
                 .map(|h| h.classes.iter().map(|c| c.gpu_share).collect())
+                .collect(),
+            shed_shares: plan
+                .hours
+                .iter()
+                .map(|h| h.classes.iter().map(|c| c.shed_share).collect())
                 .collect(),
             gpu_tokens: Vec::new(),
             day_of_spend: -1,
@@ -420,6 +426,7 @@ impl<'a> Run<'a> {
         };
         let policy = RoutePolicy {
             gpu_share: &self.gpu_shares[h],
+            shed_share: &self.shed_shares[h],
             overflow_to_gpu: self.opts.overflow_to_gpu,
             budget: self.rules,
         };
