@@ -670,6 +670,7 @@ fn apply_budget(ctx: &Ctx<'_>, c: &Candidate<'_>, day: &mut [Decision], budget: 
         .map(|(d, r)| lower_hull(hour_options(ctx, c, r, d)))
         .collect();
     let mut at: Vec<usize> = vec![0; hulls.len()];
+    let mut exhausted = vec![false; hulls.len()];
     let current = |at: &[usize]| -> Vec<Decision> {
         at.iter()
             .zip(&hulls)
@@ -679,6 +680,9 @@ fn apply_budget(ctx: &Ctx<'_>, c: &Candidate<'_>, day: &mut [Decision], budget: 
     loop {
         let mut best: Option<(f64, usize)> = None;
         for (h, hull) in hulls.iter().enumerate() {
+            if exhausted[h] {
+                continue;
+            }
             if let Some(next) = hull.get(at[h] + 1) {
                 let cur = &hull[at[h]];
                 let gain = (cur.badness - next.badness) / (next.cost - cur.cost).max(1e-12);
@@ -690,8 +694,9 @@ fn apply_budget(ctx: &Ctx<'_>, c: &Candidate<'_>, day: &mut [Decision], budget: 
         let Some((_, h)) = best else { break };
         at[h] += 1;
         if day_cost(ctx, c, &current(&at)) > budget {
+            // This hour's next step does not fit; cheaper steps elsewhere still may.
             at[h] -= 1;
-            break;
+            exhausted[h] = true;
         }
     }
     day.clone_from_slice(&current(&at));
@@ -724,6 +729,15 @@ fn hour_options(
     };
     let top = orig.n.max(n_all).min(ctx.input.min_pool.saturating_add(64));
     let mut out = vec![option(ctx, c, rates, orig.clone())];
+    // The unconstrained decision with the GPU traffic of the lowest-priority classes shed instead.
+    let mut partial = orig.clone();
+    for &i in &order {
+        if partial.gpu[i] > 0.0 {
+            partial.shed[i] += partial.gpu[i];
+            partial.gpu[i] = 0.0;
+            out.push(option(ctx, c, rates, partial.clone()));
+        }
+    }
     for n in ctx.input.min_pool..=top {
         let overload = Decision {
             n,

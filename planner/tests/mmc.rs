@@ -33,8 +33,19 @@ fn mmc_matches_erlang_c_within_2_percent() {
         let (wq, pw) = run(lambda, mu, c, 2_000_000, 7);
         let want_wq = mmc_mean_wait(lambda, mu, c).expect("stable");
         let want_pw = erlang_c(lambda, mu, c).expect("stable");
-        let (ew, ep) = ((wq - want_wq).abs() / want_wq, (pw - want_pw).abs() / want_pw);
-        assert!(ew < 0.02, "M/M/{c} lambda {lambda}: mean wait {wq:.4} vs {want_wq:.4} ({:.2}%)", ew * 100.0);
-        assert!(ep < 0.02, "M/M/{c} lambda {lambda}: P(wait) {pw:.4} vs {want_pw:.4} ({:.2}%)", ep * 100.0);
+        let (ew, ep) = (
+            (wq - want_wq).abs() / want_wq,
+            (pw - want_pw).abs() / want_pw,
+        );
+        assert!(
+            ew < 0.02,
+            "M/M/{c} lambda {lambda}: mean wait {wq:.4} vs {want_wq:.4} ({:.2}%)",
+            ew * 100.0
+        );
+        assert!(
+            ep < 0.02,
+            "M/M/{c} lambda {lambda}: P(wait) {pw:.4} vs {want_pw:.4} ({:.2}%)",
+            ep * 100.0
+        );
     }
 }

@@ -18,7 +18,10 @@ fn same_seed_same_plan() {
     let a = plan(&input).expect("plan");
     let b = plan(&input).expect("plan");
     assert_eq!(a, b);
-    assert_eq!(serde_json::to_string(&a).ok(), serde_json::to_string(&b).ok());
+    assert_eq!(
+        serde_json::to_string(&a).ok(),
+        serde_json::to_string(&b).ok()
+    );
     input.seed = 43;
     let c = plan(&input).expect("plan");
     assert_eq!(a.hours, c.hours, "the search does not depend on the seed");
@@ -71,16 +74,28 @@ fn more_budget_never_raises_simulated_p99() {
         input.workload.budget.per_day = Some(budget);
         let p = plan(&input).expect("plan");
         let r = simulate(&p, &input.workload, &input.profiles, 5, &opts).expect("sim");
-        let now: Vec<f64> = r.classes.iter().map(|c| effective_p99(c.e2e_p99_s, c.rejected_share)).collect();
+        let now: Vec<f64> = r
+            .classes
+            .iter()
+            .map(|c| effective_p99(c.e2e_p99_s, c.rejected_share))
+            .collect();
         if let Some(prev) = &last {
             for ((a, b), c) in prev.iter().zip(&now).zip(&r.classes) {
-                assert!(*b <= a * 1.02, "budget {budget}: {} p99 e2e rose from {a} to {b}", c.class);
+                assert!(
+                    *b <= a * 1.02,
+                    "budget {budget}: {} p99 e2e rose from {a} to {b}",
+                    c.class
+                );
             }
         }
         let rejected: Vec<f64> = r.classes.iter().map(|c| c.rejected_share).collect();
         if let Some(prev) = &last_rejected {
             for ((a, b), c) in prev.iter().zip(&rejected).zip(&r.classes) {
-                assert!(*b <= a + 0.005, "budget {budget}: {} rejected share rose from {a} to {b}", c.class);
+                assert!(
+                    *b <= a + 0.005,
+                    "budget {budget}: {} rejected share rose from {a} to {b}",
+                    c.class
+                );
             }
         }
         last = Some(now);
