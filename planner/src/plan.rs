@@ -12,10 +12,12 @@ use crate::profile::{
 };
 use crate::sim::{SimOptions, SimReport, simulate};
 use crate::tco::{CostInputs, SiteCosts, dollars_per_million_tokens};
-use crate::workload::{GpuFallback, GpuFallbackSpec, HOURS, Sla, Workload};
+use crate::workload::{Arrivals, GpuFallback, GpuFallbackSpec, HOURS, Sla, Workload};
 
 /// Subsets of classes are enumerated up to this many classes; beyond it only slope-ordered prefixes are.
 const MAX_ENUMERATED_CLASSES: usize = 10;
+/// Most classes a workload may have (class sets are bit masks).
+pub const MAX_CLASSES: usize = 31;
 /// Candidates kept in [`Plan::candidates`].
 const CANDIDATES_SHOWN: usize = 10;
 
@@ -55,6 +57,30 @@ pub struct PlanInput {
 }
 
 impl PlanInput {
+    /// Builds the input from file texts, as the CLI reads them: the workload TOML, the trace CSV it names
+    /// (if any), an optional user catalog merged over the builtin one, and the profiles as JSON.
+    ///
+    /// # Errors
+    /// The parse and validation errors of each input, naming file kind, key and line.
+    pub fn from_texts(
+        workload_toml: &str,
+        trace_csv: Option<&str>,
+        user_catalog_toml: Option<&str>,
+        profiles_json: &str,
+    ) -> Result<PlanInput> {
+        let workload = crate::workload::WorkloadFile::from_toml_str(workload_toml)?
+            .into_workload(trace_csv)?;
+        let mut catalog = Catalog::builtin();
+        if let Some(user) = user_catalog_toml {
+            catalog.merge(Catalog::from_toml_str(user)?);
+        }
+        PlanInput::new(
+            workload,
+            catalog,
+            ConfigProfile::list_from_json_str(profiles_json)?,
+        )
+    }
+
     /// Defaults: the workload's GPU fallback, on-demand prices, cloud site costs, 20% headroom, seed 1,
     /// 5-minute scale-up lag, a minimum pool of 1, automatic scaling rule, measured profiles only, one
     /// validation day, sensitivity on.
@@ -392,6 +418,18 @@ fn check_knobs(input: &PlanInput) -> Result<()> {
             input.scale_up_lag_minutes
         );
         return Err(invalid("plan", name, "scale_up_lag_minutes", msg));
+    }
+    let k = input.workload.classes.len();
+    if k == 0 || k > MAX_CLASSES {
+        let msg = format!("needs 1..={MAX_CLASSES} classes, got {k}");
+        return Err(invalid("plan", name, "class", msg));
+    }
+    let bad_rate = |x: &f64| !(x.is_finite() && *x >= 0.0);
+    if let Arrivals::Hourly(r) = &input.workload.arrivals
+        && (r.len() != HOURS || r.iter().any(bad_rate))
+    {
+        let msg = format!("needs {HOURS} finite rates >= 0");
+        return Err(invalid("plan", name, "arrivals.hourly_rps", msg));
     }
     input.profiles.iter().try_for_each(ConfigProfile::validate)
 }

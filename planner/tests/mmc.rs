@@ -37,6 +37,10 @@ fn mmc_matches_erlang_c_within_2_percent() {
             (wq - want_wq).abs() / want_wq,
             (pw - want_pw).abs() / want_pw,
         );
+        let rho = lambda / (mu * f64::from(c));
+        eprintln!(
+            "M/M/{c} rho {rho:.2}: Wq {wq:.4} vs {want_wq:.4}, P(wait) {pw:.4} vs {want_pw:.4}"
+        );
         assert!(
             ew < 0.02,
             "M/M/{c} lambda {lambda}: mean wait {wq:.4} vs {want_wq:.4} ({:.2}%)",
