@@ -489,6 +489,40 @@ fn plan_once(input: &PlanInput, price_factor: f64, traffic: f64) -> Result<Plan>
     Ok(assemble(&ctx, &workload, chosen, &day, shown.collect()))
 }
 
+/// Every (config, CPU instance type) candidate priced at the highest load meeting every CPU-feasible
+/// class's SLA, with its cheapest SLA-meeting day, cheapest $/1M output tokens first (for frontiers).
+///
+/// # Errors
+/// As [`plan`], without the infeasible case: no candidate gives an empty list.
+pub fn candidate_costs(input: &PlanInput) -> Result<Vec<CandidateCost>> {
+    check_knobs(input)?;
+    let gpu = GpuFallback::resolve(
+        &input.gpu_fallback,
+        &input.catalog,
+        input.price_model,
+        &input.site,
+    )?;
+    let classes = class_infos(&input.workload, &gpu);
+    let rates = input.workload.hourly_class_rates();
+    let ctx = Ctx {
+        classes,
+        gpu,
+        rates,
+        input,
+        price_factor: 1.0,
+    };
+    let mut out: Vec<CandidateCost> = candidates(&ctx)
+        .iter()
+        .map(|c| {
+            let day: Vec<Decision> = ctx.rates.iter().map(|r| best_hour(&ctx, c, r)).collect();
+            candidate_cost(&ctx, c, day_cost(&ctx, c, &day))
+        })
+        .collect();
+    let key = |c: &CandidateCost| c.dollars_per_million_output.unwrap_or(f64::INFINITY);
+    out.sort_by(|a, b| key(a).total_cmp(&key(b)));
+    Ok(out)
+}
+
 pub(crate) fn class_infos(w: &Workload, gpu: &GpuFallback) -> Vec<ClassInfo> {
     w.classes
         .iter()

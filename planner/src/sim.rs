@@ -20,6 +20,9 @@ use crate::route::{
 use crate::service::ServiceCurve;
 use crate::workload::{Arrivals, GpuPricing, HOURS, Sla, TraceRecord, Workload};
 
+/// Largest CPU pool the simulator replays (each instance is a station with its own slots).
+pub const MAX_SIM_INSTANCES: u32 = 100_000;
+
 /// Simulation knobs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SimOptions {
@@ -193,6 +196,18 @@ pub fn simulate(
         return Err(PlannerError::Infeasible(
             "the plan does not match the workload's classes or has no 24 hours".into(),
         ));
+    }
+    let max_n = plan
+        .hours
+        .iter()
+        .map(|h| h.cpu_instances)
+        .max()
+        .unwrap_or(0);
+    if max_n > MAX_SIM_INSTANCES {
+        let msg = format!(
+            "the plan runs {max_n} instances in an hour; the simulator stops at {MAX_SIM_INSTANCES}"
+        );
+        return Err(PlannerError::Infeasible(msg));
     }
     let curve = ServiceCurve::from_profile(profile, plan.chosen.scaling);
     let rules = if opts.budget_policy {

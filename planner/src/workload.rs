@@ -14,6 +14,8 @@ pub const HOURS: usize = 24;
 /// Days in a billing month (730 h / 24).
 pub const DAYS_PER_MONTH: f64 = 730.0 / 24.0;
 const MAX_TOKENS: f64 = 1_000_000.0;
+/// Traces longer than a year are refused.
+const MAX_TRACE_SECONDS: f64 = 366.0 * 86_400.0;
 
 /// A token-length distribution.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -718,6 +720,12 @@ pub fn parse_trace_csv(csv: &str, classes: &[&str]) -> Result<Vec<TraceRecord>> 
                 })
         };
         let t_s = num(0, "timestamp_s")?;
+        if t_s > MAX_TRACE_SECONDS {
+            return Err(PlannerError::Csv {
+                line,
+                problem: format!("timestamp_s {t_s} is beyond a year"),
+            });
+        }
         let class = classes
             .iter()
             .position(|c| *c == f[1])

@@ -104,3 +104,23 @@ fn plan_errors_instead_of_panicking() {
         "{err}"
     );
 }
+
+#[test]
+fn every_candidate_is_priced() {
+    let input = common::example_input();
+    let all = strata_planner::plan::candidate_costs(&input).expect("candidates");
+    // 2 configs x 10 CPU entries in the builtin catalog (GPU types are not CPU candidates).
+    assert_eq!(all.len(), 20);
+    let cheapest = all
+        .first()
+        .and_then(|c| c.dollars_per_million_output)
+        .expect("priced");
+    assert!(
+        all.iter()
+            .all(|c| c.dollars_per_million_output.is_none_or(|d| d >= cheapest))
+    );
+    assert!(
+        all.iter().all(|c| c.provenance.is_estimate()),
+        "the example curves are labelled estimates"
+    );
+}
