@@ -1,5 +1,5 @@
 //! Seeded discrete-event simulation of a plan: Poisson arrivals per hour (or a trace), lengths drawn from
-//! the classes, [`route`](crate::route::route) deciding each request, CPU instances as FCFS multi-slot
+//! the classes, [`route`](crate::route::route()) deciding each request, CPU instances as FCFS multi-slot
 //! stations whose service times come from the measured curve, GPU fallback at its stated p99s.
 //! Deterministic per seed; separate random streams for arrivals, lengths and routing draws keep common
 //! random numbers across plans. O(requests x log slots).
