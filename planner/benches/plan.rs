@@ -1,5 +1,5 @@
 //! Planner benches: the plan search over 24 hours x 200 configs x 50 instance types, and a simulated
-//! day of about 1M requests. Run: `cargo bench -p strata-planner --bench plan`.
+//! day of about 1M requests, and one routing decision. Run: `cargo bench -p strata-planner --bench plan`.
 
 use std::hint::black_box;
 
@@ -7,6 +7,10 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use strata_planner::catalog::{Catalog, InstanceType};
 use strata_planner::plan::{PlanInput, plan};
 use strata_planner::profile::{ConfigProfile, Provenance};
+use strata_planner::route::{
+    BudgetRules, BudgetState, InstanceLoad, PoolKind, PoolState, RoutePolicy, RouteRequest, route,
+};
+use strata_planner::service::ServiceCurve;
 use strata_planner::sim::{SimOptions, simulate};
 use strata_planner::workload::{Arrivals, Workload};
 
@@ -100,5 +104,74 @@ fn bench_sim(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_plan, bench_sim);
+fn bench_route(c: &mut Criterion) {
+    let Some(input) = input(1.0) else { return };
+    let Ok(p) = plan(&input) else { return };
+    let Some(profile) = input.profiles.iter().find(|x| x.id == p.chosen.config) else {
+        return;
+    };
+    let curve = ServiceCurve::from_profile(profile, p.chosen.scaling);
+    let loads: Vec<InstanceLoad> = (0..16)
+        .map(|i| InstanceLoad {
+            in_flight: i % 40,
+            queue_depth: (i % 40).saturating_sub(32),
+        })
+        .collect();
+    let cpu = PoolState {
+        kind: PoolKind::Cpu,
+        healthy: true,
+        instances: &loads,
+        ewma_ttft_s: 0.0,
+        ewma_e2e_s: 0.0,
+        service: Some(&curve),
+        gpu_ttft_s: 0.0,
+        gpu_tpot_s: 0.0,
+    };
+    let pools = [
+        cpu,
+        PoolState {
+            kind: PoolKind::Gpu,
+            instances: &[],
+            service: None,
+            gpu_ttft_s: 0.25,
+            gpu_tpot_s: 0.012,
+            ..cpu
+        },
+    ];
+    let rules = BudgetRules::compile(&input.workload.budget.policy, &input.workload.classes);
+    let (gpu, shed) = (p.hours[12].gpu_shares(), p.hours[12].shed_shares());
+    let policy = RoutePolicy {
+        gpu_share: &gpu,
+        shed_share: &shed,
+        overflow_to_gpu: true,
+        budget: &rules,
+    };
+    let budget = BudgetState {
+        spent_today: 9.0,
+        budget_per_day: Some(18.0),
+        gpu_share_today: 0.1,
+    };
+    let class = &input.workload.classes[0];
+    let mut i = 0usize;
+    let mut g = c.benchmark_group("route");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("one_decision", |b| {
+        b.iter(|| {
+            i = i.wrapping_add(7);
+            let req = RouteRequest {
+                class: 0,
+                priority: class.priority,
+                prompt_tokens: 200 + (i % 300) as u32,
+                expected_output_tokens: 250,
+                sla: class.sla,
+                draw: (i % 1000) as f64 / 1000.0,
+                pick: [i, i / 3],
+            };
+            route(black_box(&req), &pools, &budget, &policy)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_plan, bench_sim, bench_route);
 criterion_main!(benches);

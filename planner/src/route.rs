@@ -60,8 +60,9 @@ pub struct PoolState<'a> {
     pub ewma_ttft_s: f64,
     /// EWMA of observed E2E, seconds (0 when unknown).
     pub ewma_e2e_s: f64,
-    /// Service model of one instance (CPU); for GPU pools the fixed p99s below are used.
-    pub service: &'a ServiceCurve,
+    /// Service model of one instance (CPU pools; a CPU pool without one gets nothing). GPU pools use the
+    /// fixed p99s below.
+    pub service: Option<&'a ServiceCurve>,
     /// GPU: p99 TTFT, seconds.
     pub gpu_ttft_s: f64,
     /// GPU: p99 TPOT, seconds.
@@ -188,7 +189,7 @@ pub enum Reason {
     },
     /// Recent observed latency (EWMA) of the CPU pool is over the SLA.
     CpuEwmaOverSla,
-    /// No healthy CPU pool with instances.
+    /// No healthy CPU pool with instances and a service model.
     NoCpu,
     /// No healthy GPU pool.
     NoGpu,
@@ -330,9 +331,10 @@ pub fn route(
     let gpu = pools
         .iter()
         .position(|p| p.kind == PoolKind::Gpu && p.healthy);
-    let cpu = pools
-        .iter()
-        .position(|p| p.kind == PoolKind::Cpu && p.healthy && !p.instances.is_empty());
+    let cpu = pools.iter().enumerate().find_map(|(i, p)| {
+        let usable = p.kind == PoolKind::Cpu && p.healthy && !p.instances.is_empty();
+        p.service.filter(|_| usable).map(|s| (i, s))
+    });
     let to_gpu = |pool: usize, reasons: Reasons| {
         let p = &pools[pool];
         let out = f64::from(req.expected_output_tokens);
@@ -353,7 +355,7 @@ pub fn route(
         reasons.push(Reason::PlanShed { share: shed });
         return reject(reasons);
     }
-    let Some(c) = cpu else {
+    let Some((c, service)) = cpu else {
         reasons.push(Reason::NoCpu);
         return match (gpu, gpu_allowed) {
             (Some(g), true) => to_gpu(g, reasons),
@@ -372,7 +374,7 @@ pub fn route(
     } else {
         a
     };
-    let (ttft, e2e) = predict_cpu(pool.service, pool.instances[instance], req);
+    let (ttft, e2e) = predict_cpu(service, pool.instances[instance], req);
     let cpu = RouteDecision {
         target: Target::Cpu { pool: c, instance },
         reasons,
@@ -444,7 +446,7 @@ mod tests {
             instances: loads,
             ewma_ttft_s: 0.0,
             ewma_e2e_s: 0.0,
-            service: curve,
+            service: Some(curve),
             gpu_ttft_s: 0.0,
             gpu_tpot_s: 0.0,
         };

@@ -11,7 +11,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{PlannerError, Result};
-use crate::plan::{Plan, r6};
+use crate::plan::{Plan, PlanHour, r6};
 use crate::profile::ConfigProfile;
 use crate::route::{
     BudgetRules, BudgetState, InstanceLoad, PoolKind, PoolState, RoutePolicy, RouteRequest, Target,
@@ -308,16 +308,8 @@ impl<'a> Run<'a> {
             arrivals_rng: ChaCha8Rng::seed_from_u64(seed),
             lengths_rng: ChaCha8Rng::seed_from_u64(seed ^ 0x9E37_79B9_7F4A_7C15),
             route_rng: ChaCha8Rng::seed_from_u64(seed ^ 0xD1B5_4A32_D192_ED03),
-            gpu_shares: plan
-                .hours
-                .iter()
-                .map(|h| h.classes.iter().map(|c| c.gpu_share).collect())
-                .collect(),
-            shed_shares: plan
-                .hours
-                .iter()
-                .map(|h| h.classes.iter().map(|c| c.shed_share).collect())
-                .collect(),
+            gpu_shares: plan.hours.iter().map(PlanHour::gpu_shares).collect(),
+            shed_shares: plan.hours.iter().map(PlanHour::shed_shares).collect(),
             gpu_tokens: Vec::new(),
             day_of_spend: -1,
             gpu_spend_today: 0.0,
@@ -412,7 +404,7 @@ impl<'a> Run<'a> {
                 instances: &self.loads[..n],
                 ewma_ttft_s: 0.0,
                 ewma_e2e_s: 0.0,
-                service: self.curve,
+                service: Some(self.curve),
                 gpu_ttft_s: 0.0,
                 gpu_tpot_s: 0.0,
             },
@@ -422,7 +414,7 @@ impl<'a> Run<'a> {
                 instances: &[],
                 ewma_ttft_s: 0.0,
                 ewma_e2e_s: 0.0,
-                service: self.curve,
+                service: None,
                 gpu_ttft_s: g.ttft_p99_s,
                 gpu_tpot_s: g.tpot_p99_s,
             },

@@ -239,6 +239,18 @@ pub struct PlanHour {
     pub degraded: Vec<Degradation>,
 }
 
+impl PlanHour {
+    /// Planned GPU share per class, in class order (what [`crate::route::RoutePolicy::gpu_share`] takes).
+    pub fn gpu_shares(&self) -> Vec<f64> {
+        self.classes.iter().map(|c| c.gpu_share).collect()
+    }
+
+    /// Planned shed share per class, in class order (for [`crate::route::RoutePolicy::shed_share`]).
+    pub fn shed_shares(&self) -> Vec<f64> {
+        self.classes.iter().map(|c| c.shed_share).collect()
+    }
+}
+
 /// Day totals.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
