@@ -290,10 +290,10 @@ pub struct RouteDecision {
     pub predicted_e2e_s: f64,
 }
 
-/// Decides where `req` goes. Order: budget rejection; the plan's GPU share (unless the budget caps GPU),
-/// then its shed share;
-/// the better of two CPU instances (power of two choices on in-flight) if it is predicted to meet the
-/// (possibly relaxed) SLA; else GPU overflow when allowed and not capped; else CPU anyway.
+/// Decides where `req` goes. Order: budget rejection by priority; the plan's GPU share (unless the budget
+/// caps GPU) and then its shed share, both by the caller's draw; the less loaded of the caller's two
+/// CPU picks (power of two choices on in-flight) when it is predicted to meet the (possibly relaxed) SLA
+/// and the pool's EWMA is within it; else GPU overflow when allowed and not capped; else CPU anyway.
 pub fn route(
     req: &RouteRequest,
     pools: &[PoolState<'_>],
