@@ -245,7 +245,7 @@ impl Plan {
             for c in &self.candidates {
                 writeln!(
                     s,
-                    "{:<19} {:<33} {:<8} {:>5.1} {:>7.4} {:>8.3} {:>9} {:>11} {:>8.2}{}",
+                    "{:<19} {:<33} {:<8} {:>5.1} {:>7.4} {:>8.3} {:>9} {:>11} {:>8.2}{}{}",
                     short_to(&c.config, 19),
                     format!("{} ({})", c.instance_type, c.region),
                     c.scaling.rule.as_str(),
@@ -259,6 +259,14 @@ impl Plan {
                         " (estimate)"
                     } else {
                         ""
+                    },
+                    if c.infeasible_classes.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            " [CPU misses SLA at any load: {}]",
+                            c.infeasible_classes.join(",")
+                        )
                     }
                 )?;
             }
