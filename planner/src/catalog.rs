@@ -21,12 +21,15 @@ pub const BUILTIN_TOML: &str = include_str!("../catalog/builtin.toml");
 pub enum PriceModel {
     /// Pay per hour, no commitment.
     #[default]
+    #[serde(alias = "on-demand")]
     OnDemand,
     /// Preemptible capacity at the spot price.
     Spot,
-    /// One-year committed use, quoted per month.
+    /// One-year committed use, quoted per month (serde "committed1y"; "committed_1y" also read).
+    #[serde(alias = "committed_1y", alias = "committed-1y")]
     Committed1y,
-    /// Three-year committed use, quoted per month.
+    /// Three-year committed use, quoted per month (serde "committed3y"; "committed_3y" also read).
+    #[serde(alias = "committed_3y", alias = "committed-3y")]
     Committed3y,
 }
 
@@ -364,6 +367,16 @@ mod tests {
                 .as_deref(),
             Some("\"committed1y\"")
         );
+    }
+
+    #[test]
+    fn price_model_reads_common_spellings() {
+        for (text, m) in [
+            ("\"committed_3y\"", PriceModel::Committed3y),
+            ("\"on-demand\"", PriceModel::OnDemand),
+        ] {
+            assert_eq!(serde_json::from_str::<PriceModel>(text).ok(), Some(m));
+        }
     }
 
     #[test]
