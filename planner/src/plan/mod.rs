@@ -20,7 +20,7 @@ mod search;
 
 use budget::apply_budget;
 use report::{assemble, candidate_cost};
-use search::{best_hour, candidates, class_infos, day_cost};
+use search::{best_hour, best_hour_into, candidates, class_infos, day_cost};
 
 /// Subsets of classes are enumerated up to this many classes; beyond it only slope-ordered prefixes are.
 const MAX_ENUMERATED_CLASSES: usize = 10;
@@ -486,12 +486,26 @@ fn plan_once(input: &PlanInput, price_factor: f64, traffic: f64) -> Result<Plan>
     }
     let mut costed: Vec<(f64, usize)> = Vec::with_capacity(candidates.len());
     let mut best: Option<(f64, usize, Vec<Decision>)> = None;
+    // One day of decisions and one scratch row, reused across candidates (the search allocates per
+    // candidate only when it finds a new best).
+    let k = ctx.classes.len();
+    let mut day = vec![
+        Decision {
+            n: 0,
+            gpu: vec![0.0; k],
+            shed: vec![0.0; k]
+        };
+        ctx.rates.len()
+    ];
+    let mut scratch = vec![0.0; k];
     for (i, c) in candidates.iter().enumerate() {
-        let day: Vec<Decision> = ctx.rates.iter().map(|r| best_hour(&ctx, c, r)).collect();
+        for (d, r) in day.iter_mut().zip(&ctx.rates) {
+            best_hour_into(&ctx, c, r, &mut scratch, d);
+        }
         let cost = day_cost(&ctx, c, &day);
         costed.push((cost, i));
         if best.as_ref().is_none_or(|(b, _, _)| cost < *b) {
-            best = Some((cost, i, day));
+            best = Some((cost, i, day.clone()));
         }
     }
     let Some((_, bi, mut day)) = best else {

@@ -145,33 +145,34 @@ pub(super) fn split(c: &Candidate<'_>, rates: &[f64], mask: u32, n: u32, gpu: &m
 /// The cheapest SLA-meeting decision for one hour.
 pub(super) fn best_hour(ctx: &Ctx<'_>, c: &Candidate<'_>, rates: &[f64]) -> Decision {
     let k = rates.len();
-    let min_pool = ctx.input.min_pool;
-    let masks: Vec<u32> = if k <= MAX_ENUMERATED_CLASSES {
-        (0..(1u32 << k)).collect()
-    } else {
-        // Prefixes of the reverse spill order: the classes most expensive to offload stay on CPU first.
-        (0..=k.min(31))
-            .map(|m| {
-                c.spill_order
-                    .iter()
-                    .rev()
-                    .take(m)
-                    .fold(0u32, |acc, &i| acc | (1 << i))
-            })
-            .collect()
-    };
-    let mut gpu = vec![0.0; k];
-    let mut best = Decision {
-        n: min_pool,
-        gpu: vec![1.0; k],
+    let mut out = Decision {
+        n: 0,
+        gpu: vec![0.0; k],
         shed: vec![0.0; k],
     };
-    split(c, rates, 0, min_pool, &mut best.gpu);
-    let mut best_cost = hour_cost(ctx, c, rates, min_pool, &best.gpu);
-    for &mask in &masks {
+    best_hour_into(ctx, c, rates, &mut vec![0.0; k], &mut out);
+    out
+}
+
+/// [`best_hour`] into `out` with a caller-owned scratch row (no allocation for up to
+/// `MAX_ENUMERATED_CLASSES` classes); returns the hour's cost.
+pub(super) fn best_hour_into(
+    ctx: &Ctx<'_>,
+    c: &Candidate<'_>,
+    rates: &[f64],
+    gpu: &mut [f64],
+    out: &mut Decision,
+) -> f64 {
+    let k = rates.len();
+    let min_pool = ctx.input.min_pool;
+    out.n = min_pool;
+    out.shed.iter_mut().for_each(|x| *x = 0.0);
+    split(c, rates, 0, min_pool, &mut out.gpu);
+    let mut best_cost = hour_cost(ctx, c, rates, min_pool, &out.gpu);
+    let mut try_mask = |mask: u32| {
         let cap = mask_capacity(c, rates, mask);
         if cap <= 0.0 {
-            continue;
+            return;
         }
         let work: f64 = (0..k)
             .filter(|i| mask & (1 << i) != 0)
@@ -184,16 +185,30 @@ pub(super) fn best_hour(ctx: &Ctx<'_>, c: &Candidate<'_>, rates: &[f64]) -> Deci
         };
         for n in [min_pool, full.saturating_sub(1), full] {
             let n = n.max(min_pool);
-            split(c, rates, mask, n, &mut gpu);
-            let cost = hour_cost(ctx, c, rates, n, &gpu);
+            split(c, rates, mask, n, gpu);
+            let cost = hour_cost(ctx, c, rates, n, gpu);
             if cost < best_cost - 1e-12 {
                 best_cost = cost;
-                best.n = n;
-                best.gpu.copy_from_slice(&gpu);
+                out.n = n;
+                out.gpu.copy_from_slice(gpu);
             }
         }
+    };
+    if k <= MAX_ENUMERATED_CLASSES {
+        (0..(1u32 << k)).for_each(&mut try_mask);
+    } else {
+        // Prefixes of the reverse spill order: the classes most expensive to offload stay on CPU first.
+        for m in 0..=k.min(31) {
+            try_mask(
+                c.spill_order
+                    .iter()
+                    .rev()
+                    .take(m)
+                    .fold(0u32, |acc, &i| acc | (1 << i)),
+            );
+        }
     }
-    best
+    best_cost
 }
 
 /// Instance-hours billed per hour, warm instances for the next hour's ramp included (the day wraps).
