@@ -1,0 +1,55 @@
+//! The simulator's FCFS station against the M/M/c closed form (Erlang C): mean wait and probability of
+//! waiting within 2%.
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use strata_planner::queueing::{erlang_c, mmc_mean_wait};
+use strata_planner::sim::{Station, exponential};
+
+fn run(lambda: f64, mu: f64, c: u32, n: usize, seed: u64) -> (f64, f64) {
+    let mut arrivals = ChaCha8Rng::seed_from_u64(seed);
+    let mut service = ChaCha8Rng::seed_from_u64(seed.wrapping_add(1));
+    let mut st = Station::new(c);
+    let (mut t, mut wait_sum, mut waited) = (0.0, 0.0, 0usize);
+    let warmup = n / 20;
+    for i in 0..n {
+        t += exponential(&mut arrivals, lambda);
+        let (start, _) = st.admit(t, |_| exponential(&mut service, mu));
+        if i % 4096 == 0 {
+            st.load(t);
+        }
+        if i >= warmup {
+            wait_sum += start - t;
+            waited += usize::from(start > t);
+        }
+    }
+    let m = (n - warmup) as f64;
+    (wait_sum / m, waited as f64 / m)
+}
+
+#[test]
+fn mmc_matches_erlang_c_within_2_percent() {
+    for &(lambda, mu, c) in &[(3.2, 1.0, 4u32), (6.0, 1.0, 8), (0.7, 1.0, 1)] {
+        let (wq, pw) = run(lambda, mu, c, 2_000_000, 7);
+        let want_wq = mmc_mean_wait(lambda, mu, c).expect("stable");
+        let want_pw = erlang_c(lambda, mu, c).expect("stable");
+        let (ew, ep) = (
+            (wq - want_wq).abs() / want_wq,
+            (pw - want_pw).abs() / want_pw,
+        );
+        let rho = lambda / (mu * f64::from(c));
+        eprintln!(
+            "M/M/{c} rho {rho:.2}: Wq {wq:.4} vs {want_wq:.4}, P(wait) {pw:.4} vs {want_pw:.4}"
+        );
+        assert!(
+            ew < 0.02,
+            "M/M/{c} lambda {lambda}: mean wait {wq:.4} vs {want_wq:.4} ({:.2}%)",
+            ew * 100.0
+        );
+        assert!(
+            ep < 0.02,
+            "M/M/{c} lambda {lambda}: P(wait) {pw:.4} vs {want_pw:.4} ({:.2}%)",
+            ep * 100.0
+        );
+    }
+}
