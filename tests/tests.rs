@@ -1,7 +1,8 @@
-//! End-to-end tests: the `strata` binary, GGUF to Hugging Face conversion, and the engine against
-//! llama.cpp's reference outputs.
+//! End-to-end tests: the `strata` binary, GGUF to Hugging Face conversion, the engine against
+//! llama.cpp's reference outputs, and the engine server over HTTP.
 
 mod cli;
 mod common;
 mod convert;
 mod reference;
+mod server;

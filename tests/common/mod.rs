@@ -24,3 +24,52 @@ pub(crate) fn smollm2_path() -> PathBuf {
     })
     .clone()
 }
+
+/// A `strata serve` process on a free loopback port, killed when dropped.
+pub(crate) struct ServerProcess {
+    child: std::process::Child,
+    /// `http://127.0.0.1:PORT`.
+    pub(crate) base: String,
+}
+
+impl ServerProcess {
+    /// Starts `strata serve` on the real model with `args` added, and waits until it listens.
+    pub(crate) fn start(args: &[&str]) -> Self {
+        use std::io::BufRead;
+        let model = smollm2_path();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+            .arg("serve")
+            .arg("--model")
+            .arg(&model)
+            .args(["--port", "0", "--served-model-name", SMOLLM2])
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("strata serve starts");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("reads the listening line");
+        let base = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .to_owned();
+        Self { child, base }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Whether this run is CI, where optional tools must be present rather than skipped.
+pub(crate) fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
