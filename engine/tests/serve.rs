@@ -70,6 +70,7 @@ fn request(
         prompt,
         params,
         priority: DEFAULT_PRIORITY,
+        ignore_eos: false,
         logprobs: None,
         events: Box::new(ChannelSink {
             tx,

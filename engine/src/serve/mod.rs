@@ -68,6 +68,8 @@ pub struct Request {
     pub params: SamplingParams,
     /// Priority class.
     pub priority: Priority,
+    /// Keep generating past end-of-turn tokens until `max_tokens` (benchmarks need exact lengths).
+    pub ignore_eos: bool,
     /// Log-probabilities to report per token: `None` for none, `Some(n)` for the chosen token's and
     /// the `n` most likely alternatives.
     pub logprobs: Option<usize>,

@@ -36,6 +36,7 @@ struct Sequence {
     /// Tokens generated so far.
     generated: usize,
     max_tokens: usize,
+    ignore_eos: bool,
     logprobs: Option<usize>,
     sampler: Sampler,
     stops: StopMatcher,
@@ -114,6 +115,7 @@ impl Scheduler {
             blocks: Vec::new(),
             generated: 0,
             max_tokens: request.params.max_tokens,
+            ignore_eos: request.ignore_eos,
             logprobs: request.logprobs,
             stops: StopMatcher::new(request.params.stop.iter()),
             sampler,
@@ -362,7 +364,7 @@ impl Scheduler {
                 preemptions: seq.preemptions,
             })
         };
-        if tokenizer.is_end_of_generation(token) {
+        if !seq.ignore_eos && tokenizer.is_end_of_generation(token) {
             let tail = flush(seq);
             let event = finish(seq, StopReason::EndOfGeneration, tail);
             seq.events.send(Event::Token(TokenOut {

@@ -47,6 +47,10 @@ pub(crate) struct Sampling {
     pub(crate) min_p: Option<f32>,
     /// Not in OpenAI's API; accepted as llama.cpp's and vLLM's servers do.
     pub(crate) repetition_penalty: Option<f32>,
+    /// Not in OpenAI's API: generate exactly `max_tokens`, past end-of-turn tokens (as vLLM and
+    /// llama.cpp accept it), for load tests that need fixed output lengths.
+    #[serde(default)]
+    pub(crate) ignore_eos: bool,
 }
 
 /// A chat message's content: text, or a list of parts of which the text ones are used.

@@ -48,6 +48,8 @@ pub struct ServerOptions {
     pub api_key: Option<String>,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// How the engine's threads are placed, as reported by `/health`.
+    pub placement: String,
 }
 
 impl ServerOptions {
@@ -57,6 +59,7 @@ impl ServerOptions {
             served_model: served_model.into(),
             api_key: None,
             max_body_bytes: 4 << 20,
+            placement: "none".into(),
         }
     }
 }
@@ -195,9 +198,17 @@ async fn not_found() -> ApiError {
 
 async fn health(State(state): State<Arc<ServerState>>) -> impl IntoResponse {
     let stats = state.engine.stats();
+    let model = &state.engine.model().model;
+    let tier = strata_engine::kernels::cpu::tier().map_or("unknown", |t| t.name());
     Json(json!({
         "status": "ok",
         "model": state.options.served_model,
+        "weights": model.weight_type().to_string(),
+        "threads": model.threads(),
+        "kernel_tier": tier,
+        "placement": state.options.placement,
+        "max_batch": state.engine.config().max_batch,
+        "kv_blocks": state.engine.kv_blocks(),
         "waiting": stats.waiting.load(Ordering::Relaxed),
         "running": stats.running.load(Ordering::Relaxed),
     }))
@@ -318,15 +329,13 @@ async fn chat_inner(
         include_usage,
         logprobs.is_some(),
     );
-    run(
-        ctx,
-        prompt,
-        params,
+    let options = RunOptions {
         logprobs,
-        priority(headers)?,
-        request.stream,
-    )
-    .await
+        priority: priority(headers)?,
+        ignore_eos: request.sampling.ignore_eos,
+        stream: request.stream,
+    };
+    run(ctx, prompt, params, options).await
 }
 
 async fn completion_inner(
@@ -380,15 +389,13 @@ async fn completion_inner(
         include_usage,
         logprobs.is_some(),
     );
-    run(
-        ctx,
-        prompt,
-        params,
+    let options = RunOptions {
         logprobs,
-        priority(headers)?,
-        request.stream,
-    )
-    .await
+        priority: priority(headers)?,
+        ignore_eos: request.sampling.ignore_eos,
+        stream: request.stream,
+    };
+    run(ctx, prompt, params, options).await
 }
 
 fn tokenize(state: &ServerState, text: &str, param: &str) -> Result<Vec<u32>, ApiError> {
@@ -461,20 +468,27 @@ impl EventSink for ChannelSink {
     }
 }
 
+/// How one request runs besides its prompt and sampling.
+struct RunOptions {
+    logprobs: Option<usize>,
+    priority: Priority,
+    ignore_eos: bool,
+    stream: bool,
+}
+
 async fn run(
     ctx: ReplyContext,
     prompt: Vec<u32>,
     params: SamplingParams,
-    logprobs: Option<usize>,
-    priority: Priority,
-    stream: bool,
+    options: RunOptions,
 ) -> Result<Response, ApiError> {
     let (tx, rx) = mpsc::unbounded_channel();
     let request = strata_engine::serve::Request {
         prompt,
         params,
-        priority,
-        logprobs,
+        priority: options.priority,
+        ignore_eos: options.ignore_eos,
+        logprobs: options.logprobs,
         events: Box::new(ChannelSink(tx)),
     };
     ctx.state.engine.submit(request).map_err(|e| match e {
@@ -482,7 +496,7 @@ async fn run(
         SubmitError::Overloaded { .. } => ApiError::overloaded(e.to_string()),
         SubmitError::Stopped => ApiError::unavailable(e.to_string()),
     })?;
-    if stream {
+    if options.stream {
         let events = reply::stream(ctx, rx);
         return Ok(Sse::new(events)
             .keep_alive(KeepAlive::default())
