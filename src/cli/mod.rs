@@ -3,6 +3,7 @@
 mod bench;
 mod generate;
 mod model;
+mod profile;
 mod serve;
 mod store;
 
@@ -45,6 +46,9 @@ pub(crate) enum Command {
     /// Fetch, list and locate model files in the local cache.
     #[command(subcommand)]
     Model(model::ModelCommand),
+    /// Measure configs under load (a sweep of local engine configs, or any OpenAI endpoint) and store
+    /// the results.
+    Profile(profile::ProfileArgs),
     /// Serve a model over the OpenAI API with continuous batching.
     Serve(serve::ServeArgs),
     /// Inspect the store (PostgreSQL or the embedded SQLite file).
@@ -59,6 +63,7 @@ impl Command {
             Command::Bench(args) => args.run(global),
             Command::Generate(args) => args.run(global),
             Command::Model(cmd) => cmd.run(global),
+            Command::Profile(args) => args.run(global),
             Command::Serve(args) => args.run(global),
             Command::Store(cmd) => cmd.run(global),
         }

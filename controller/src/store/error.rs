@@ -78,7 +78,7 @@ pub enum StoreError {
 
 impl StoreError {
     /// A [`StoreError::NotFound`] for `entity` looked up by `key`.
-    pub(crate) fn not_found(entity: &'static str, key: impl fmt::Display) -> Self {
+    pub fn not_found(entity: &'static str, key: impl fmt::Display) -> Self {
         Self::NotFound {
             entity,
             key: key.to_string(),

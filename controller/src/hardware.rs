@@ -1,0 +1,319 @@
+//! Hardware fingerprints: what the host is (CPU model, cores and threads, ISA flags, caches, NUMA
+//! nodes, memory, read from /proc and /sys) and what it can do (memory bandwidth, peak int8 and f32
+//! throughput, from short microbenchmarks with the engine's own kernels). The descriptive part is
+//! hashed into a fingerprint that identifies the host kind; measured figures are stored beside it.
+
+use std::{
+    collections::BTreeSet,
+    path::Path,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use sha2::{Digest, Sha256};
+use strata_engine::{kernels::dispatch, quant};
+
+use crate::store::{HardwareRow, NewHardware, Store};
+
+/// ISA flags the kernels care about, as /proc/cpuinfo names them.
+const KERNEL_FLAGS: &[&str] = &[
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx_vnni",
+    "amx_int8",
+    "amx_bf16",
+    "asimd",
+    "asimddp",
+    "sve",
+];
+
+/// Reads the host's description (no measurement).
+pub fn describe() -> NewHardware {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        cpuinfo.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == name).then(|| v.trim().to_owned())
+        })
+    };
+    let cpu_model = field("model name")
+        .or_else(|| field("Model"))
+        .or_else(|| field("CPU part").map(|p| format!("CPU part {p}")))
+        .unwrap_or_else(|| std::env::consts::ARCH.to_owned());
+    let flags: BTreeSet<&str> = field("flags")
+        .or_else(|| field("Features"))
+        .map(|f| {
+            f.split_whitespace()
+                .filter_map(|x| KERNEL_FLAGS.iter().find(|k| **k == x).copied())
+                .collect()
+        })
+        .unwrap_or_default();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
+    let cores = physical_cores(&cpuinfo).unwrap_or(threads);
+    let mut hw = NewHardware {
+        fingerprint_hash: String::new(),
+        cpu_model,
+        cores,
+        threads,
+        isa_flags: flags.into_iter().map(str::to_owned).collect(),
+        l1d_cache_bytes: cache_size(1, "Data"),
+        l2_cache_bytes: cache_size(2, "Unified"),
+        l3_cache_bytes: cache_size(3, "Unified"),
+        numa_nodes: numa_nodes(),
+        memory_bytes: mem_total().unwrap_or(0),
+        bandwidth_gb_per_s: None,
+        peak_int8_gops: None,
+        peak_f32_gops: None,
+    };
+    hw.fingerprint_hash = fingerprint_hash(&hw);
+    hw
+}
+
+/// The hash of the descriptive fields: the same host kind gives the same hash.
+pub fn fingerprint_hash(hw: &NewHardware) -> String {
+    let text = format!(
+        "{}|{}|{}|{}|{:?}|{:?}|{:?}|{}|{}",
+        hw.cpu_model,
+        hw.cores,
+        hw.threads,
+        hw.isa_flags.join(","),
+        hw.l1d_cache_bytes,
+        hw.l2_cache_bytes,
+        hw.l3_cache_bytes,
+        hw.numa_nodes,
+        // Round memory to GiB: the kernel's reserved memory varies between boots.
+        hw.memory_bytes >> 30,
+    );
+    format!("{:x}", Sha256::digest(text.as_bytes()))
+}
+
+fn physical_cores(cpuinfo: &str) -> Option<i64> {
+    let mut cores = BTreeSet::new();
+    let mut physical = String::new();
+    for line in cpuinfo.lines() {
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
+        match k.trim() {
+            "physical id" => physical = v.trim().to_owned(),
+            "core id" => {
+                cores.insert((physical.clone(), v.trim().to_owned()));
+            }
+            _ => {}
+        }
+    }
+    (!cores.is_empty()).then_some(cores.len() as i64)
+}
+
+fn cache_size(level: u32, kind: &str) -> Option<i64> {
+    let base = Path::new("/sys/devices/system/cpu/cpu0/cache");
+    for entry in std::fs::read_dir(base).ok()?.flatten() {
+        let dir = entry.path();
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
+        if read("level")?.trim() != level.to_string() || read("type")?.trim() != kind {
+            continue;
+        }
+        return parse_size(read("size")?.trim());
+    }
+    None
+}
+
+/// `48K`, `1024K`, `32M` -> bytes.
+fn parse_size(text: &str) -> Option<i64> {
+    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
+    let n: i64 = digits.parse().ok()?;
+    Some(match unit {
+        "K" => n << 10,
+        "M" => n << 20,
+        "G" => n << 30,
+        _ => n,
+    })
+}
+
+/// NUMA nodes from /sys/devices/system/node (1 when the folder is absent).
+pub fn numa_nodes() -> i64 {
+    std::fs::read_dir("/sys/devices/system/node")
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| {
+                    let name = e.file_name();
+                    let name = name.to_string_lossy();
+                    name.strip_prefix("node")
+                        .is_some_and(|n| n.chars().all(|c| c.is_ascii_digit()))
+                })
+                .count() as i64
+        })
+        .unwrap_or(0)
+        .max(1)
+}
+
+fn mem_total() -> Option<i64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: i64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib << 10)
+}
+
+/// Fills in measured memory bandwidth and peak int8/f32 throughput with short microbenchmarks
+/// (about a second in all), on all hardware threads.
+pub fn measure(hw: &mut NewHardware) {
+    let threads = hw.threads.max(1) as usize;
+    hw.bandwidth_gb_per_s = Some(memory_bandwidth(threads));
+    let (int8, f32) = peak_throughput(threads);
+    hw.peak_int8_gops = Some(int8);
+    hw.peak_f32_gops = Some(f32);
+}
+
+/// Read bandwidth in GB/s: each thread sums its share of a 512 MiB array, best of three passes.
+fn memory_bandwidth(threads: usize) -> f64 {
+    let len: usize = (512 << 20) / 8;
+    let data: Vec<u64> = (0..len as u64).collect();
+    let chunk = len.div_ceil(threads);
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let start = Instant::now();
+        let total: u64 = std::thread::scope(|s| {
+            data.chunks(chunk)
+                .map(|part| s.spawn(move || part.iter().fold(0u64, |a, &x| a.wrapping_add(x))))
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|h| h.join().unwrap_or(0))
+                .fold(0u64, u64::wrapping_add)
+        });
+        std::hint::black_box(total);
+        best = best.min(start.elapsed().as_secs_f64());
+    }
+    (len * 8) as f64 / best / 1e9
+}
+
+/// Peak int8 (q8_0 x q8_0 dot products) and f32 (dot products) throughput in billions of operations
+/// per second (a multiply and an add count as two), on cache-resident data with the best kernel tier.
+fn peak_throughput(threads: usize) -> (f64, f64) {
+    let n = 4096;
+    let x: Vec<f32> = (0..n)
+        .map(|i| ((i * 7919) % 113) as f32 / 57.0 - 1.0)
+        .collect();
+    let y: Vec<f32> = (0..n)
+        .map(|i| ((i * 104_729) % 127) as f32 / 63.0 - 1.0)
+        .collect();
+    let quantize = |v: &[f32]| {
+        let mut blocks = vec![quant::BlockQ8_0::default(); v.len() / quant::QK];
+        quant::quantize_q8_0(v, &mut blocks);
+        Arc::new(blocks)
+    };
+    let (qx, qy) = (quantize(&x), quantize(&y));
+    let (x, y) = (Arc::new(x), Arc::new(y));
+    let table = dispatch::table();
+    let window = Duration::from_millis(200);
+    let int8 = parallel_rate(threads, window, || {
+        std::hint::black_box(table.vec_dot_q8_0_q8_0(&qx, &qy));
+    }) * 2.0
+        * n as f64;
+    let f32 = parallel_rate(threads, window, || {
+        std::hint::black_box(table.vec_dot_f32(&x, &y));
+    }) * 2.0
+        * n as f64;
+    (int8 / 1e9, f32 / 1e9)
+}
+
+/// Calls of `work` per second across `threads` threads over `window`.
+fn parallel_rate(threads: usize, window: Duration, work: impl Fn() + Sync) -> f64 {
+    let start = Instant::now();
+    let calls: u64 = std::thread::scope(|s| {
+        (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut calls = 0u64;
+                    while start.elapsed() < window {
+                        for _ in 0..64 {
+                            work();
+                        }
+                        calls += 64;
+                    }
+                    calls
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| h.join().unwrap_or(0))
+            .sum()
+    });
+    calls as f64 / start.elapsed().as_secs_f64()
+}
+
+/// The stored row for this host: found by fingerprint, or measured and recorded on first use.
+///
+/// # Errors
+/// When the store fails.
+pub async fn ensure_recorded(store: &dyn Store) -> crate::store::Result<HardwareRow> {
+    let described = describe();
+    if let Some(row) = store
+        .find_hardware_by_fingerprint(&described.fingerprint_hash)
+        .await?
+    {
+        return Ok(row);
+    }
+    let fallback = described.clone();
+    let measured = tokio::task::spawn_blocking(move || {
+        let mut hw = described;
+        measure(&mut hw);
+        hw
+    })
+    .await
+    // A panicking microbenchmark leaves the figures unmeasured rather than failing the caller.
+    .unwrap_or(fallback);
+    match store.insert_hardware(&measured).await {
+        Ok(row) => Ok(row),
+        // Another controller recorded the same host kind meanwhile.
+        Err(crate::store::StoreError::Conflict { .. }) => store
+            .find_hardware_by_fingerprint(&measured.fingerprint_hash)
+            .await?
+            .ok_or_else(|| {
+                crate::store::StoreError::not_found("hardware", &measured.fingerprint_hash)
+            }),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("48K"), Some(48 << 10));
+        assert_eq!(parse_size("32M"), Some(32 << 20));
+        assert_eq!(parse_size("512"), None);
+        assert_eq!(parse_size("x"), None);
+    }
+
+    #[test]
+    fn this_host_is_described_and_hashed_stably() {
+        let a = describe();
+        let b = describe();
+        assert_eq!(a.fingerprint_hash, b.fingerprint_hash);
+        assert_eq!(a.fingerprint_hash.len(), 64);
+        assert!(a.threads >= 1 && a.cores >= 1 && a.cores <= a.threads);
+        assert!(a.numa_nodes >= 1);
+        let mut other = a.clone();
+        other.cores += 1;
+        assert_ne!(fingerprint_hash(&other), a.fingerprint_hash);
+    }
+
+    #[test]
+    fn cores_count_distinct_physical_core_ids() {
+        let info = "processor: 0\nphysical id: 0\ncore id: 0\n\nprocessor: 1\nphysical id: 0\ncore id: 0\n\
+                    \nprocessor: 2\nphysical id: 0\ncore id: 1\n";
+        assert_eq!(physical_cores(info), Some(2));
+        assert_eq!(physical_cores("processor: 0\n"), None);
+    }
+}

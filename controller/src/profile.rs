@@ -1,0 +1,723 @@
+//! Profiling sweeps: every combination of a sweep's engine settings is started as a real
+//! `strata serve` process on loopback, driven over HTTP by the load generator for each workload
+//! shape (after a warm-up), watched for peak memory and CPU time, optionally searched for its
+//! capacity at an SLA, and recorded in the store with the host's fingerprint.
+
+use std::{
+    io::BufRead,
+    path::Path,
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use chrono::Utc;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::{
+    loadgen::{self, Api, Arrival, Lengths, LoadReport, LoadSpec, Shape, Sla},
+    store::{
+        ConfigRow, HardwareRow, ModelRow, NewCapacityResult, NewConfig, NewProfileRun,
+        ProfileRunRow, Store, StoreError,
+    },
+};
+
+/// Errors of a profiling sweep.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// The sweep file is wrong; the message names the key.
+    #[error("sweep file: {0}")]
+    Sweep(String),
+    /// The engine server did not start or answer.
+    #[error("engine server: {0}")]
+    Server(String),
+    /// The load generator could not run.
+    #[error(transparent)]
+    Load(#[from] loadgen::LoadError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Result type of this module.
+pub type Result<T> = std::result::Result<T, ProfileError>;
+
+/// One workload shape of a sweep, by name.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedShape {
+    /// Its name in tables.
+    pub name: String,
+    /// Prompt lengths in tokens.
+    pub prompt_tokens: Lengths,
+    /// Output lengths in tokens.
+    pub output_tokens: Lengths,
+    /// Arrival process.
+    pub arrival: Arrival,
+    /// Measured requests.
+    pub requests: usize,
+    /// Unmeasured warm-up requests.
+    #[serde(default)]
+    pub warmup: usize,
+}
+
+/// Capacity search settings: the SLA and how much load each probe sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CapacitySearch {
+    /// p99 TTFT target, milliseconds.
+    pub ttft_p99_ms: f64,
+    /// p99 TPOT target, milliseconds.
+    pub tpot_p99_ms: f64,
+    /// The shape (by name) whose lengths the probes use.
+    pub shape: String,
+    /// Requests per probe.
+    #[serde(default = "default_probe_requests")]
+    pub probe_requests: usize,
+    /// Bisection steps after bracketing.
+    #[serde(default = "default_bisections")]
+    pub bisections: usize,
+}
+
+fn default_probe_requests() -> usize {
+    24
+}
+
+fn default_bisections() -> usize {
+    3
+}
+
+/// A sweep file (TOML).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sweep {
+    /// A model file, folder or cached model name.
+    pub model: String,
+    /// Runtime weight types.
+    #[serde(default = "default_weights")]
+    pub weights: Vec<String>,
+    /// Engine thread counts.
+    #[serde(default = "default_threads")]
+    pub threads: Vec<usize>,
+    /// Most sequences per batch.
+    #[serde(default = "default_batch")]
+    pub max_batch: Vec<usize>,
+    /// NUMA placement policies.
+    #[serde(default = "default_numa")]
+    pub numa: Vec<String>,
+    /// Key/value memory budgets, MiB.
+    #[serde(default = "default_kv")]
+    pub kv_mem_mib: Vec<usize>,
+    /// Workload shapes run against every config.
+    #[serde(rename = "shape")]
+    pub shapes: Vec<NamedShape>,
+    /// Targets for goodput and attainment.
+    #[serde(default)]
+    pub sla: Sla,
+    /// Capacity search, if wanted.
+    #[serde(default)]
+    pub capacity: Option<CapacitySearch>,
+    /// Seed of the load generator.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+fn default_weights() -> Vec<String> {
+    vec!["q8_0".into()]
+}
+fn default_threads() -> Vec<usize> {
+    vec![std::thread::available_parallelism().map_or(1, |n| n.get())]
+}
+fn default_batch() -> Vec<usize> {
+    vec![16]
+}
+fn default_numa() -> Vec<String> {
+    vec!["none".into()]
+}
+fn default_kv() -> Vec<usize> {
+    vec![256]
+}
+
+/// One engine configuration of a sweep.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct EngineSettings {
+    /// Runtime weight type.
+    pub weights: String,
+    /// Engine threads.
+    pub threads: usize,
+    /// Most sequences per batch.
+    pub max_batch: usize,
+    /// NUMA placement policy.
+    pub numa: String,
+    /// Key/value memory, MiB.
+    pub kv_mem_mib: usize,
+}
+
+impl std::fmt::Display for EngineSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} t{} b{} kv{} numa={}",
+            self.weights, self.threads, self.max_batch, self.kv_mem_mib, self.numa
+        )
+    }
+}
+
+const WEIGHT_TYPES: &[&str] = &["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1"];
+
+impl Sweep {
+    /// Parses and checks a sweep file.
+    ///
+    /// # Errors
+    /// [`ProfileError::Sweep`] naming the key at fault.
+    pub fn from_toml_str(text: &str) -> Result<Self> {
+        let sweep: Self = toml::from_str(text).map_err(|e| ProfileError::Sweep(e.to_string()))?;
+        sweep.check()?;
+        Ok(sweep)
+    }
+
+    fn check(&self) -> Result<()> {
+        let bad = |m: String| Err(ProfileError::Sweep(m));
+        if let Some(w) = self
+            .weights
+            .iter()
+            .find(|w| !WEIGHT_TYPES.contains(&w.as_str()))
+        {
+            return bad(format!(
+                "weights: unknown type `{w}` (one of {})",
+                WEIGHT_TYPES.join(", ")
+            ));
+        }
+        if let Some(n) = self.numa.iter().find(|n| n.as_str() != "none") {
+            return bad(format!(
+                "numa: policy `{n}` is not available yet; use `none` (placement is recorded as the \
+                 OS schedules threads)"
+            ));
+        }
+        for (key, values) in [
+            ("threads", &self.threads),
+            ("max_batch", &self.max_batch),
+            ("kv_mem_mib", &self.kv_mem_mib),
+        ] {
+            if values.is_empty() || values.contains(&0) {
+                return bad(format!("{key}: give at least one value, each at least 1"));
+            }
+        }
+        if self.shapes.is_empty() {
+            return bad("shape: give at least one [[shape]]".into());
+        }
+        for s in &self.shapes {
+            if s.requests == 0 {
+                return bad(format!("shape `{}`: requests must be at least 1", s.name));
+            }
+        }
+        if let Some(c) = &self.capacity
+            && !self.shapes.iter().any(|s| s.name == c.shape)
+        {
+            return bad(format!("capacity.shape: no [[shape]] named `{}`", c.shape));
+        }
+        Ok(())
+    }
+
+    /// Every combination of the sweep's settings.
+    pub fn configs(&self) -> Vec<EngineSettings> {
+        let mut out = Vec::new();
+        for weights in &self.weights {
+            for &threads in &self.threads {
+                for &max_batch in &self.max_batch {
+                    for numa in &self.numa {
+                        for &kv_mem_mib in &self.kv_mem_mib {
+                            out.push(EngineSettings {
+                                weights: weights.clone(),
+                                threads,
+                                max_batch,
+                                numa: numa.clone(),
+                                kv_mem_mib,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// A running `strata serve` process, stopped when dropped.
+pub struct EngineProcess {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base_url: String,
+    /// What `/health` reported at start.
+    pub health: Value,
+}
+
+/// The name the profiler serves models under.
+pub const SERVED_NAME: &str = "profiled";
+
+impl EngineProcess {
+    /// Starts `exe serve` for `model` with `settings` on a free loopback port and waits until it
+    /// answers `/health`.
+    ///
+    /// # Errors
+    /// When the process does not start, exits, or does not answer.
+    pub async fn start(exe: &Path, model: &Path, settings: &EngineSettings) -> Result<Self> {
+        let mut child = Command::new(exe)
+            .arg("serve")
+            .arg("--model")
+            .arg(model)
+            .args(["--weights", &settings.weights])
+            .args(["--threads", &settings.threads.to_string()])
+            .args(["--max-batch", &settings.max_batch.to_string()])
+            .args(["--kv-mem", &settings.kv_mem_mib.to_string()])
+            .args(["--port", "0", "--served-model-name", SERVED_NAME])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| ProfileError::Server(format!("cannot start {}: {e}", exe.display())))?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| ProfileError::Server("no stdout".into()))?;
+        let line = tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            std::io::BufReader::new(stdout)
+                .read_line(&mut line)
+                .map(|_| line)
+        })
+        .await
+        .map_err(|e| ProfileError::Server(e.to_string()))?
+        .map_err(|e| ProfileError::Server(e.to_string()))?;
+        let Some(base_url) = line.trim().strip_prefix("listening on ").map(str::to_owned) else {
+            let _ = child.kill();
+            return Err(ProfileError::Server(format!(
+                "`strata serve` did not start for {settings} (its first line: {line:?})"
+            )));
+        };
+        let health = reqwest::get(format!("{base_url}/health"))
+            .await
+            .map_err(|e| ProfileError::Server(e.to_string()))?
+            .json::<Value>()
+            .await
+            .map_err(|e| ProfileError::Server(e.to_string()))?;
+        Ok(Self {
+            child,
+            base_url,
+            health,
+        })
+    }
+
+    /// Peak resident memory so far (VmHWM), bytes.
+    pub fn peak_rss_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib << 10)
+    }
+
+    /// CPU time used so far (user + system), seconds; clock ticks taken as 100 per second, the
+    /// Linux default.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        // Fields after the command name (which may hold spaces) start after the last ')'.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let utime: f64 = fields.get(11)?.parse().ok()?;
+        let stime: f64 = fields.get(12)?.parse().ok()?;
+        Some((utime + stime) / 100.0)
+    }
+}
+
+impl Drop for EngineProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What one (config, shape) run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunOutcome {
+    /// The engine settings.
+    pub settings: EngineSettings,
+    /// The shape's name.
+    pub shape: String,
+    /// The load generator's report.
+    pub report: LoadReport,
+    /// Peak resident memory of the server, bytes.
+    pub peak_rss_bytes: u64,
+    /// Mean CPU utilization of the server over its threads, 0 to 1.
+    pub cpu_utilization: f64,
+    /// The stored run, when recorded.
+    pub run_id: Option<i64>,
+    /// Whether a stored run was reused instead of measuring.
+    pub reused: bool,
+}
+
+/// One point of a capacity curve, in the planner's units.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CurvePoint {
+    /// Offered load, requests/s.
+    pub rate_rps: f64,
+    /// p99 time to first token, seconds.
+    pub ttft_p99_s: f64,
+    /// p99 time per output token, seconds.
+    pub tpot_p99_s: f64,
+    /// p99 end-to-end latency, seconds.
+    pub e2e_p99_s: f64,
+    /// Output tokens/s achieved.
+    pub output_tokens_per_s: f64,
+    /// Prompt + output tokens/s achieved.
+    pub total_tokens_per_s: f64,
+}
+
+impl CurvePoint {
+    fn of(rate: f64, r: &LoadReport) -> Self {
+        Self {
+            rate_rps: rate,
+            ttft_p99_s: r.ttft_ms.p99 / 1e3,
+            tpot_p99_s: r.tpot_ms.p99 / 1e3,
+            e2e_p99_s: r.e2e_ms.p99 / 1e3,
+            output_tokens_per_s: r.output_tokens_per_s,
+            total_tokens_per_s: r.total_tokens_per_s,
+        }
+    }
+}
+
+/// The highest Poisson rate meeting the SLA, and every probe.
+#[derive(Debug, Clone, Serialize)]
+pub struct Capacity {
+    /// Highest rate found to meet the SLA (0 when even the lowest probe misses it).
+    pub max_rps: f64,
+    /// Every probe, sorted by rate.
+    pub curve: Vec<CurvePoint>,
+}
+
+/// The engine's and the store's identity of one measurement.
+pub struct RunContext<'a> {
+    /// The store.
+    pub store: &'a dyn Store,
+    /// This host.
+    pub hardware: &'a HardwareRow,
+    /// The model.
+    pub model: &'a ModelRow,
+    /// The version of the engine under test.
+    pub engine_version: &'a str,
+}
+
+/// The config row for `settings` of `model`, created on first use.
+///
+/// # Errors
+/// When the store fails.
+pub async fn ensure_config(
+    store: &dyn Store,
+    model: &ModelRow,
+    settings: &EngineSettings,
+) -> Result<ConfigRow> {
+    let new = NewConfig {
+        model_id: model.id,
+        weight_type: settings.weights.clone(),
+        threads: settings.threads as i64,
+        max_batch: settings.max_batch as i64,
+        numa_policy: settings.numa.clone(),
+        kv_memory_mib: settings.kv_mem_mib as i64,
+    };
+    if let Some(row) = store.find_config(&new).await? {
+        return Ok(row);
+    }
+    match store.insert_config(&new).await {
+        Ok(row) => Ok(row),
+        Err(StoreError::Conflict { .. }) => Ok(store
+            .find_config(&new)
+            .await?
+            .ok_or_else(|| StoreError::not_found("config", settings))?),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The stored run of `config` for `shape` on this host and engine version, if any.
+///
+/// # Errors
+/// When the store fails.
+pub async fn find_existing(
+    ctx: &RunContext<'_>,
+    config: &ConfigRow,
+    shape: &Value,
+) -> Result<Option<ProfileRunRow>> {
+    Ok(ctx
+        .store
+        .list_profile_runs_for_config(config.id)
+        .await?
+        .into_iter()
+        .find(|r| {
+            r.hardware_id == ctx.hardware.id
+                && r.engine_version == ctx.engine_version
+                && &r.workload_shape == shape
+        }))
+}
+
+/// The JSON that identifies a shape in stored runs.
+pub fn shape_json(shape: &NamedShape, sla: &Sla) -> Value {
+    json!({
+        "name": shape.name,
+        "prompt_tokens": shape.prompt_tokens,
+        "output_tokens": shape.output_tokens,
+        "arrival": shape.arrival,
+        "requests": shape.requests,
+        "warmup": shape.warmup,
+        "sla": sla,
+    })
+}
+
+/// The load spec for `shape` against a profiled server.
+pub fn load_spec(base_url: &str, shape: &NamedShape, sla: Sla, seed: u64) -> LoadSpec {
+    LoadSpec {
+        base_url: base_url.to_owned(),
+        model: SERVED_NAME.into(),
+        api_key: None,
+        api: Api::Completions,
+        shape: Shape {
+            prompt_tokens: shape.prompt_tokens,
+            output_tokens: shape.output_tokens,
+            arrival: shape.arrival,
+            requests: shape.requests,
+            warmup: shape.warmup,
+        },
+        token_prompts: true,
+        ignore_eos: true,
+        sla,
+        seed,
+        timeout: Duration::from_secs(600),
+    }
+}
+
+/// Measures one shape on a running server and records the run.
+///
+/// # Errors
+/// When the load generator cannot run or the store fails.
+pub async fn measure_shape(
+    ctx: &RunContext<'_>,
+    server: &EngineProcess,
+    config: &ConfigRow,
+    settings: &EngineSettings,
+    shape: &NamedShape,
+    sla: Sla,
+    seed: u64,
+) -> Result<RunOutcome> {
+    let spec = load_spec(&server.base_url, shape, sla, seed);
+    let cpu_before = server.cpu_seconds().unwrap_or(0.0);
+    let started_at = Utc::now();
+    let report = loadgen::run(&spec).await?;
+    let finished_at = Utc::now();
+    let cpu = server.cpu_seconds().unwrap_or(cpu_before) - cpu_before;
+    let wall = (finished_at - started_at).as_seconds_f64().max(1e-9);
+    let cpu_utilization = (cpu / wall / settings.threads.max(1) as f64).clamp(0.0, 1.0);
+    let peak_rss_bytes = server.peak_rss_bytes().unwrap_or(0);
+    let health = &server.health;
+    let new = NewProfileRun {
+        config_id: config.id,
+        hardware_id: ctx.hardware.id,
+        started_at,
+        finished_at,
+        workload_shape: shape_json(shape, &sla),
+        request_count: report.requests as i64,
+        error_count: report.errors as i64,
+        ttft_p50_ms: report.ttft_ms.p50,
+        ttft_p90_ms: report.ttft_ms.p90,
+        ttft_p95_ms: report.ttft_ms.p95,
+        ttft_p99_ms: report.ttft_ms.p99,
+        tpot_p50_ms: report.tpot_ms.p50,
+        tpot_p90_ms: report.tpot_ms.p90,
+        tpot_p95_ms: report.tpot_ms.p95,
+        tpot_p99_ms: report.tpot_ms.p99,
+        itl_p50_ms: report.itl_ms.p50,
+        itl_p90_ms: report.itl_ms.p90,
+        itl_p95_ms: report.itl_ms.p95,
+        itl_p99_ms: report.itl_ms.p99,
+        e2e_p50_ms: report.e2e_ms.p50,
+        e2e_p90_ms: report.e2e_ms.p90,
+        e2e_p95_ms: report.e2e_ms.p95,
+        e2e_p99_ms: report.e2e_ms.p99,
+        output_tokens_per_s: report.output_tokens_per_s,
+        total_tokens_per_s: report.total_tokens_per_s,
+        requests_per_s: report.requests_per_s,
+        goodput_requests_per_s: report.goodput_requests_per_s,
+        sla_attainment: report.sla_attainment,
+        peak_rss_bytes: peak_rss_bytes as i64,
+        cpu_utilization,
+        kernel_tier: health["kernel_tier"]
+            .as_str()
+            .unwrap_or("unknown")
+            .to_owned(),
+        placement: format!(
+            "{} ({} NUMA node{})",
+            health["placement"].as_str().unwrap_or("none"),
+            ctx.hardware.numa_nodes,
+            if ctx.hardware.numa_nodes == 1 {
+                ""
+            } else {
+                "s"
+            }
+        ),
+        engine_version: ctx.engine_version.to_owned(),
+    };
+    let row = ctx.store.insert_profile_run(&new).await?;
+    Ok(RunOutcome {
+        settings: settings.clone(),
+        shape: shape.name.clone(),
+        report,
+        peak_rss_bytes,
+        cpu_utilization,
+        run_id: Some(row.id.0),
+        reused: false,
+    })
+}
+
+/// Searches the highest Poisson rate whose p99 TTFT and TPOT meet `search`'s targets: doubles the
+/// rate from `start_rps` until a probe misses, then bisects; a rate counts as met only when two
+/// probes at it (different seeds) both meet the SLA. Records the result and the curve.
+///
+/// # Errors
+/// When the load generator cannot run or the store fails.
+pub async fn capacity_search(
+    ctx: &RunContext<'_>,
+    server: &EngineProcess,
+    config: &ConfigRow,
+    shape: &NamedShape,
+    search: &CapacitySearch,
+    start_rps: f64,
+    mut on_probe: impl FnMut(&CurvePoint, bool),
+) -> Result<Capacity> {
+    let sla = Sla {
+        ttft_ms: Some(search.ttft_p99_ms),
+        tpot_ms: Some(search.tpot_p99_ms),
+        e2e_ms: None,
+    };
+    let mut curve = Vec::new();
+    let mut probe = async |rate: f64, seed: u64, curve: &mut Vec<CurvePoint>| -> Result<bool> {
+        let probe_shape = NamedShape {
+            arrival: Arrival::Poisson { rate },
+            requests: search.probe_requests,
+            warmup: 0,
+            ..shape.clone()
+        };
+        let report = loadgen::run(&load_spec(&server.base_url, &probe_shape, sla, seed)).await?;
+        let point = CurvePoint::of(rate, &report);
+        let met = report.errors == 0
+            && report.ttft_ms.p99 <= search.ttft_p99_ms
+            && report.tpot_ms.p99 <= search.tpot_p99_ms;
+        on_probe(&point, met);
+        curve.push(point);
+        Ok(met)
+    };
+    let mut met_twice = async |rate: f64, curve: &mut Vec<CurvePoint>| -> Result<bool> {
+        Ok(probe(rate, 11, curve).await? && probe(rate, 23, curve).await?)
+    };
+    let (mut low, mut high) = (0.0f64, start_rps.max(0.01));
+    // Bracket: double until the SLA is missed (at most 8 doublings).
+    let mut bracketed = false;
+    for _ in 0..8 {
+        if met_twice(high, &mut curve).await? {
+            low = high;
+            high *= 2.0;
+        } else {
+            bracketed = true;
+            break;
+        }
+    }
+    if bracketed {
+        for _ in 0..search.bisections {
+            let mid = (low + high) / 2.0;
+            if met_twice(mid, &mut curve).await? {
+                low = mid;
+            } else {
+                high = mid;
+            }
+        }
+    }
+    curve.sort_by(|a, b| a.rate_rps.total_cmp(&b.rate_rps));
+    let capacity = Capacity {
+        max_rps: low,
+        curve,
+    };
+    ctx.store
+        .insert_capacity_result(&NewCapacityResult {
+            config_id: config.id,
+            hardware_id: ctx.hardware.id,
+            run_id: None,
+            sla_ttft_p99_ms: search.ttft_p99_ms,
+            sla_tpot_p99_ms: search.tpot_p99_ms,
+            max_requests_per_s: capacity.max_rps,
+            load_curve: serde_json::to_value(&capacity.curve).unwrap_or_default(),
+        })
+        .await?;
+    Ok(capacity)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SWEEP: &str = r#"
+model = "smollm2-135m-instruct"
+weights = ["q8_0", "q4_1", "f16"]
+threads = [1, 2]
+max_batch = [1, 8]
+
+[sla]
+ttft_ms = 1000.0
+tpot_ms = 100.0
+
+[[shape]]
+name = "chat"
+prompt_tokens = 128
+output_tokens = { min = 16, max = 64 }
+arrival = { kind = "closed", concurrency = 4 }
+requests = 16
+warmup = 2
+
+[capacity]
+ttft_p99_ms = 1000.0
+tpot_p99_ms = 100.0
+shape = "chat"
+"#;
+
+    #[test]
+    fn a_sweep_expands_to_every_combination() {
+        let sweep = Sweep::from_toml_str(SWEEP).expect("parses");
+        let configs = sweep.configs();
+        assert_eq!(configs.len(), 12);
+        assert_eq!(configs[0].to_string(), "q8_0 t1 b1 kv256 numa=none");
+        assert_eq!(sweep.shapes[0].prompt_tokens, Lengths::Fixed(128));
+        assert_eq!(
+            sweep.shapes[0].output_tokens,
+            Lengths::Uniform { min: 16, max: 64 }
+        );
+        assert_eq!(sweep.capacity.expect("capacity").probe_requests, 24);
+    }
+
+    #[test]
+    fn bad_sweeps_name_the_key() {
+        let cases = [
+            (SWEEP.replace("\"f16\"", "\"q3_k\""), "weights"),
+            (
+                SWEEP.replace("threads = [1, 2]", "threads = [0]"),
+                "threads",
+            ),
+            (
+                SWEEP.replace("shape = \"chat\"", "shape = \"nope\""),
+                "capacity.shape",
+            ),
+            (SWEEP.replace("max_batch", "max_bach"), "max_bach"),
+            (
+                SWEEP.replace("requests = 16", "requests = \"many\""),
+                "requests",
+            ),
+            (format!("numa = [\"interleave\"]\n{SWEEP}"), "numa"),
+        ];
+        for (text, key) in cases {
+            let err = Sweep::from_toml_str(&text).expect_err(key).to_string();
+            assert!(err.contains(key), "{key}: {err}");
+        }
+    }
+}

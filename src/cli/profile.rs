@@ -1,0 +1,455 @@
+//! `strata profile`: measure configs under load, either a sweep of local engine configs (each run as
+//! a real server) or any OpenAI-compatible endpoint, with a progress bar and a summary table.
+
+use std::{
+    io::Read,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::Context;
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use sha2::{Digest, Sha256};
+use strata_controller::{
+    hardware,
+    loadgen::{self, Api, Arrival, Lengths, LoadReport, LoadSpec, Shape, Sla},
+    model_cache,
+    profile::{self, EngineProcess, RunContext, RunOutcome, Sweep},
+    store::{ModelRow, NewModel, Store},
+};
+
+use super::{GlobalArgs, generate::resolve_model};
+
+/// Arguments of `strata profile`.
+#[derive(Debug, Args)]
+pub(crate) struct ProfileArgs {
+    /// A sweep file (TOML): model, weight types, threads, batch sizes, KV memory, workload shapes.
+    #[arg(long, value_name = "SWEEP.toml", conflicts_with = "endpoint")]
+    sweep: Option<PathBuf>,
+    /// Measure configs again even when this host and engine version already have their runs.
+    #[arg(long)]
+    force: bool,
+    /// Profile an OpenAI-compatible endpoint instead (base URL without /v1).
+    #[arg(long, value_name = "URL", requires = "model")]
+    endpoint: Option<String>,
+    /// The model name the endpoint serves.
+    #[arg(long)]
+    model: Option<String>,
+    /// Environment variable holding the endpoint's API key.
+    #[arg(long, value_name = "VAR")]
+    api_key_env: Option<String>,
+    /// Use the chat API rather than completions (endpoint mode).
+    #[arg(long)]
+    chat: bool,
+    /// Prompt tokens per request (endpoint mode).
+    #[arg(long, default_value_t = 128)]
+    prompt_tokens: usize,
+    /// Output tokens per request (endpoint mode).
+    #[arg(long, default_value_t = 128)]
+    output_tokens: usize,
+    /// Concurrent clients, closed loop (endpoint mode).
+    #[arg(long, default_value_t = 4, conflicts_with = "rate")]
+    concurrency: usize,
+    /// Poisson arrival rate in requests/s, open loop (endpoint mode).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Measured requests (endpoint mode).
+    #[arg(long, default_value_t = 32)]
+    requests: usize,
+    /// Warm-up requests (endpoint mode).
+    #[arg(long, default_value_t = 2)]
+    warmup: usize,
+    /// Send prompts as token ids (exact lengths; same vocabulary only) (endpoint mode).
+    #[arg(long)]
+    token_prompts: bool,
+    /// p99 TTFT target for goodput, ms (endpoint mode).
+    #[arg(long)]
+    sla_ttft_ms: Option<f64>,
+    /// p99 TPOT target for goodput, ms (endpoint mode).
+    #[arg(long)]
+    sla_tpot_ms: Option<f64>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+impl ProfileArgs {
+    /// Runs the command.
+    pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        match (&self.sweep, &self.endpoint) {
+            (Some(path), _) => runtime.block_on(self.run_sweep(global, path)),
+            (None, Some(url)) => runtime.block_on(self.run_endpoint(url)),
+            (None, None) => anyhow::bail!("give --sweep SWEEP.toml or --endpoint URL --model NAME"),
+        }
+    }
+
+    async fn run_endpoint(&self, url: &str) -> anyhow::Result<()> {
+        let api_key = match &self.api_key_env {
+            Some(var) => Some(std::env::var(var).with_context(|| format!("reading ${var}"))?),
+            None => None,
+        };
+        let spec = LoadSpec {
+            base_url: url.trim_end_matches('/').trim_end_matches("/v1").to_owned(),
+            model: self.model.clone().unwrap_or_default(),
+            api_key,
+            api: if self.chat {
+                Api::Chat
+            } else {
+                Api::Completions
+            },
+            shape: Shape {
+                prompt_tokens: Lengths::Fixed(self.prompt_tokens),
+                output_tokens: Lengths::Fixed(self.output_tokens),
+                arrival: match self.rate {
+                    Some(rate) => Arrival::Poisson { rate },
+                    None => Arrival::Closed {
+                        concurrency: self.concurrency,
+                    },
+                },
+                requests: self.requests,
+                warmup: self.warmup,
+            },
+            token_prompts: self.token_prompts,
+            ignore_eos: true,
+            sla: Sla {
+                ttft_ms: self.sla_ttft_ms,
+                tpot_ms: self.sla_tpot_ms,
+                e2e_ms: None,
+            },
+            seed: 0,
+            timeout: Duration::from_secs(600),
+        };
+        let spinner = ProgressBar::new_spinner().with_message(format!(
+            "{} requests to {url} ({:?})",
+            spec.shape.requests, spec.shape.arrival
+        ));
+        spinner.enable_steady_tick(Duration::from_millis(200));
+        let report = loadgen::run(&spec).await?;
+        spinner.finish_and_clear();
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            println!("{}", header());
+            println!("{}", row(&spec.model, "endpoint", &report, None, None));
+            print_errors(&report);
+        }
+        Ok(())
+    }
+
+    async fn run_sweep(&self, global: &GlobalArgs, path: &Path) -> anyhow::Result<()> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the sweep file {}", path.display()))?;
+        let sweep =
+            Sweep::from_toml_str(&text).with_context(|| format!("in {}", path.display()))?;
+        let model_file = resolve_model(&sweep.model)?;
+        let (_, store) = super::store::open(global).await?;
+        let hardware = hardware::ensure_recorded(store.as_ref()).await?;
+        let model = ensure_model(store.as_ref(), &sweep.model, &model_file).await?;
+        let engine_version = env!("CARGO_PKG_VERSION");
+        let ctx = RunContext {
+            store: store.as_ref(),
+            hardware: &hardware,
+            model: &model,
+            engine_version,
+        };
+        let exe = std::env::current_exe().context("locating the strata binary")?;
+        let configs = sweep.configs();
+        let bar = progress_bar((configs.len() * sweep.shapes.len()) as u64, self.json);
+        let mut outcomes = Vec::new();
+        let mut capacities = Vec::new();
+        for settings in &configs {
+            let config = profile::ensure_config(store.as_ref(), &model, settings).await?;
+            let mut pending = Vec::new();
+            for shape in &sweep.shapes {
+                let key = profile::shape_json(shape, &sweep.sla);
+                match profile::find_existing(&ctx, &config, &key).await? {
+                    Some(run) if !self.force => {
+                        bar.inc(1);
+                        outcomes.push(stored_outcome(settings, &shape.name, &run));
+                    }
+                    _ => pending.push(shape),
+                }
+            }
+            let wants_capacity = sweep.capacity.is_some()
+                && (self.force
+                    || store
+                        .list_capacity_results_for_config(config.id)
+                        .await?
+                        .iter()
+                        .all(|c| c.hardware_id != hardware.id));
+            if pending.is_empty() && !wants_capacity {
+                continue;
+            }
+            bar.set_message(format!("{settings}: starting the engine"));
+            let server = EngineProcess::start(&exe, &model_file, settings)
+                .await
+                .with_context(|| format!("starting the engine for {settings}"))?;
+            for shape in pending {
+                bar.set_message(format!("{settings}: {}", shape.name));
+                let outcome = profile::measure_shape(
+                    &ctx, &server, &config, settings, shape, sweep.sla, sweep.seed,
+                )
+                .await?;
+                bar.inc(1);
+                outcomes.push(outcome);
+            }
+            if let Some(search) = &sweep.capacity
+                && wants_capacity
+            {
+                let shape = sweep
+                    .shapes
+                    .iter()
+                    .find(|s| s.name == search.shape)
+                    .context("the capacity shape")?;
+                // Start the bracket near what the closed-loop run sustained.
+                let start = outcomes
+                    .iter()
+                    .rev()
+                    .find(|o| &o.settings == settings)
+                    .map_or(0.5, |o| (o.report.requests_per_s * 0.5).max(0.05));
+                let capacity = profile::capacity_search(
+                    &ctx,
+                    &server,
+                    &config,
+                    shape,
+                    search,
+                    start,
+                    |point, met| {
+                        bar.set_message(format!(
+                            "{settings}: capacity probe {:.2} req/s -> TTFT p99 {:.0} ms, TPOT p99 {:.1} ms {}",
+                            point.rate_rps,
+                            point.ttft_p99_s * 1e3,
+                            point.tpot_p99_s * 1e3,
+                            if met { "meets" } else { "misses" }
+                        ));
+                    },
+                )
+                .await?;
+                capacities.push((settings.clone(), capacity.max_rps));
+            }
+            drop(server);
+        }
+        bar.finish_and_clear();
+        store.close().await;
+        if self.json {
+            let capacity: Vec<_> = capacities
+                .iter()
+                .map(|(s, rps)| serde_json::json!({"config": s, "max_requests_per_s": rps}))
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({
+                    "hardware": hardware,
+                    "runs": outcomes,
+                    "capacity": capacity,
+                }))?
+            );
+            return Ok(());
+        }
+        println!(
+            "host: {} ({} cores / {} threads, {} NUMA node(s), {:.1} GB/s measured)",
+            hardware.cpu_model,
+            hardware.cores,
+            hardware.threads,
+            hardware.numa_nodes,
+            hardware.bandwidth_gb_per_s.unwrap_or(0.0)
+        );
+        println!("{}", header());
+        for o in &outcomes {
+            let capacity = capacities
+                .iter()
+                .find(|(s, _)| s == &o.settings)
+                .map(|(_, c)| *c);
+            println!(
+                "{}",
+                row(
+                    &o.settings.to_string(),
+                    &o.shape,
+                    &o.report,
+                    Some((o.peak_rss_bytes, o.cpu_utilization, o.reused)),
+                    capacity
+                )
+            );
+        }
+        println!(
+            "TTFT: arrival to first token; TPOT: mean gap between output tokens per request; \
+             E2E: arrival to last token (p50/p99, ms)."
+        );
+        Ok(())
+    }
+}
+
+fn progress_bar(total: u64, hidden: bool) -> ProgressBar {
+    if hidden {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} runs, ETA {eta} {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(Duration::from_millis(250));
+    bar
+}
+
+fn stored_outcome(
+    settings: &profile::EngineSettings,
+    shape: &str,
+    run: &strata_controller::store::ProfileRunRow,
+) -> RunOutcome {
+    use strata_controller::loadgen::Percentiles;
+    let p = |p50, p90, p95, p99| Percentiles { p50, p90, p95, p99 };
+    RunOutcome {
+        settings: settings.clone(),
+        shape: shape.to_owned(),
+        report: LoadReport {
+            duration_s: (run.finished_at - run.started_at).as_seconds_f64(),
+            requests: run.request_count as usize,
+            errors: run.error_count as usize,
+            ttft_ms: p(
+                run.ttft_p50_ms,
+                run.ttft_p90_ms,
+                run.ttft_p95_ms,
+                run.ttft_p99_ms,
+            ),
+            tpot_ms: p(
+                run.tpot_p50_ms,
+                run.tpot_p90_ms,
+                run.tpot_p95_ms,
+                run.tpot_p99_ms,
+            ),
+            itl_ms: p(
+                run.itl_p50_ms,
+                run.itl_p90_ms,
+                run.itl_p95_ms,
+                run.itl_p99_ms,
+            ),
+            e2e_ms: p(
+                run.e2e_p50_ms,
+                run.e2e_p90_ms,
+                run.e2e_p95_ms,
+                run.e2e_p99_ms,
+            ),
+            output_tokens_per_s: run.output_tokens_per_s,
+            total_tokens_per_s: run.total_tokens_per_s,
+            requests_per_s: run.requests_per_s,
+            goodput_requests_per_s: run.goodput_requests_per_s,
+            sla_attainment: run.sla_attainment,
+            error_samples: Vec::new(),
+            records: Vec::new(),
+        },
+        peak_rss_bytes: run.peak_rss_bytes as u64,
+        cpu_utilization: run.cpu_utilization,
+        run_id: Some(run.id.0),
+        reused: true,
+    }
+}
+
+fn header() -> String {
+    format!(
+        "{:<28} {:<10} {:>5} {:>4} {:>9} {:>15} {:>13} {:>9} {:>8} {:>8} {:>5} {:>9}",
+        "config",
+        "shape",
+        "reqs",
+        "err",
+        "out tok/s",
+        "TTFT p50/p99",
+        "TPOT p50/p99",
+        "E2E p99",
+        "goodput",
+        "RSS MiB",
+        "CPU",
+        "cap rps"
+    )
+}
+
+fn row(
+    config: &str,
+    shape: &str,
+    r: &LoadReport,
+    process: Option<(u64, f64, bool)>,
+    capacity: Option<f64>,
+) -> String {
+    let (rss, cpu, reused) =
+        process.map_or(("-".into(), "-".into(), false), |(rss, cpu, reused)| {
+            (
+                format!("{}", rss >> 20),
+                format!("{:.0}%", cpu * 100.0),
+                reused,
+            )
+        });
+    format!(
+        "{:<28} {:<10} {:>5} {:>4} {:>9.1} {:>15} {:>13} {:>9.0} {:>8.2} {:>8} {:>5} {:>9}{}",
+        config,
+        shape,
+        r.requests,
+        r.errors,
+        r.output_tokens_per_s,
+        format!("{:.0}/{:.0}", r.ttft_ms.p50, r.ttft_ms.p99),
+        format!("{:.1}/{:.1}", r.tpot_ms.p50, r.tpot_ms.p99),
+        r.e2e_ms.p99,
+        r.goodput_requests_per_s,
+        rss,
+        cpu,
+        capacity.map_or("-".into(), |c| format!("{c:.2}")),
+        if reused { "  (stored)" } else { "" }
+    )
+}
+
+fn print_errors(report: &LoadReport) {
+    for e in &report.error_samples {
+        eprintln!("error: {e}");
+    }
+}
+
+/// The model's row, recorded on first use (by the cache's checksum, or the file's own).
+async fn ensure_model(store: &dyn Store, name: &str, path: &Path) -> anyhow::Result<ModelRow> {
+    let (display, sha256) = match model_cache::spec(name) {
+        Ok(spec) => (spec.name.to_owned(), spec.sha256.to_owned()),
+        Err(_) => (
+            path.file_name()
+                .map_or_else(|| name.to_owned(), |n| n.to_string_lossy().into_owned()),
+            file_sha256(path)?,
+        ),
+    };
+    if let Some(row) = store.find_model_by_sha256(&sha256).await? {
+        return Ok(row);
+    }
+    let size = std::fs::metadata(path).map_or(0, |m| m.len());
+    Ok(store
+        .insert_model(&NewModel {
+            name: display,
+            path: path.display().to_string(),
+            format: if path.is_dir() { "safetensors" } else { "gguf" }.to_owned(),
+            sha256,
+            size_bytes: i64::try_from(size)?,
+            parameters: None,
+        })
+        .await?)
+}
+
+fn file_sha256(path: &Path) -> anyhow::Result<String> {
+    if path.is_dir() {
+        return Ok(format!("{:x}", Sha256::digest(path.display().to_string())));
+    }
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(format!("{:x}", hasher.finalize()))
+}
