@@ -1,5 +1,6 @@
-//! Strata's controller: the store (Postgres or SQLite), the local model cache, and the jobs that measure the
-//! engine and feed the planner.
+//! Strata's controller: the store (Postgres or SQLite), the local model cache, the jobs that measure the
+//! engine, and the bridge that turns stored measurements into the planner's inputs (`planning`).
 
 pub mod model_cache;
+pub mod planning;
 pub mod store;
