@@ -3,6 +3,7 @@
 mod bench;
 mod generate;
 mod model;
+mod plan;
 mod serve;
 mod store;
 
@@ -45,6 +46,8 @@ pub(crate) enum Command {
     /// Fetch, list and locate model files in the local cache.
     #[command(subcommand)]
     Model(model::ModelCommand),
+    /// Plan CPU instances and GPU fallback hour by hour for a workload, and record the plan.
+    Plan(plan::PlanArgs),
     /// Serve a model over the OpenAI API with continuous batching.
     Serve(serve::ServeArgs),
     /// Inspect the store (PostgreSQL or the embedded SQLite file).
@@ -59,6 +62,7 @@ impl Command {
             Command::Bench(args) => args.run(global),
             Command::Generate(args) => args.run(global),
             Command::Model(cmd) => cmd.run(global),
+            Command::Plan(args) => args.run(global),
             Command::Serve(args) => args.run(global),
             Command::Store(cmd) => cmd.run(global),
         }
