@@ -87,6 +87,10 @@ fn plan_prints_the_table_and_records_the_plan() {
     let json: serde_json::Value = serde_json::from_str(&stdout(&output)).expect("JSON plan");
     assert_eq!(json["workload"], "smol-assistant");
     assert_eq!(json["hours"].as_array().map(Vec::len), Some(24));
+    assert!(
+        !stderr(&output).contains("differs"),
+        "same file, same workload"
+    );
     assert_eq!(status_count(dir.path(), "workloads"), 1);
     assert_eq!(status_count(dir.path(), "plans"), 2);
     assert_eq!(status_count(dir.path(), "prices"), prices);

@@ -4,7 +4,7 @@
 //! Units: the store keeps latencies in milliseconds (`_ms`), the planner in seconds (`_s`); rates are
 //! requests/s and tokens/s on both sides. Every conversion happens here, once.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, hash_map::Entry};
 
 use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
@@ -167,10 +167,10 @@ pub async fn profiles_from_store(
                 if points.is_empty() {
                     continue;
                 }
-                if !hosts.contains_key(&hardware_id) {
-                    hosts.insert(hardware_id, store.get_hardware(hardware_id).await?);
-                }
-                let host = &hosts[&hardware_id];
+                let host = match hosts.entry(hardware_id) {
+                    Entry::Occupied(known) => known.into_mut(),
+                    Entry::Vacant(slot) => slot.insert(store.get_hardware(hardware_id).await?),
+                };
                 let profile = profile_of(model, &config, host, points, runs.first().copied())?;
                 profile.validate().map_err(PlanningError::Profile)?;
                 profiles.push(profile);
@@ -349,8 +349,8 @@ pub fn plan_output_tokens(plan: &Plan, workload: &Workload) -> i64 {
     tokens.round() as i64
 }
 
-/// Records a plan under its workload: the workload row with the workload's name is reused, or recorded
-/// (spec = the validated workload as JSON); the plan row holds the plan as JSON, its cost per day and
+/// Records a plan under its workload: the workload row with the workload's name is reused (with a
+/// warning when its spec differs), or recorded (spec = the validated workload as JSON); the plan row holds the plan as JSON, its cost per day and
 /// [`plan_output_tokens`].
 ///
 /// # Errors
@@ -363,12 +363,23 @@ pub async fn record_plan(
     let json = |what, value: Result<Value, serde_json::Error>| {
         value.map_err(|source| PlanningError::Json { what, source })
     };
+    let spec = json("workload", serde_json::to_value(workload))?;
     let workload_row = match store.find_workload_by_name(&workload.name).await? {
-        Some(row) => row,
+        Some(row) => {
+            if row.spec != spec {
+                tracing::warn!(
+                    workload = %row.name,
+                    id = %row.id,
+                    "the stored workload of this name differs from the file; the plan is recorded under \
+                     the stored one (rename the workload to keep both)"
+                );
+            }
+            row
+        }
         None => {
             let new = NewWorkload {
                 name: workload.name.clone(),
-                spec: json("workload", serde_json::to_value(workload))?,
+                spec,
             };
             match store.insert_workload(&new).await {
                 Ok(row) => row,
