@@ -1,8 +1,9 @@
-//! Strata's controller: the store (Postgres or SQLite), the local model cache, and the jobs that measure the
-//! engine and feed the planner.
+//! Strata's controller: the store (Postgres or SQLite), the local model cache, the jobs that measure the
+//! engine, and the bridge that turns stored measurements into the planner's inputs (`planning`).
 
 pub mod hardware;
 pub mod loadgen;
 pub mod model_cache;
+pub mod planning;
 pub mod profile;
 pub mod store;

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use crate::{
     loadgen::{self, Api, Arrival, Lengths, LoadReport, LoadSpec, Shape, Sla},
+    planning::StoredLoadPoint,
     store::{
         ConfigRow, HardwareRow, ModelRow, NewCapacityResult, NewConfig, NewProfileRun,
         ProfileRunRow, Store, StoreError,
@@ -354,33 +355,17 @@ pub struct RunOutcome {
     pub reused: bool,
 }
 
-/// One point of a capacity curve, in the planner's units.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct CurvePoint {
-    /// Offered load, requests/s.
-    pub rate_rps: f64,
-    /// p99 time to first token, seconds.
-    pub ttft_p99_s: f64,
-    /// p99 time per output token, seconds.
-    pub tpot_p99_s: f64,
-    /// p99 end-to-end latency, seconds.
-    pub e2e_p99_s: f64,
-    /// Output tokens/s achieved.
-    pub output_tokens_per_s: f64,
-    /// Prompt + output tokens/s achieved.
-    pub total_tokens_per_s: f64,
-}
+/// A capacity curve point as stored: offered rate, p99 latencies in ms, throughputs.
+pub type CurvePoint = StoredLoadPoint;
 
-impl CurvePoint {
-    fn of(rate: f64, r: &LoadReport) -> Self {
-        Self {
-            rate_rps: rate,
-            ttft_p99_s: r.ttft_ms.p99 / 1e3,
-            tpot_p99_s: r.tpot_ms.p99 / 1e3,
-            e2e_p99_s: r.e2e_ms.p99 / 1e3,
-            output_tokens_per_s: r.output_tokens_per_s,
-            total_tokens_per_s: r.total_tokens_per_s,
-        }
+fn curve_point(rate: f64, r: &LoadReport) -> CurvePoint {
+    StoredLoadPoint {
+        rate_rps: rate,
+        ttft_p99_ms: r.ttft_ms.p99,
+        tpot_p99_ms: r.tpot_ms.p99,
+        e2e_p99_ms: r.e2e_ms.p99,
+        output_tokens_per_s: r.output_tokens_per_s,
+        total_tokens_per_s: r.total_tokens_per_s,
     }
 }
 
@@ -602,7 +587,7 @@ pub async fn capacity_search(
             ..shape.clone()
         };
         let report = loadgen::run(&load_spec(&server.base_url, &probe_shape, sla, seed)).await?;
-        let point = CurvePoint::of(rate, &report);
+        let point = curve_point(rate, &report);
         let met = report.errors == 0
             && report.ttft_ms.p99 <= search.ttft_p99_ms
             && report.tpot_ms.p99 <= search.tpot_p99_ms;

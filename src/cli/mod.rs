@@ -3,6 +3,7 @@
 mod bench;
 mod generate;
 mod model;
+mod plan;
 mod profile;
 mod serve;
 mod store;
@@ -46,6 +47,8 @@ pub(crate) enum Command {
     /// Fetch, list and locate model files in the local cache.
     #[command(subcommand)]
     Model(model::ModelCommand),
+    /// Plan CPU instances and GPU fallback hour by hour for a workload, and record the plan.
+    Plan(plan::PlanArgs),
     /// Measure configs under load (a sweep of local engine configs, or any OpenAI endpoint) and store
     /// the results.
     Profile(profile::ProfileArgs),
@@ -63,6 +66,7 @@ impl Command {
             Command::Bench(args) => args.run(global),
             Command::Generate(args) => args.run(global),
             Command::Model(cmd) => cmd.run(global),
+            Command::Plan(args) => args.run(global),
             Command::Profile(args) => args.run(global),
             Command::Serve(args) => args.run(global),
             Command::Store(cmd) => cmd.run(global),

@@ -224,8 +224,8 @@ impl ProfileArgs {
                         bar.set_message(format!(
                             "{settings}: capacity probe {:.2} req/s -> TTFT p99 {:.0} ms, TPOT p99 {:.1} ms {}",
                             point.rate_rps,
-                            point.ttft_p99_s * 1e3,
-                            point.tpot_p99_s * 1e3,
+                            point.ttft_p99_ms,
+                            point.tpot_p99_ms,
                             if met { "meets" } else { "misses" }
                         ));
                     },

@@ -53,7 +53,13 @@ async fn status(global: &GlobalArgs) -> anyhow::Result<()> {
     );
     println!("models    {}", store.list_models().await?.len());
     println!("hardware  {}", store.list_hardware().await?.len());
-    println!("workloads {}", store.list_workloads().await?.len());
+    let workloads = store.list_workloads().await?;
+    let mut plans = 0;
+    for workload in &workloads {
+        plans += store.list_plans_for_workload(workload.id).await?.len();
+    }
+    println!("workloads {}", workloads.len());
+    println!("plans     {plans}");
     println!("prices    {}", store.list_catalog_prices(None).await?.len());
     println!(
         "jobs      {} queued",
