@@ -6,5 +6,6 @@ mod cli;
 mod common;
 mod convert;
 mod plan;
+mod profile;
 mod reference;
 mod server;
