@@ -175,6 +175,7 @@ store_tests!(
     ledger_sums_a_day_window,
     missing_rows_are_not_found,
     profile_jobs_move_through_their_states,
+    an_expired_lease_hands_the_job_to_another_worker,
     concurrent_claimers_never_share_a_job,
 );
 
@@ -1073,6 +1074,76 @@ async fn missing_rows_are_not_found(store: Arc<dyn Store>) {
     );
     let err = store.get_model(ModelId(404)).await.unwrap_err();
     assert_eq!(err.to_string(), "model 404 not found");
+}
+
+async fn an_expired_lease_hands_the_job_to_another_worker(store: Arc<dyn Store>) {
+    use std::time::Duration;
+    let hour = Duration::from_secs(3600);
+    let job = store.enqueue_profile_job(&json!({"n": 1})).await.unwrap();
+    let claimed = store
+        .claim_next_profile_job_leased("worker-a", hour)
+        .await
+        .unwrap()
+        .expect("the queued job");
+    assert_eq!((claimed.id, claimed.attempts), (job.id, 1));
+    assert!(
+        store
+            .renew_profile_job_lease(job.id, "worker-a")
+            .await
+            .unwrap()
+    );
+    // A fresh claim is not taken over.
+    assert_eq!(
+        store
+            .claim_next_profile_job_leased("worker-b", hour)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store.claim_next_profile_job("worker-b").await.unwrap(),
+        None
+    );
+    // Once the lease has run out, another worker takes the job over.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let taken = store
+        .claim_next_profile_job_leased("worker-b", Duration::from_millis(5))
+        .await
+        .unwrap()
+        .expect("the expired job");
+    assert_eq!(taken.id, job.id);
+    assert_eq!(taken.claimed_by.as_deref(), Some("worker-b"));
+    assert_eq!(taken.attempts, 2);
+    assert!(
+        !store
+            .renew_profile_job_lease(job.id, "worker-a")
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .renew_profile_job_lease(job.id, "worker-b")
+            .await
+            .unwrap()
+    );
+    store
+        .complete_profile_job(job.id, &JobOutcome::Done { run_id: None })
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .renew_profile_job_lease(job.id, "worker-b")
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store
+            .claim_next_profile_job_leased("worker-c", Duration::ZERO)
+            .await
+            .unwrap(),
+        None,
+        "finished jobs are never claimed"
+    );
 }
 
 async fn profile_jobs_move_through_their_states(store: Arc<dyn Store>) {

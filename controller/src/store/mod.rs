@@ -239,6 +239,16 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Claims the oldest queued job for `worker`, marking it running, or returns `None` when none is
     /// queued. Concurrent claimers, in this process or others sharing the database, never get the same job.
     async fn claim_next_profile_job(&self, worker: &str) -> Result<Option<ProfileJobRow>>;
+    /// Like [`Store::claim_next_profile_job`], and also takes over a running job whose claim is older
+    /// than `lease` (its worker died or stopped renewing): the oldest such or queued job first.
+    async fn claim_next_profile_job_leased(
+        &self,
+        worker: &str,
+        lease: std::time::Duration,
+    ) -> Result<Option<ProfileJobRow>>;
+    /// Renews `worker`'s claim on running job `id`; `false` when the job is no longer `worker`'s or
+    /// no longer running (another worker took it over after the lease expired).
+    async fn renew_profile_job_lease(&self, id: ProfileJobId, worker: &str) -> Result<bool>;
     /// Marks a running job done or failed; [`StoreError::JobNotRunning`] if it is not running.
     async fn complete_profile_job(
         &self,

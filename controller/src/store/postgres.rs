@@ -45,11 +45,19 @@ impl PgStore {
 
     /// Claims the oldest queued job in one transaction: the row lock taken with `SKIP LOCKED` keeps
     /// concurrent claimers off it without making them wait.
-    async fn claim_next(&self, worker: &str, at: DateTime<Utc>) -> Result<Option<ProfileJobRow>> {
+    async fn claim_next(
+        &self,
+        worker: &str,
+        at: DateTime<Utc>,
+        expired_before: Option<DateTime<Utc>>,
+    ) -> Result<Option<ProfileJobRow>> {
         let mut tx = self.pool.begin().await?;
         let next: Option<ProfileJobId> = sqlx::query_scalar(
-            "SELECT id FROM profile_jobs WHERE status = 'queued' ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED",
+            "SELECT id FROM profile_jobs WHERE status = 'queued' \
+             OR (status = 'running' AND $1::timestamptz IS NOT NULL AND claimed_at < $1) \
+             ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED",
         )
+        .bind(expired_before)
         .fetch_optional(&mut *tx)
         .await?;
         let Some(id) = next else {

@@ -20,7 +20,8 @@ pub(super) fn now() -> DateTime<Utc> {
 }
 
 /// Implements `Store` for `$store`, whose `pool` field is a `sqlx::Pool<$db>` and which has an inherent
-/// `async fn claim_next(&self, worker: &str, at: DateTime<Utc>) -> Result<Option<ProfileJobRow>>`.
+/// `async fn claim_next(&self, worker: &str, at: DateTime<Utc>, expired_before: Option<DateTime<Utc>>)`
+/// (with `expired_before`, running jobs claimed before it are taken over too).
 macro_rules! impl_store {
     ($store:ty, $db:ty) => {
         const _: () = {
@@ -644,12 +645,47 @@ macro_rules! impl_store {
                     &self,
                     worker: &str,
                 ) -> Result<Option<ProfileJobRow>> {
-                    let claimed = self.claim_next(worker, now()).await?;
+                    let claimed = self.claim_next(worker, now(), None).await?;
                     if let Some(job) = &claimed {
                         let attempts = job.attempts;
                         tracing::debug!(job = %job.id, worker, attempts, "claimed profile job");
                     }
                     Ok(claimed)
+                }
+
+                async fn claim_next_profile_job_leased(
+                    &self,
+                    worker: &str,
+                    lease: std::time::Duration,
+                ) -> Result<Option<ProfileJobRow>> {
+                    let at = now();
+                    let lease = chrono::Duration::from_std(lease)
+                        .unwrap_or(chrono::Duration::MAX);
+                    let expired_before = at.checked_sub_signed(lease).unwrap_or(at);
+                    let claimed = self.claim_next(worker, at, Some(expired_before)).await?;
+                    if let Some(job) = &claimed {
+                        let attempts = job.attempts;
+                        tracing::debug!(job = %job.id, worker, attempts, "claimed profile job (leased)");
+                    }
+                    Ok(claimed)
+                }
+
+                async fn renew_profile_job_lease(
+                    &self,
+                    id: ProfileJobId,
+                    worker: &str,
+                ) -> Result<bool> {
+                    let renewed = sqlx::query::<Db>(
+                        "UPDATE profile_jobs SET claimed_at = $3 \
+                         WHERE id = $1 AND claimed_by = $2 AND status = 'running'",
+                    )
+                    .bind(id)
+                    .bind(worker)
+                    .bind(now())
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected();
+                    Ok(renewed == 1)
                 }
 
                 async fn complete_profile_job(

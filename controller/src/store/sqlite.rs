@@ -66,15 +66,23 @@ impl SqliteStore {
 
     /// Claims the oldest queued job in a single statement: SQLite runs one writer at a time, so the
     /// statement's read and write cannot interleave with another claimer's.
-    async fn claim_next(&self, worker: &str, at: DateTime<Utc>) -> Result<Option<ProfileJobRow>> {
+    async fn claim_next(
+        &self,
+        worker: &str,
+        at: DateTime<Utc>,
+        expired_before: Option<DateTime<Utc>>,
+    ) -> Result<Option<ProfileJobRow>> {
         let job = sqlx::query_as::<Sqlite, ProfileJobRow>(
             "UPDATE profile_jobs SET status = 'running', claimed_by = $1, claimed_at = $2, \
              attempts = attempts + 1 \
-             WHERE id = (SELECT id FROM profile_jobs WHERE status = 'queued' ORDER BY id LIMIT 1) \
+             WHERE id = (SELECT id FROM profile_jobs WHERE status = 'queued' \
+               OR (status = 'running' AND $3 IS NOT NULL AND claimed_at < $3) \
+               ORDER BY id LIMIT 1) \
              RETURNING *",
         )
         .bind(worker)
         .bind(at)
+        .bind(expired_before)
         .fetch_optional(&self.pool)
         .await?;
         Ok(job)
