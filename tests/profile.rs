@@ -101,8 +101,13 @@ async fn a_sweep_runs_end_to_end_on_sqlite() {
     sweep_lands_in(&url).await;
 }
 
-#[tokio::test]
-async fn a_sweep_runs_end_to_end_on_postgres() {
+/// Runs `test` against a fresh PostgreSQL database, dropped afterwards; fails under CI when the
+/// server is unreachable, skips loudly otherwise.
+async fn with_postgres<F, Fut>(name: &str, test: F)
+where
+    F: FnOnce(String) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     use sqlx::{Connection, Executor, PgConnection};
     let server = std::env::var("STRATA_TEST_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
@@ -114,7 +119,7 @@ async fn a_sweep_runs_end_to_end_on_postgres() {
             return;
         }
     };
-    let database = format!("strata_test_profile_{}", std::process::id());
+    let database = format!("strata_test_{name}_{}", std::process::id());
     admin
         .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}")))
         .await
@@ -123,7 +128,7 @@ async fn a_sweep_runs_end_to_end_on_postgres() {
         Some((base, _)) => format!("{base}/{database}"),
         None => panic!("a database URL: {server}"),
     };
-    let outcome = tokio::spawn(async move { sweep_lands_in(&url).await }).await;
+    let outcome = tokio::spawn(test(url)).await;
     admin
         .execute(sqlx::AssertSqlSafe(format!(
             "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
@@ -133,4 +138,125 @@ async fn a_sweep_runs_end_to_end_on_postgres() {
     if let Err(failure) = outcome {
         std::panic::resume_unwind(failure.into_panic());
     }
+}
+
+#[tokio::test]
+async fn a_sweep_runs_end_to_end_on_postgres() {
+    with_postgres("profile", |url| async move { sweep_lands_in(&url).await }).await;
+}
+
+fn worker(url: &str, name: &str) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([
+            "--database-url",
+            url,
+            "worker",
+            "--name",
+            name,
+            "--lease-secs",
+            "2",
+            "--exit-when-idle",
+        ])
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("strata worker starts")
+}
+
+/// Two workers share one PostgreSQL queue: no config is measured twice, and when one is killed in
+/// the middle of a job, the other takes the job over once its lease runs out and finishes it.
+#[tokio::test]
+async fn two_workers_split_a_sweep_and_a_killed_one_loses_nothing() {
+    with_postgres("workers", |url| async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sweep = sweep_file(dir.path());
+        let text = std::fs::read_to_string(&sweep).expect("sweep");
+        std::fs::write(
+            &sweep,
+            text.replace("[\"q8_0\", \"q4_1\", \"f16\"]", "[\"q8_0\", \"q4_1\"]")
+                .replace("requests = 2", "requests = 6"),
+        )
+        .expect("write");
+        let queued = Command::new(env!("CARGO_BIN_EXE_strata"))
+            .args([
+                "--database-url",
+                &url,
+                "profile",
+                "--enqueue",
+                "--json",
+                "--sweep",
+            ])
+            .arg(&sweep)
+            .output()
+            .expect("enqueue");
+        assert!(
+            queued.status.success(),
+            "{}",
+            String::from_utf8_lossy(&queued.stderr)
+        );
+        let store = store::open(&url).await.expect("store");
+        assert_eq!(store.list_profile_jobs(None).await.expect("jobs").len(), 8);
+        let mut a = worker(&url, "worker-a");
+        let mut b = worker(&url, "worker-b");
+        // Kill worker A in the middle of a job it holds.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let running = store
+                .list_profile_jobs(Some(store::JobStatus::Running))
+                .await
+                .expect("jobs");
+            if running
+                .iter()
+                .any(|j| j.claimed_by.as_deref() == Some("worker-a"))
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "worker A never claimed a job"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        a.kill().expect("kill worker A");
+        let _ = a.wait();
+        let status = tokio::task::spawn_blocking(move || b.wait())
+            .await
+            .expect("join")
+            .expect("wait");
+        assert!(status.success(), "worker B failed");
+        let jobs = store.list_profile_jobs(None).await.expect("jobs");
+        assert!(
+            jobs.iter().all(|j| j.status == store::JobStatus::Done),
+            "every job done: {jobs:?}"
+        );
+        assert!(
+            jobs.iter()
+                .any(|j| j.attempts == 2 && j.claimed_by.as_deref() == Some("worker-b")),
+            "worker B took over worker A's job: {jobs:?}"
+        );
+        let mut runs_per_config = Vec::new();
+        for model in store.list_models().await.expect("models") {
+            for config in store
+                .list_configs_for_model(model.id)
+                .await
+                .expect("configs")
+            {
+                runs_per_config.push(
+                    store
+                        .list_profile_runs_for_config(config.id)
+                        .await
+                        .expect("runs")
+                        .len(),
+                );
+            }
+        }
+        assert_eq!(
+            runs_per_config,
+            vec![1; 8],
+            "each config measured exactly once"
+        );
+        store.close().await;
+    })
+    .await;
 }

@@ -7,3 +7,4 @@ pub mod model_cache;
 pub mod planning;
 pub mod profile;
 pub mod store;
+pub mod worker;

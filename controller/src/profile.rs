@@ -272,6 +272,8 @@ impl EngineProcess {
             .args(["--max-batch", &settings.max_batch.to_string()])
             .args(["--kv-mem", &settings.kv_mem_mib.to_string()])
             .args(["--port", "0", "--served-model-name", SERVED_NAME])
+            .arg("--exit-with-stdin")
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -637,6 +639,160 @@ pub async fn capacity_search(
         })
         .await?;
     Ok(capacity)
+}
+
+/// Progress of a config's profiling, for a progress bar.
+#[derive(Debug, Clone)]
+pub enum Progress {
+    /// The engine server is starting.
+    Starting,
+    /// A shape is being measured.
+    Measuring(String),
+    /// A shape is done (measured or reused).
+    ShapeDone,
+    /// A capacity probe finished.
+    Probe {
+        /// Its offered rate and p99s.
+        point: CurvePoint,
+        /// Whether it met the SLA.
+        met: bool,
+    },
+}
+
+/// What profiling one config produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfigOutcome {
+    /// One outcome per shape.
+    pub runs: Vec<RunOutcome>,
+    /// The capacity found, when searched.
+    pub capacity_rps: Option<f64>,
+}
+
+/// Profiles one config of `sweep`: reuses shapes this host and engine version already measured
+/// (unless `force`), starts the engine only when something is left to measure, measures the rest,
+/// and searches capacity when the sweep asks and none is stored for this host.
+///
+/// # Errors
+/// When the engine does not start, the load generator cannot run, or the store fails.
+pub async fn run_config(
+    ctx: &RunContext<'_>,
+    exe: &Path,
+    model_file: &Path,
+    sweep: &Sweep,
+    settings: &EngineSettings,
+    force: bool,
+    mut progress: impl FnMut(Progress),
+) -> Result<ConfigOutcome> {
+    let config = ensure_config(ctx.store, ctx.model, settings).await?;
+    let mut runs = Vec::new();
+    let mut pending = Vec::new();
+    for shape in &sweep.shapes {
+        let key = shape_json(shape, &sweep.sla);
+        match find_existing(ctx, &config, &key).await? {
+            Some(run) if !force => {
+                progress(Progress::ShapeDone);
+                runs.push(RunOutcome::stored(settings, &shape.name, &run));
+            }
+            _ => pending.push(shape),
+        }
+    }
+    let wants_capacity = sweep.capacity.is_some()
+        && (force
+            || ctx
+                .store
+                .list_capacity_results_for_config(config.id)
+                .await?
+                .iter()
+                .all(|c| c.hardware_id != ctx.hardware.id));
+    if pending.is_empty() && !wants_capacity {
+        return Ok(ConfigOutcome {
+            runs,
+            capacity_rps: None,
+        });
+    }
+    progress(Progress::Starting);
+    let server = EngineProcess::start(exe, model_file, settings).await?;
+    for shape in pending {
+        progress(Progress::Measuring(shape.name.clone()));
+        let outcome = measure_shape(
+            ctx, &server, &config, settings, shape, sweep.sla, sweep.seed,
+        )
+        .await?;
+        progress(Progress::ShapeDone);
+        runs.push(outcome);
+    }
+    let mut capacity_rps = None;
+    if let Some(search) = sweep.capacity.as_ref().filter(|_| wants_capacity) {
+        let shape = sweep
+            .shapes
+            .iter()
+            .find(|s| s.name == search.shape)
+            .ok_or_else(|| ProfileError::Sweep(format!("no shape named `{}`", search.shape)))?;
+        // Start the bracket near half of what the measured run completed.
+        let start = runs
+            .iter()
+            .find(|o| o.shape == search.shape)
+            .map_or(0.5, |o| (o.report.requests_per_s * 0.5).max(0.05));
+        let capacity =
+            capacity_search(ctx, &server, &config, shape, search, start, |point, met| {
+                progress(Progress::Probe { point: *point, met });
+            })
+            .await?;
+        capacity_rps = Some(capacity.max_rps);
+    }
+    Ok(ConfigOutcome { runs, capacity_rps })
+}
+
+impl RunOutcome {
+    /// A stored run, shown as an outcome.
+    pub fn stored(settings: &EngineSettings, shape: &str, run: &ProfileRunRow) -> Self {
+        use crate::loadgen::Percentiles;
+        let p = |p50, p90, p95, p99| Percentiles { p50, p90, p95, p99 };
+        Self {
+            settings: settings.clone(),
+            shape: shape.to_owned(),
+            report: LoadReport {
+                duration_s: (run.finished_at - run.started_at).as_seconds_f64(),
+                requests: run.request_count as usize,
+                errors: run.error_count as usize,
+                ttft_ms: p(
+                    run.ttft_p50_ms,
+                    run.ttft_p90_ms,
+                    run.ttft_p95_ms,
+                    run.ttft_p99_ms,
+                ),
+                tpot_ms: p(
+                    run.tpot_p50_ms,
+                    run.tpot_p90_ms,
+                    run.tpot_p95_ms,
+                    run.tpot_p99_ms,
+                ),
+                itl_ms: p(
+                    run.itl_p50_ms,
+                    run.itl_p90_ms,
+                    run.itl_p95_ms,
+                    run.itl_p99_ms,
+                ),
+                e2e_ms: p(
+                    run.e2e_p50_ms,
+                    run.e2e_p90_ms,
+                    run.e2e_p95_ms,
+                    run.e2e_p99_ms,
+                ),
+                output_tokens_per_s: run.output_tokens_per_s,
+                total_tokens_per_s: run.total_tokens_per_s,
+                requests_per_s: run.requests_per_s,
+                goodput_requests_per_s: run.goodput_requests_per_s,
+                sla_attainment: run.sla_attainment,
+                error_samples: Vec::new(),
+                records: Vec::new(),
+            },
+            peak_rss_bytes: run.peak_rss_bytes as u64,
+            cpu_utilization: run.cpu_utilization,
+            run_id: Some(run.id.0),
+            reused: true,
+        }
+    }
 }
 
 #[cfg(test)]

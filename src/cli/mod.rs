@@ -7,6 +7,7 @@ mod plan;
 mod profile;
 mod serve;
 mod store;
+mod worker;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -54,6 +55,8 @@ pub(crate) enum Command {
     Profile(profile::ProfileArgs),
     /// Serve a model over the OpenAI API with continuous batching.
     Serve(serve::ServeArgs),
+    /// Claim profiling jobs queued with `strata profile --enqueue` and run them.
+    Worker(worker::WorkerArgs),
     /// Inspect the store (PostgreSQL or the embedded SQLite file).
     #[command(subcommand)]
     Store(store::StoreCommand),
@@ -70,6 +73,7 @@ impl Command {
             Command::Profile(args) => args.run(global),
             Command::Serve(args) => args.run(global),
             Command::Store(cmd) => cmd.run(global),
+            Command::Worker(args) => args.run(global),
         }
     }
 }

@@ -15,7 +15,7 @@ use strata_controller::{
     hardware,
     loadgen::{self, Api, Arrival, Lengths, LoadReport, LoadSpec, Shape, Sla},
     model_cache,
-    profile::{self, EngineProcess, RunContext, RunOutcome, Sweep},
+    profile::{self, Progress, RunContext, Sweep},
     store::{ModelRow, NewModel, Store},
 };
 
@@ -30,6 +30,9 @@ pub(crate) struct ProfileArgs {
     /// Measure configs again even when this host and engine version already have their runs.
     #[arg(long)]
     force: bool,
+    /// Queue the sweep's configs as jobs for `strata worker` processes instead of running them here.
+    #[arg(long, requires = "sweep")]
+    enqueue: bool,
     /// Profile an OpenAI-compatible endpoint instead (base URL without /v1).
     #[arg(long, value_name = "URL", requires = "model")]
     endpoint: Option<String>,
@@ -158,82 +161,58 @@ impl ProfileArgs {
             model: &model,
             engine_version,
         };
+        if self.enqueue {
+            let jobs = strata_controller::worker::enqueue_sweep(
+                store.as_ref(),
+                &sweep,
+                model.id,
+                model_file,
+            )
+            .await?;
+            let ids: Vec<i64> = jobs.iter().map(|j| j.id.0).collect();
+            store.close().await;
+            if self.json {
+                println!("{}", serde_json::json!({ "jobs": ids }));
+            } else {
+                println!(
+                    "queued {} profiling jobs (ids {ids:?}); run `strata worker` to work them off",
+                    ids.len()
+                );
+            }
+            return Ok(());
+        }
         let exe = std::env::current_exe().context("locating the strata binary")?;
         let configs = sweep.configs();
         let bar = progress_bar((configs.len() * sweep.shapes.len()) as u64, self.json);
         let mut outcomes = Vec::new();
         let mut capacities = Vec::new();
         for settings in &configs {
-            let config = profile::ensure_config(store.as_ref(), &model, settings).await?;
-            let mut pending = Vec::new();
-            for shape in &sweep.shapes {
-                let key = profile::shape_json(shape, &sweep.sla);
-                match profile::find_existing(&ctx, &config, &key).await? {
-                    Some(run) if !self.force => {
-                        bar.inc(1);
-                        outcomes.push(stored_outcome(settings, &shape.name, &run));
-                    }
-                    _ => pending.push(shape),
-                }
+            let outcome = profile::run_config(
+                &ctx,
+                &exe,
+                &model_file,
+                &sweep,
+                settings,
+                self.force,
+                |event| match event {
+                    Progress::Starting => bar.set_message(format!("{settings}: starting the engine")),
+                    Progress::Measuring(shape) => bar.set_message(format!("{settings}: {shape}")),
+                    Progress::ShapeDone => bar.inc(1),
+                    Progress::Probe { point, met } => bar.set_message(format!(
+                        "{settings}: capacity probe {:.2} req/s -> TTFT p99 {:.0} ms, TPOT p99 {:.1} ms {}",
+                        point.rate_rps,
+                        point.ttft_p99_ms,
+                        point.tpot_p99_ms,
+                        if met { "meets" } else { "misses" }
+                    )),
+                },
+            )
+            .await
+            .with_context(|| format!("profiling {settings}"))?;
+            if let Some(rps) = outcome.capacity_rps {
+                capacities.push((settings.clone(), rps));
             }
-            let wants_capacity = sweep.capacity.is_some()
-                && (self.force
-                    || store
-                        .list_capacity_results_for_config(config.id)
-                        .await?
-                        .iter()
-                        .all(|c| c.hardware_id != hardware.id));
-            if pending.is_empty() && !wants_capacity {
-                continue;
-            }
-            bar.set_message(format!("{settings}: starting the engine"));
-            let server = EngineProcess::start(&exe, &model_file, settings)
-                .await
-                .with_context(|| format!("starting the engine for {settings}"))?;
-            for shape in pending {
-                bar.set_message(format!("{settings}: {}", shape.name));
-                let outcome = profile::measure_shape(
-                    &ctx, &server, &config, settings, shape, sweep.sla, sweep.seed,
-                )
-                .await?;
-                bar.inc(1);
-                outcomes.push(outcome);
-            }
-            if let Some(search) = &sweep.capacity
-                && wants_capacity
-            {
-                let shape = sweep
-                    .shapes
-                    .iter()
-                    .find(|s| s.name == search.shape)
-                    .context("the capacity shape")?;
-                // Start the bracket near what the closed-loop run sustained.
-                let start = outcomes
-                    .iter()
-                    .rev()
-                    .find(|o| &o.settings == settings)
-                    .map_or(0.5, |o| (o.report.requests_per_s * 0.5).max(0.05));
-                let capacity = profile::capacity_search(
-                    &ctx,
-                    &server,
-                    &config,
-                    shape,
-                    search,
-                    start,
-                    |point, met| {
-                        bar.set_message(format!(
-                            "{settings}: capacity probe {:.2} req/s -> TTFT p99 {:.0} ms, TPOT p99 {:.1} ms {}",
-                            point.rate_rps,
-                            point.ttft_p99_ms,
-                            point.tpot_p99_ms,
-                            if met { "meets" } else { "misses" }
-                        ));
-                    },
-                )
-                .await?;
-                capacities.push((settings.clone(), capacity.max_rps));
-            }
-            drop(server);
+            outcomes.extend(outcome.runs);
         }
         bar.finish_and_clear();
         store.close().await;
@@ -298,59 +277,6 @@ fn progress_bar(total: u64, hidden: bool) -> ProgressBar {
     );
     bar.enable_steady_tick(Duration::from_millis(250));
     bar
-}
-
-fn stored_outcome(
-    settings: &profile::EngineSettings,
-    shape: &str,
-    run: &strata_controller::store::ProfileRunRow,
-) -> RunOutcome {
-    use strata_controller::loadgen::Percentiles;
-    let p = |p50, p90, p95, p99| Percentiles { p50, p90, p95, p99 };
-    RunOutcome {
-        settings: settings.clone(),
-        shape: shape.to_owned(),
-        report: LoadReport {
-            duration_s: (run.finished_at - run.started_at).as_seconds_f64(),
-            requests: run.request_count as usize,
-            errors: run.error_count as usize,
-            ttft_ms: p(
-                run.ttft_p50_ms,
-                run.ttft_p90_ms,
-                run.ttft_p95_ms,
-                run.ttft_p99_ms,
-            ),
-            tpot_ms: p(
-                run.tpot_p50_ms,
-                run.tpot_p90_ms,
-                run.tpot_p95_ms,
-                run.tpot_p99_ms,
-            ),
-            itl_ms: p(
-                run.itl_p50_ms,
-                run.itl_p90_ms,
-                run.itl_p95_ms,
-                run.itl_p99_ms,
-            ),
-            e2e_ms: p(
-                run.e2e_p50_ms,
-                run.e2e_p90_ms,
-                run.e2e_p95_ms,
-                run.e2e_p99_ms,
-            ),
-            output_tokens_per_s: run.output_tokens_per_s,
-            total_tokens_per_s: run.total_tokens_per_s,
-            requests_per_s: run.requests_per_s,
-            goodput_requests_per_s: run.goodput_requests_per_s,
-            sla_attainment: run.sla_attainment,
-            error_samples: Vec::new(),
-            records: Vec::new(),
-        },
-        peak_rss_bytes: run.peak_rss_bytes as u64,
-        cpu_utilization: run.cpu_utilization,
-        run_id: Some(run.id.0),
-        reused: true,
-    }
 }
 
 fn header() -> String {

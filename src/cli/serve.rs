@@ -56,6 +56,10 @@ pub(crate) struct ServeArgs {
     /// The model name clients use [default: the model argument's file stem or name].
     #[arg(long)]
     served_model_name: Option<String>,
+    /// Exit when standard input closes: a supervising process (the profiler) that dies takes its
+    /// servers with it.
+    #[arg(long, hide = true)]
+    exit_with_stdin: bool,
 }
 
 fn parse_kv(s: &str) -> Result<KvType, String> {
@@ -69,6 +73,14 @@ fn parse_kv(s: &str) -> Result<KvType, String> {
 impl ServeArgs {
     /// Runs the server until Ctrl-C or SIGTERM.
     pub(crate) fn run(self, _global: &GlobalArgs) -> anyhow::Result<()> {
+        if self.exit_with_stdin {
+            std::thread::spawn(|| {
+                let mut sink = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+                tracing::info!("standard input closed: the supervising process is gone; exiting");
+                std::process::exit(0);
+            });
+        }
         let path = resolve_model(&self.model)?;
         let options = LoadOptions {
             weights: self.weights,
