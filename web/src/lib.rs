@@ -1,1 +1,3 @@
 //! Strata's HTTP surface: the engine's OpenAI-compatible server, the gateway, the dashboard and metrics.
+
+pub mod dashboard;
