@@ -102,6 +102,7 @@ fn price(name: &str, accelerator: Option<&str>, on_demand: f64) -> NewCatalogPri
 }
 
 /// Seeds the demo data.
+#[allow(dead_code)]
 pub(crate) async fn demo(store: &dyn Store) -> Seeded {
     let host = store.insert_hardware(&hardware("fp-demo")).await.unwrap();
     let model = store
