@@ -1,10 +1,11 @@
 //! End-to-end tests: the `strata` binary, GGUF to Hugging Face conversion, the engine against
-//! llama.cpp's reference outputs, capacity planning with `strata plan`, and the engine server over
-//! HTTP.
+//! llama.cpp's reference outputs, capacity planning with `strata plan`, profiling sweeps and workers,
+//! the engine server over HTTP, and the dashboard in a browser.
 
 mod cli;
 mod common;
 mod convert;
+mod dashboard_browser;
 mod plan;
 mod profile;
 mod reference;

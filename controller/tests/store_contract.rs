@@ -166,6 +166,8 @@ store_tests!(
     rows_must_refer_to_existing_rows,
     profile_runs_round_trip_newest_first_per_config,
     capacity_and_quality_results_round_trip,
+    config_summaries_join_the_latest_results,
+    config_summaries_filter_sort_and_limit,
     catalog_prices_round_trip_with_latest_per_instance,
     duplicate_catalog_prices_conflict,
     workloads_round_trip,
@@ -584,6 +586,203 @@ async fn profile_runs_round_trip_newest_first_per_config(store: Arc<dyn Store>) 
         .map(|r| r.id)
         .collect();
     assert_eq!(ids, vec![later.id, row.id, earlier.id]);
+}
+
+/// The latest run per config and host, with the latest capacity and quality results, the reference
+/// perplexity of the same model and text, and the run count.
+async fn config_summaries_join_the_latest_results(store: Arc<dyn Store>) {
+    let (model, config, hardware) = seed(&*store).await;
+    assert!(
+        store
+            .list_config_summaries(&ConfigSummaryQuery::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let reference = store
+        .insert_config(&new_config(model.id, "f32", 8))
+        .await
+        .unwrap();
+    let other_host = store.insert_hardware(&new_hardware("fp-2")).await.unwrap();
+    store
+        .insert_profile_run(&new_run(config.id, hardware.id, at(1, 9, 0)))
+        .await
+        .unwrap();
+    let mut latest = new_run(config.id, hardware.id, at(2, 9, 0));
+    latest.output_tokens_per_s = 500.0;
+    let latest = store.insert_profile_run(&latest).await.unwrap();
+    let elsewhere = store
+        .insert_profile_run(&new_run(config.id, other_host.id, at(1, 8, 0)))
+        .await
+        .unwrap();
+    let reference_run = store
+        .insert_profile_run(&new_run(reference.id, hardware.id, at(1, 7, 0)))
+        .await
+        .unwrap();
+    for rate in [2.0, 3.5] {
+        store
+            .insert_capacity_result(&NewCapacityResult {
+                config_id: config.id,
+                hardware_id: hardware.id,
+                run_id: Some(latest.id),
+                sla_ttft_p99_ms: 500.0,
+                sla_tpot_p99_ms: 50.0,
+                max_requests_per_s: rate,
+                load_curve: json!([]),
+            })
+            .await
+            .unwrap();
+    }
+    for (config_id, perplexity, top1_agreement) in [
+        (reference.id, 9.0, None),
+        (config.id, 9.9, Some(0.9)),
+        (config.id, 9.5, Some(0.93)),
+    ] {
+        store
+            .insert_quality_result(&NewQualityResult {
+                config_id,
+                text_id: "wiki-1k".to_owned(),
+                perplexity,
+                top1_agreement,
+            })
+            .await
+            .unwrap();
+    }
+
+    let rows = store
+        .list_config_summaries(&ConfigSummaryQuery {
+            sort: ConfigSort::StartedAt,
+            descending: true,
+            ..ConfigSummaryQuery::default()
+        })
+        .await
+        .unwrap();
+    let ids: Vec<_> = rows.iter().map(|r| r.run_id).collect();
+    assert_eq!(ids, vec![latest.id, elsewhere.id, reference_run.id]);
+    let top = &rows[0];
+    assert_eq!(top.run_count, 2);
+    assert_eq!(top.model_name, "smollm2-135m");
+    assert_eq!(top.weight_type, "q8_0");
+    assert_eq!(top.cpu_model, hardware.cpu_model);
+    assert_eq!(top.started_at, micros(at(2, 9, 0)));
+    assert_eq!(top.output_tokens_per_s, 500.0);
+    assert_eq!(top.capacity_requests_per_s, Some(3.5));
+    assert_eq!(top.capacity_sla_ttft_p99_ms, Some(500.0));
+    assert_eq!(top.perplexity, Some(9.5));
+    assert_eq!(top.top1_agreement, Some(0.93));
+    assert_eq!(top.reference_perplexity, Some(9.0));
+    assert_eq!(rows[1].run_count, 1);
+    assert_eq!(rows[1].capacity_requests_per_s, None);
+    assert_eq!(rows[2].top1_agreement, None);
+    assert_eq!(rows[2].reference_perplexity, Some(9.0));
+}
+
+async fn config_summaries_filter_sort_and_limit(store: Arc<dyn Store>) {
+    let (model, config, hardware) = seed(&*store).await;
+    let other_model = store
+        .insert_model(&new_model("qwen2-0.5b", "cd34"))
+        .await
+        .unwrap();
+    let q4 = store
+        .insert_config(&new_config(model.id, "q4_0", 4))
+        .await
+        .unwrap();
+    let other = store
+        .insert_config(&new_config(other_model.id, "q8_0", 16))
+        .await
+        .unwrap();
+    let mut runs = Vec::new();
+    for (config_id, tokens_per_s, ttft_p99_ms) in [
+        (config.id, 300.0, 200.0),
+        (q4.id, 450.0, 150.0),
+        (other.id, 120.0, 900.0),
+    ] {
+        let mut run = new_run(config_id, hardware.id, at(1, 9, 0));
+        run.output_tokens_per_s = tokens_per_s;
+        run.ttft_p99_ms = ttft_p99_ms;
+        runs.push(store.insert_profile_run(&run).await.unwrap().id);
+    }
+    let list = |query: ConfigSummaryQuery| {
+        let store = Arc::clone(&store);
+        async move {
+            store
+                .list_config_summaries(&query)
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.run_id)
+                .collect::<Vec<_>>()
+        }
+    };
+    let by = |sort, descending| ConfigSummaryQuery {
+        sort,
+        descending,
+        ..ConfigSummaryQuery::default()
+    };
+    assert_eq!(
+        list(by(ConfigSort::OutputTokensPerS, true)).await,
+        vec![runs[1], runs[0], runs[2]]
+    );
+    assert_eq!(
+        list(by(ConfigSort::TtftP99, false)).await,
+        vec![runs[1], runs[0], runs[2]]
+    );
+    assert_eq!(
+        list(by(ConfigSort::Model, false)).await,
+        vec![runs[2], runs[1], runs[0]]
+    );
+    assert_eq!(
+        list(ConfigSummaryQuery {
+            limit: Some(1),
+            ..by(ConfigSort::TtftP99, true)
+        })
+        .await,
+        vec![runs[2]]
+    );
+    assert_eq!(
+        list(ConfigSummaryQuery {
+            model: Some("smollm2-135m".to_owned()),
+            ..by(ConfigSort::OutputTokensPerS, false)
+        })
+        .await,
+        vec![runs[0], runs[1]]
+    );
+    assert_eq!(
+        list(ConfigSummaryQuery {
+            weight_type: Some("q8_0".to_owned()),
+            threads: Some(16),
+            ..ConfigSummaryQuery::default()
+        })
+        .await,
+        vec![runs[2]]
+    );
+    assert_eq!(
+        list(ConfigSummaryQuery {
+            hardware_id: Some(hardware.id),
+            max_batch: Some(8),
+            numa_policy: Some("interleave".to_owned()),
+            ..ConfigSummaryQuery::default()
+        })
+        .await
+        .len(),
+        3
+    );
+    assert!(
+        list(ConfigSummaryQuery {
+            numa_policy: Some("none".to_owned()),
+            ..ConfigSummaryQuery::default()
+        })
+        .await
+        .is_empty()
+    );
+    assert_eq!("ttft_p99".parse::<ConfigSort>(), Ok(ConfigSort::TtftP99));
+    assert!(
+        "price"
+            .parse::<ConfigSort>()
+            .unwrap_err()
+            .to_string()
+            .starts_with("unknown sort key \"price\"")
+    );
 }
 
 async fn capacity_and_quality_results_round_trip(store: Arc<dyn Store>) {

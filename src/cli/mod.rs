@@ -1,6 +1,7 @@
 //! Argument parsing and dispatch. Each subcommand group lives in its own file with its own `run`.
 
 mod bench;
+mod dashboard;
 mod generate;
 mod model;
 mod plan;
@@ -43,6 +44,8 @@ pub(crate) struct GlobalArgs {
 pub(crate) enum Command {
     /// Measure prompt-processing and generation throughput, llama-bench style.
     Bench(bench::BenchArgs),
+    /// Serve the dashboard: configs, runs, plans, pilots and the gateway, with a JSON API.
+    Dashboard(dashboard::DashboardArgs),
     /// Generate text from a prompt with the engine, then print speed figures.
     Generate(generate::GenerateArgs),
     /// Fetch, list and locate model files in the local cache.
@@ -67,6 +70,7 @@ impl Command {
     pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
         match self {
             Command::Bench(args) => args.run(global),
+            Command::Dashboard(args) => args.run(global),
             Command::Generate(args) => args.run(global),
             Command::Model(cmd) => cmd.run(global),
             Command::Plan(args) => args.run(global),

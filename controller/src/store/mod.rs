@@ -164,6 +164,13 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn list_profile_runs_for_config(&self, config_id: ConfigId)
     -> Result<Vec<ProfileRunRow>>;
 
+    /// The latest run of every config on every host it ran on, with its model, host, latest capacity
+    /// and quality results, filtered, sorted and cut as `query` says.
+    async fn list_config_summaries(
+        &self,
+        query: &ConfigSummaryQuery,
+    ) -> Result<Vec<ConfigSummaryRow>>;
+
     /// Records a capacity result.
     async fn insert_capacity_result(&self, new: &NewCapacityResult) -> Result<CapacityResultRow>;
     /// The capacity results of a config, newest first.

@@ -1,0 +1,664 @@
+//! The HTML pages: each handler builds its view model (see `view`), formats it into cells and renders
+//! an askama template. Render failures are 500s; bad query values are 400s with the reason.
+
+use std::{collections::HashMap, sync::Arc};
+
+use askama::Template;
+use axum::{
+    extract::{Path, Query, State},
+    http::StatusCode,
+    response::Html,
+};
+use chrono::{DateTime, Utc};
+use strata_controller::store::{ConfigSort, ProfileRunId, Store};
+
+use super::{
+    charts,
+    cost::PriceModel,
+    error::{DashboardError, PageError},
+    fmt::{self, MISSING},
+    query::{self, ConfigsParams, SortKey},
+    view::{self, ConfigView, ConfigsView},
+};
+
+type PageResult = Result<Html<String>, PageError>;
+
+/// A timestamp as pages print it.
+fn when(at: DateTime<Utc>) -> String {
+    at.format("%Y-%m-%d %H:%M:%S UTC").to_string()
+}
+
+#[derive(Template)]
+#[template(path = "error.html")]
+struct ErrorPage<'a> {
+    title: String,
+    active: &'a str,
+    status: String,
+    message: &'a str,
+}
+
+/// The HTML of an error page.
+pub(crate) fn error_page(status: StatusCode, message: &str) -> String {
+    let page = ErrorPage {
+        title: status.to_string(),
+        active: "",
+        status: status.to_string(),
+        message,
+    };
+    page.render()
+        .unwrap_or_else(|_| format!("<!doctype html><title>{status}</title><p>{status}</p>"))
+}
+
+/// Any path the dashboard does not serve.
+pub(crate) async fn not_found() -> PageError {
+    PageError(DashboardError::NotFound(
+        "no such page: the dashboard has /configs, /runs/ID, /plans, /pilots and /gateway"
+            .to_owned(),
+    ))
+}
+
+/// A sortable column heading.
+struct Header {
+    label: &'static str,
+    class: &'static str,
+    href: String,
+    arrow: &'static str,
+}
+
+/// One config table row, formatted.
+struct ConfigCells {
+    href: String,
+    pareto: bool,
+    model: String,
+    weights: String,
+    threads: i64,
+    batch: i64,
+    numa: String,
+    host: String,
+    host_title: String,
+    kind: &'static str,
+    tokens: String,
+    ttft50: String,
+    ttft99: String,
+    tpot50: String,
+    tpot99: String,
+    e2e50: String,
+    e2e99: String,
+    capacity: String,
+    ppl_delta: String,
+    top1: String,
+    usd: String,
+}
+
+impl From<&ConfigView> for ConfigCells {
+    fn from(r: &ConfigView) -> Self {
+        let s = &r.summary;
+        ConfigCells {
+            href: format!("/runs/{}", s.run_id),
+            pareto: r.pareto,
+            model: s.model_name.clone(),
+            weights: s.weight_type.clone(),
+            threads: s.threads,
+            batch: s.max_batch,
+            numa: s.numa_policy.clone(),
+            host: format!("#{} {}c", s.hardware_id, s.cores),
+            host_title: format!("{} ({} NUMA nodes)", s.cpu_model, s.numa_nodes),
+            kind: if r.gpu { "GPU" } else { "CPU" },
+            tokens: fmt::num(s.output_tokens_per_s, 1),
+            ttft50: fmt::num(s.ttft_p50_ms, 1),
+            ttft99: fmt::num(s.ttft_p99_ms, 1),
+            tpot50: fmt::num(s.tpot_p50_ms, 1),
+            tpot99: fmt::num(s.tpot_p99_ms, 1),
+            e2e50: fmt::num(s.e2e_p50_ms, 0),
+            e2e99: fmt::num(s.e2e_p99_ms, 0),
+            capacity: s
+                .capacity_requests_per_s
+                .map_or_else(|| MISSING.to_owned(), |c| format!("{c:.2} req/s")),
+            ppl_delta: r
+                .perplexity_delta
+                .map_or_else(|| MISSING.to_owned(), |d| format!("{d:+.3}")),
+            top1: fmt::percent(s.top1_agreement, 1),
+            usd: fmt::usd(r.usd_per_million_output_tokens),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "configs.html")]
+struct ConfigsPage {
+    title: String,
+    active: &'static str,
+    f_model: String,
+    f_weights: String,
+    f_threads: String,
+    f_batch: String,
+    f_numa: String,
+    f_host: String,
+    f_instance: String,
+    f_gpu_instance: String,
+    f_price: String,
+    f_sort: String,
+    f_dir: String,
+    cpu_instances: Vec<String>,
+    gpu_instances: Vec<String>,
+    price_models: Vec<String>,
+    pricing_note: String,
+    filtered: bool,
+    store_hint: &'static str,
+    pareto_svg: String,
+    headers: Vec<Header>,
+    rows: Vec<ConfigCells>,
+    api_href: String,
+}
+
+/// The config table's columns: heading, alignment, sort key if sortable.
+const COLUMNS: [(&str, &str, Option<SortKey>); 18] = [
+    ("model", "text", Some(SortKey::Store(ConfigSort::Model))),
+    ("weights", "text", None),
+    ("threads", "", None),
+    ("batch", "", None),
+    ("NUMA", "text", None),
+    ("host", "text", None),
+    ("kind", "text", None),
+    (
+        "tok/s",
+        "",
+        Some(SortKey::Store(ConfigSort::OutputTokensPerS)),
+    ),
+    ("TTFT p50", "", Some(SortKey::Store(ConfigSort::TtftP50))),
+    ("TTFT p99", "", Some(SortKey::Store(ConfigSort::TtftP99))),
+    ("TPOT p50", "", None),
+    ("TPOT p99", "", Some(SortKey::Store(ConfigSort::TpotP99))),
+    ("E2E p50", "", None),
+    ("E2E p99", "", Some(SortKey::Store(ConfigSort::E2eP99))),
+    (
+        "capacity @SLA",
+        "",
+        Some(SortKey::Store(ConfigSort::Capacity)),
+    ),
+    ("ΔPPL", "", None),
+    ("top-1", "", Some(SortKey::Store(ConfigSort::Top1Agreement))),
+    ("$/1M tok", "", Some(SortKey::Cost)),
+];
+
+fn pricing_note(view: &ConfigsView) -> String {
+    let p = &view.pricing;
+    let describe = |i: &Option<view::InstanceCost>, kind: &str| match i {
+        Some(i) => format!(
+            "{kind} on {} ({} {}, {} price of {}: {})",
+            i.name,
+            i.provider,
+            i.region,
+            p.price_model,
+            i.price_date,
+            i.usd_per_hour
+                .map_or_else(|| "no such price".to_owned(), |h| format!("${h:.4}/h")),
+        ),
+        None => format!("no {kind} instance price recorded"),
+    };
+    if view.instances.is_empty() {
+        return "No instance prices are recorded in the store, so $ per 1M tokens is blank: record catalog prices to cost the configs.".to_owned();
+    }
+    format!(
+        "$ per 1M output tokens at each run's measured output rate: {}; {}. Site: PUE {}, ${}/kWh, ${}/h ops.",
+        describe(&p.cpu_instance, "CPU"),
+        describe(&p.gpu_instance, "GPU"),
+        p.site.pue,
+        p.site.usd_per_kwh,
+        p.site.ops_usd_per_hour
+    )
+}
+
+/// `GET /configs`: every measured config, sortable and filterable by query, with the Pareto chart.
+pub(crate) async fn configs(
+    State(store): State<Arc<dyn Store>>,
+    Query(raw): Query<HashMap<String, String>>,
+) -> PageResult {
+    let params = ConfigsParams::parse(&raw)?;
+    let view = view::configs(&*store, &params).await?;
+    let headers = COLUMNS
+        .iter()
+        .map(|(label, class, sort)| Header {
+            label,
+            class,
+            href: sort.map(|s| params.sort_href(s)).unwrap_or_default(),
+            arrow: match sort {
+                Some(s) if *s == params.sort && params.descending => " ▼",
+                Some(s) if *s == params.sort => " ▲",
+                _ => "",
+            },
+        })
+        .collect();
+    let q = |key: &str| view.query.get(key).cloned().unwrap_or_default();
+    let (gpu_instances, cpu_instances) = view.instances.iter().partition::<Vec<_>, _>(|i| i.gpu);
+    let page = ConfigsPage {
+        title: "Configs".to_owned(),
+        active: "configs",
+        f_model: q("model"),
+        f_weights: q("weights"),
+        f_threads: q("threads"),
+        f_batch: q("batch"),
+        f_numa: q("numa"),
+        f_host: q("host"),
+        f_instance: q("instance"),
+        f_gpu_instance: q("gpu_instance"),
+        f_price: q("price"),
+        f_sort: q("sort"),
+        f_dir: q("dir"),
+        cpu_instances: cpu_instances.into_iter().map(|i| i.name.clone()).collect(),
+        gpu_instances: gpu_instances.into_iter().map(|i| i.name.clone()).collect(),
+        price_models: PriceModel::ALL.map(|m| m.as_str().to_owned()).to_vec(),
+        pricing_note: pricing_note(&view),
+        filtered: params.model.is_some()
+            || params.weights.is_some()
+            || params.host.is_some()
+            || params.threads.is_some()
+            || params.batch.is_some()
+            || params.numa.is_some(),
+        store_hint: "the store named by --database-url, else the local SQLite file",
+        pareto_svg: if view.rows.is_empty() {
+            String::new()
+        } else {
+            charts::pareto(&view.rows)
+        },
+        headers,
+        rows: view.rows.iter().map(ConfigCells::from).collect(),
+        api_href: format!("/api/configs?{}", query::encode_pairs(&params.to_pairs())),
+    };
+    Ok(Html(page.render()?))
+}
+
+#[derive(Template)]
+#[template(path = "run.html")]
+struct RunPage {
+    title: String,
+    active: &'static str,
+    run_id: i64,
+    model: String,
+    config_label: String,
+    tokens: String,
+    rps: String,
+    attainment: String,
+    rss: String,
+    latency_svg: String,
+    latency: Vec<(&'static str, String, String, String, String)>,
+    capacity_note: String,
+    has_curve: bool,
+    curve_latency_svg: String,
+    curve_throughput_svg: String,
+    quality: Vec<(String, String, String, String)>,
+    hardware: Vec<(&'static str, String)>,
+    details: Vec<(&'static str, String)>,
+    siblings: Vec<i64>,
+}
+
+/// Parses a run id from the path.
+fn run_id(raw: &str) -> Result<ProfileRunId, DashboardError> {
+    raw.parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .map(ProfileRunId)
+        .ok_or_else(|| DashboardError::bad_query("id", format!("{raw:?} is not a run id")))
+}
+
+/// `GET /runs/{id}`: one run's latency percentiles, capacity curve, quality and host.
+pub(crate) async fn run(State(store): State<Arc<dyn Store>>, Path(id): Path<String>) -> PageResult {
+    let v = view::run(&*store, run_id(&id)?).await?;
+    let r = &v.run;
+    let pct = |a: f64, b: f64, c: f64, d: f64| {
+        (
+            fmt::num(a, 1),
+            fmt::num(b, 1),
+            fmt::num(c, 1),
+            fmt::num(d, 1),
+        )
+    };
+    let row = |name, (a, b, c, d)| (name, a, b, c, d);
+    let latency = vec![
+        row(
+            "TTFT",
+            pct(r.ttft_p50_ms, r.ttft_p90_ms, r.ttft_p95_ms, r.ttft_p99_ms),
+        ),
+        row(
+            "TPOT",
+            pct(r.tpot_p50_ms, r.tpot_p90_ms, r.tpot_p95_ms, r.tpot_p99_ms),
+        ),
+        row(
+            "ITL",
+            pct(r.itl_p50_ms, r.itl_p90_ms, r.itl_p95_ms, r.itl_p99_ms),
+        ),
+        row(
+            "E2E",
+            pct(r.e2e_p50_ms, r.e2e_p90_ms, r.e2e_p95_ms, r.e2e_p99_ms),
+        ),
+    ];
+    let capacity_note = v.capacity.as_ref().map_or_else(String::new, |c| {
+        format!(
+            "Sustains {:.2} requests/s within TTFT p99 ≤ {:.0} ms and TPOT p99 ≤ {:.0} ms (recorded {}).",
+            c.max_requests_per_s,
+            c.sla_ttft_p99_ms,
+            c.sla_tpot_p99_ms,
+            when(c.created_at)
+        )
+    });
+    let has_curve = !v.load_curve.is_empty();
+    let h = &v.hardware;
+    let cache = |b: Option<i64>| b.map_or_else(|| MISSING.to_owned(), fmt::bytes);
+    let hardware = vec![
+        ("CPU", h.cpu_model.clone()),
+        ("cores / threads", format!("{} / {}", h.cores, h.threads)),
+        ("NUMA nodes", h.numa_nodes.to_string()),
+        ("memory", fmt::bytes(h.memory_bytes)),
+        (
+            "L1d / L2 / L3",
+            format!(
+                "{} / {} / {}",
+                cache(h.l1d_cache_bytes),
+                cache(h.l2_cache_bytes),
+                cache(h.l3_cache_bytes)
+            ),
+        ),
+        ("ISA", h.isa_flags.join(" ")),
+        ("bandwidth", fmt::opt(h.bandwidth_gb_per_s, 1) + " GB/s"),
+        (
+            "peak int8 / f32",
+            format!(
+                "{} / {} GOPS",
+                fmt::opt(h.peak_int8_gops, 0),
+                fmt::opt(h.peak_f32_gops, 0)
+            ),
+        ),
+        ("fingerprint", h.fingerprint_hash.clone()),
+    ];
+    let c = &v.config;
+    let details = vec![
+        ("started", when(r.started_at)),
+        ("finished", when(r.finished_at)),
+        (
+            "requests (errors)",
+            format!("{} ({})", r.request_count, r.error_count),
+        ),
+        ("total tokens/s", fmt::num(r.total_tokens_per_s, 1)),
+        ("CPU utilization", fmt::percent(Some(r.cpu_utilization), 0)),
+        ("kernel tier", r.kernel_tier.clone()),
+        ("placement", r.placement.clone()),
+        ("NUMA policy", c.numa_policy.clone()),
+        ("KV memory", format!("{} MiB", c.kv_memory_mib)),
+        ("engine", r.engine_version.clone()),
+        ("workload shape", r.workload_shape.to_string()),
+    ];
+    let page = RunPage {
+        title: format!("Run {}", r.id),
+        active: "configs",
+        run_id: r.id.0,
+        model: v.model.name.clone(),
+        config_label: format!(
+            "{} · {} threads · batch {}",
+            c.weight_type, c.threads, c.max_batch
+        ),
+        tokens: fmt::num(r.output_tokens_per_s, 1),
+        rps: format!(
+            "{} ({})",
+            fmt::num(r.requests_per_s, 2),
+            fmt::num(r.goodput_requests_per_s, 2)
+        ),
+        attainment: fmt::percent(Some(r.sla_attainment), 1),
+        rss: fmt::bytes(r.peak_rss_bytes),
+        latency_svg: charts::latency_percentiles(&v),
+        latency,
+        capacity_note,
+        has_curve,
+        curve_latency_svg: if has_curve {
+            charts::load_curve(
+                &v.load_curve,
+                |p| p.p99_ms,
+                "p99 latency (ms)",
+                v.capacity.as_ref().map(|c| c.sla_ttft_p99_ms),
+            )
+        } else {
+            String::new()
+        },
+        curve_throughput_svg: if has_curve {
+            charts::load_curve(
+                &v.load_curve,
+                |p| p.output_tokens_per_s,
+                "output tokens/s",
+                None,
+            )
+        } else {
+            String::new()
+        },
+        quality: v
+            .quality
+            .iter()
+            .map(|q| {
+                (
+                    q.text_id.clone(),
+                    fmt::num(q.perplexity, 3),
+                    q.top1_agreement
+                        .map_or_else(|| "reference".to_owned(), |a| fmt::percent(Some(a), 1)),
+                    when(q.created_at),
+                )
+            })
+            .collect(),
+        hardware,
+        details,
+        siblings: v.sibling_runs.iter().map(|r| r.0).collect(),
+    };
+    Ok(Html(page.render()?))
+}
+
+struct PlanCells {
+    workload: String,
+    id: i64,
+    created_at: String,
+    total_cost: String,
+    all_gpu_cost: String,
+    savings: String,
+    tokens: String,
+    keys: String,
+    hours: Vec<HourCells>,
+    svg: String,
+    json: String,
+}
+
+struct HourCells {
+    hour: i64,
+    cpu: String,
+    gpu: String,
+    cost: String,
+    /// (text, CSS class) per class.
+    classes: Vec<(String, &'static str)>,
+}
+
+#[derive(Template)]
+#[template(path = "plans.html")]
+struct PlansPage {
+    title: String,
+    active: &'static str,
+    plans: Vec<PlanCells>,
+}
+
+/// `GET /plans`: the latest plan of each workload, hour by hour.
+pub(crate) async fn plans(State(store): State<Arc<dyn Store>>) -> PageResult {
+    let v = view::plans(&*store).await?;
+    let plans = v
+        .plans
+        .iter()
+        .map(|p| PlanCells {
+            workload: p.workload.clone(),
+            id: p.plan_id,
+            created_at: when(p.created_at),
+            total_cost: fmt::usd(Some(p.total_cost_usd)),
+            all_gpu_cost: fmt::usd(p.all_gpu_cost_usd),
+            savings: match (p.savings_usd, p.all_gpu_cost_usd) {
+                (Some(s), Some(g)) if g > 0.0 => {
+                    format!("{} ({:.0}%)", fmt::usd(Some(s)), s / g * 100.0)
+                }
+                (s, _) => fmt::usd(s),
+            },
+            tokens: p.total_output_tokens.to_string(),
+            keys: if p.keys.is_empty() {
+                MISSING.to_owned()
+            } else {
+                p.keys.join(", ")
+            },
+            hours: p
+                .hours
+                .iter()
+                .map(|h| HourCells {
+                    hour: h.hour,
+                    cpu: fmt::opt(h.cpu_instances, 0),
+                    gpu: fmt::percent(h.gpu_share, 0),
+                    cost: fmt::usd(h.cost_usd),
+                    classes: h
+                        .classes
+                        .iter()
+                        .map(|c| {
+                            let text = format!(
+                                "{}: {} / {} ms",
+                                c.class,
+                                fmt::opt(c.p99_ms, 0),
+                                fmt::opt(c.sla_ms, 0)
+                            );
+                            let class = match c.met {
+                                Some(true) => "good",
+                                Some(false) => "bad",
+                                None => "muted",
+                            };
+                            (text, class)
+                        })
+                        .collect(),
+                })
+                .collect(),
+            svg: if p.hours.is_empty() {
+                String::new()
+            } else {
+                charts::plan_hours(&p.hours)
+            },
+            json: serde_json::to_string_pretty(&p.plan).unwrap_or_default(),
+        })
+        .collect();
+    let page = PlansPage {
+        title: "Plans".to_owned(),
+        active: "plans",
+        plans,
+    };
+    Ok(Html(page.render()?))
+}
+
+struct PilotCells {
+    id: i64,
+    workload: String,
+    status: String,
+    verdict: String,
+    updated: String,
+    summary: Vec<(String, String)>,
+    evidence: String,
+    report: String,
+}
+
+#[derive(Template)]
+#[template(path = "pilots.html")]
+struct PilotsPage {
+    title: String,
+    active: &'static str,
+    pilots: Vec<PilotCells>,
+}
+
+/// `GET /pilots`: each pilot's verdict, evidence and report.
+pub(crate) async fn pilots(State(store): State<Arc<dyn Store>>) -> PageResult {
+    let v = view::pilots(&*store).await?;
+    let pretty = |value: Option<&serde_json::Value>| {
+        value.map_or_else(String::new, |v| {
+            serde_json::to_string_pretty(v).unwrap_or_default()
+        })
+    };
+    let pilots = v
+        .pilots
+        .iter()
+        .map(|p| PilotCells {
+            id: p.id,
+            workload: p.workload.clone(),
+            status: p.status.clone(),
+            verdict: p.verdict.clone().unwrap_or_else(|| "none yet".to_owned()),
+            updated: when(p.updated_at),
+            summary: p.summary.clone(),
+            evidence: pretty(p.evidence.as_ref()),
+            report: pretty(p.report.as_ref()),
+        })
+        .collect();
+    let page = PilotsPage {
+        title: "Pilots".to_owned(),
+        active: "pilots",
+        pilots,
+    };
+    Ok(Html(page.render()?))
+}
+
+#[derive(Template)]
+#[template(path = "gateway.html")]
+struct GatewayPage {
+    title: String,
+    active: &'static str,
+    window: i64,
+    generated: String,
+    requests: usize,
+    spend: String,
+    budget: String,
+    budget_used: String,
+    traffic: Vec<(String, String, usize, String, String, String, String)>,
+    breakers: Vec<(String, String, String, String)>,
+}
+
+/// `GET /gateway`: requests by pool and class, SLA attainment, spend against budget, breakers.
+pub(crate) async fn gateway(
+    State(store): State<Arc<dyn Store>>,
+    Query(raw): Query<HashMap<String, String>>,
+) -> PageResult {
+    let window = query::window_minutes(&raw)?;
+    let v = view::gateway(&*store, window, Utc::now()).await?;
+    let page = GatewayPage {
+        title: "Gateway".to_owned(),
+        active: "gateway",
+        window,
+        generated: v
+            .generated_at
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        requests: v.requests,
+        spend: fmt::usd(Some(v.spend.today_usd)),
+        budget: match (&v.spend.budget_per_day_usd, &v.spend.budget_workload) {
+            (Some(b), Some(w)) => format!("{} ({w})", fmt::usd(Some(*b))),
+            _ => "not set".to_owned(),
+        },
+        budget_used: fmt::percent(v.spend.used_fraction, 1),
+        traffic: v
+            .traffic
+            .iter()
+            .map(|t| {
+                (
+                    t.pool.clone(),
+                    t.class.clone(),
+                    t.requests,
+                    fmt::opt(t.p99_latency_ms, 0),
+                    fmt::opt(t.sla_ms, 0),
+                    fmt::percent(t.sla_attainment, 1),
+                    fmt::usd(Some(t.cost_usd)),
+                )
+            })
+            .collect(),
+        breakers: v
+            .breakers
+            .iter()
+            .map(|b| {
+                (
+                    b.endpoint.clone(),
+                    b.pool.clone(),
+                    b.state.clone(),
+                    b.at.to_rfc3339(),
+                )
+            })
+            .collect(),
+    };
+    Ok(Html(page.render()?))
+}

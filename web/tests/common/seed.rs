@@ -1,0 +1,373 @@
+//! Demo data for the dashboard's tests and bench, written through the `Store` API: two hosts' worth
+//! of configs with runs, capacity and quality results, prices, a workload with a plan and a pilot, and
+//! gateway traffic from the last few minutes.
+
+use chrono::{Duration, NaiveDate, Utc};
+use serde_json::json;
+use strata_controller::store::*;
+
+/// Ids the tests look up.
+#[allow(dead_code)]
+pub(crate) struct Seeded {
+    /// The q8_0 config's latest run.
+    pub(crate) q8_run: ProfileRunId,
+    /// The GPU endpoint's run.
+    pub(crate) gpu_run: ProfileRunId,
+    /// The host.
+    pub(crate) hardware: HardwareId,
+}
+
+/// A host fingerprint.
+pub(crate) fn hardware(fingerprint: &str) -> NewHardware {
+    NewHardware {
+        fingerprint_hash: fingerprint.to_owned(),
+        cpu_model: "Intel Xeon Platinum 8581C".to_owned(),
+        cores: 8,
+        threads: 16,
+        isa_flags: vec!["avx2".to_owned(), "avx512_vnni".to_owned()],
+        l1d_cache_bytes: Some(48 << 10),
+        l2_cache_bytes: Some(2 << 20),
+        l3_cache_bytes: Some(260 << 20),
+        numa_nodes: 1,
+        memory_bytes: 32 << 30,
+        bandwidth_gb_per_s: Some(61.5),
+        peak_int8_gops: Some(2400.0),
+        peak_f32_gops: Some(600.0),
+    }
+}
+
+/// A run whose latencies scale with `slow` and whose throughput is `tokens_per_s`.
+pub(crate) fn run(
+    config_id: ConfigId,
+    hardware_id: HardwareId,
+    minutes_ago: i64,
+    slow: f64,
+    tokens_per_s: f64,
+    tier: &str,
+) -> NewProfileRun {
+    let started_at = Utc::now() - Duration::minutes(minutes_ago);
+    NewProfileRun {
+        config_id,
+        hardware_id,
+        started_at,
+        finished_at: started_at + Duration::seconds(60),
+        workload_shape: json!({"arrivals": "poisson", "rate": 2.0, "prompt_tokens": 256, "output_tokens": 128}),
+        request_count: 120,
+        error_count: 0,
+        ttft_p50_ms: 90.0 * slow,
+        ttft_p90_ms: 150.0 * slow,
+        ttft_p95_ms: 180.0 * slow,
+        ttft_p99_ms: 260.0 * slow,
+        tpot_p50_ms: 20.0 * slow,
+        tpot_p90_ms: 24.0 * slow,
+        tpot_p95_ms: 26.0 * slow,
+        tpot_p99_ms: 31.0 * slow,
+        itl_p50_ms: 19.0 * slow,
+        itl_p90_ms: 25.0 * slow,
+        itl_p95_ms: 28.0 * slow,
+        itl_p99_ms: 40.0 * slow,
+        e2e_p50_ms: 2600.0 * slow,
+        e2e_p90_ms: 3300.0 * slow,
+        e2e_p95_ms: 3600.0 * slow,
+        e2e_p99_ms: 4200.0 * slow,
+        output_tokens_per_s: tokens_per_s,
+        total_tokens_per_s: tokens_per_s * 3.0,
+        requests_per_s: tokens_per_s / 128.0,
+        goodput_requests_per_s: tokens_per_s / 130.0,
+        sla_attainment: 0.97,
+        peak_rss_bytes: 400 << 20,
+        cpu_utilization: 0.9,
+        kernel_tier: tier.to_owned(),
+        placement: "node0:cores0-7".to_owned(),
+        engine_version: "0.1.0".to_owned(),
+    }
+}
+
+fn price(name: &str, accelerator: Option<&str>, on_demand: f64) -> NewCatalogPrice {
+    NewCatalogPrice {
+        provider: "gcp".to_owned(),
+        region: "us-central1".to_owned(),
+        instance_type: name.to_owned(),
+        vcpus: 8,
+        memory_gib: 32.0,
+        accelerator: accelerator.map(str::to_owned),
+        accelerator_count: i64::from(accelerator.is_some()),
+        on_demand_usd_per_hour: on_demand,
+        spot_usd_per_hour: Some(on_demand * 0.4),
+        committed_usd_per_hour: Some(on_demand * 0.63),
+        watts: Some(if accelerator.is_some() { 300.0 } else { 32.0 }),
+        source: "test list".to_owned(),
+        price_date: NaiveDate::from_ymd_opt(2026, 7, 30).expect("a date"),
+    }
+}
+
+/// Seeds the demo data.
+#[allow(dead_code)]
+pub(crate) async fn demo(store: &dyn Store) -> Seeded {
+    let host = store.insert_hardware(&hardware("fp-demo")).await.unwrap();
+    let model = store
+        .insert_model(&NewModel {
+            name: "smollm2-135m-instruct".to_owned(),
+            path: "smollm2.gguf".to_owned(),
+            format: "gguf".to_owned(),
+            sha256: "aa11".to_owned(),
+            size_bytes: 94 << 20,
+            parameters: Some(135_000_000),
+        })
+        .await
+        .unwrap();
+    let config = |weight_type: &str, threads: i64, numa: &str| NewConfig {
+        model_id: model.id,
+        weight_type: weight_type.to_owned(),
+        threads,
+        max_batch: 8,
+        numa_policy: numa.to_owned(),
+        kv_memory_mib: 512,
+    };
+    let f32 = store
+        .insert_config(&config("f32", 8, "none"))
+        .await
+        .unwrap();
+    let q8 = store
+        .insert_config(&config("q8_0", 8, "none"))
+        .await
+        .unwrap();
+    let q4 = store
+        .insert_config(&config("q4_1", 4, "interleave"))
+        .await
+        .unwrap();
+    let gpu = store
+        .insert_config(&config("f16", 1, "none"))
+        .await
+        .unwrap();
+
+    store
+        .insert_profile_run(&run(q8.id, host.id, 300, 1.2, 250.0, "avx512_vnni"))
+        .await
+        .unwrap();
+    let q8_run = store
+        .insert_profile_run(&run(q8.id, host.id, 60, 1.0, 300.0, "avx512_vnni"))
+        .await
+        .unwrap();
+    store
+        .insert_profile_run(&run(f32.id, host.id, 50, 2.0, 120.0, "avx512_vnni"))
+        .await
+        .unwrap();
+    store
+        .insert_profile_run(&run(q4.id, host.id, 40, 1.3, 380.0, "avx2"))
+        .await
+        .unwrap();
+    let gpu_run = store
+        .insert_profile_run(&run(gpu.id, host.id, 30, 0.2, 2500.0, "cuda-l4"))
+        .await
+        .unwrap();
+
+    store
+        .insert_capacity_result(&NewCapacityResult {
+            config_id: q8.id,
+            hardware_id: host.id,
+            run_id: Some(q8_run.id),
+            sla_ttft_p99_ms: 1000.0,
+            sla_tpot_p99_ms: 50.0,
+            max_requests_per_s: 2.25,
+            load_curve: json!([
+                {"offered_rps": 0.5, "p99_ms": 310.0, "output_tokens_per_s": 64.0},
+                {"offered_rps": 1.0, "p99_ms": 420.0, "output_tokens_per_s": 127.0},
+                {"offered_rps": 2.0, "p99_ms": 760.0, "output_tokens_per_s": 250.0},
+                {"offered_rps": 3.0, "p99_ms": 1900.0, "output_tokens_per_s": 290.0}
+            ]),
+        })
+        .await
+        .unwrap();
+    for (config_id, perplexity, top1) in [
+        (f32.id, 12.5, None),
+        (q8.id, 12.56, Some(0.985)),
+        (q4.id, 13.4, Some(0.91)),
+    ] {
+        store
+            .insert_quality_result(&NewQualityResult {
+                config_id,
+                text_id: "wiki-2k".to_owned(),
+                perplexity,
+                top1_agreement: top1,
+            })
+            .await
+            .unwrap();
+    }
+    store
+        .insert_catalog_price(&price("c4-standard-8", None, 0.39534))
+        .await
+        .unwrap();
+    store
+        .insert_catalog_price(&price("g2-standard-8", Some("nvidia-l4"), 0.85))
+        .await
+        .unwrap();
+
+    let workload = store
+        .insert_workload(&NewWorkload {
+            name: "smol-assistant".to_owned(),
+            spec: json!({
+                "name": "smol-assistant",
+                "class": [
+                    {"name": "chat", "sla": {"ttft_p99_s": 1.0, "e2e_p99_s": 6.0}},
+                    {"name": "extract", "sla": {"e2e_p99_s": 3.0}}
+                ],
+                "budget": {"per_day": 18.0}
+            }),
+        })
+        .await
+        .unwrap();
+    let hours: Vec<_> = (0..24)
+        .map(|h| {
+            let busy = (8..18).contains(&h);
+            json!({
+                "hour": h,
+                "cpu": {"c4-standard-8": if busy { 3 } else { 1 }},
+                "gpu_share": if busy { 0.25 } else { 0.0 },
+                "cost_usd": if busy { 1.4 } else { 0.4 },
+                "classes": {
+                    "chat": {"p99_ms": if busy { 900.0 } else { 600.0 }, "sla_ms": 1000.0},
+                    "extract": {"p99_ms": if h == 12 { 3400.0 } else { 2100.0 }, "sla_ms": 3000.0}
+                }
+            })
+        })
+        .collect();
+    store
+        .insert_plan(&NewPlan {
+            workload_id: workload.id,
+            plan: json!({"hours": hours, "all_gpu_cost_usd": 40.8, "instance": "c4-standard-8"}),
+            total_cost_usd: 23.6,
+            total_output_tokens: 9_000_000,
+        })
+        .await
+        .unwrap();
+    let pilot = store.insert_pilot(workload.id).await.unwrap();
+    store
+        .update_pilot(
+            pilot.id,
+            &PilotUpdate {
+                status: PilotStatus::Done,
+                verdict: Some("migrate chat and extract to CPU".to_owned()),
+                report: Some(json!({
+                    "savings_usd_per_month": 520.0,
+                    "risk": "extract p99 within 10% of its SLA at 12:00",
+                    "evidence": [{"config": "q8_0 t8", "p99_ms": 900.0, "sla_ms": 1000.0}]
+                })),
+            },
+        )
+        .await
+        .unwrap();
+    store.insert_pilot(workload.id).await.unwrap();
+
+    let now = Utc::now();
+    for i in 0..40i64 {
+        let (pool, class, reason, latency) = match i % 4 {
+            0 => ("cpu-a", "chat", "cpu_meets_sla", 800.0 + i as f64),
+            1 => (
+                "cpu-a",
+                "extract",
+                "cpu_meets_sla",
+                2500.0 + 30.0 * i as f64,
+            ),
+            2 => ("gpu-l4", "chat", "cpu_would_miss_sla", 300.0),
+            _ => ("gpu-l4", "extract", "breaker_open", 400.0),
+        };
+        store
+            .insert_gateway_decision(&NewGatewayDecision {
+                decided_at: now - Duration::seconds(10 * i),
+                request_id: format!("req-{i}"),
+                sla_class: class.to_owned(),
+                pool: pool.to_owned(),
+                endpoint: if pool == "cpu-a" {
+                    "http://10.0.0.5:8000"
+                } else {
+                    "https://gpu.example/v1"
+                }
+                .to_owned(),
+                reason: reason.to_owned(),
+                predicted_latency_ms: Some(latency * 0.9),
+                observed_latency_ms: Some(latency),
+                prompt_tokens: 300,
+                output_tokens: 120,
+                cost_usd: if pool == "cpu-a" { 0.0004 } else { 0.002 },
+            })
+            .await
+            .unwrap();
+    }
+    for pool in ["cpu-a", "gpu-l4"] {
+        store
+            .insert_ledger_entry(&NewLedgerEntry {
+                recorded_at: now - Duration::seconds(5),
+                pool: pool.to_owned(),
+                amount_usd: 2.25,
+                tokens: 500_000,
+                note: None,
+            })
+            .await
+            .unwrap();
+    }
+    Seeded {
+        q8_run: q8_run.id,
+        gpu_run: gpu_run.id,
+        hardware: host.id,
+    }
+}
+
+/// Seeds `runs` profiling runs over `runs / 25` configs (25 runs each) of two models on one host, for
+/// the bench.
+#[allow(dead_code)]
+pub(crate) async fn many_runs(store: &dyn Store, runs: usize) {
+    let host = store.insert_hardware(&hardware("fp-bench")).await.unwrap();
+    let mut configs = Vec::new();
+    for (m, name) in ["model-a", "model-b"].iter().enumerate() {
+        let model = store
+            .insert_model(&NewModel {
+                name: (*name).to_owned(),
+                path: format!("{name}.gguf"),
+                format: "gguf".to_owned(),
+                sha256: format!("bench{m}"),
+                size_bytes: 1 << 30,
+                parameters: None,
+            })
+            .await
+            .unwrap();
+        for weights in ["f32", "f16", "q8_0", "q4_0", "q4_1"] {
+            for threads in [1, 2, 4, 8, 16] {
+                for batch in [1, 2, 4, 8, 16, 32, 64, 128] {
+                    configs.push(NewConfig {
+                        model_id: model.id,
+                        weight_type: weights.to_owned(),
+                        threads,
+                        max_batch: batch,
+                        numa_policy: "none".to_owned(),
+                        kv_memory_mib: 512,
+                    });
+                }
+            }
+        }
+    }
+    let wanted = runs.div_ceil(25).min(configs.len());
+    let mut ids = Vec::new();
+    for config in &configs[..wanted] {
+        ids.push(store.insert_config(config).await.unwrap().id);
+    }
+    store
+        .insert_catalog_price(&price("c4-standard-8", None, 0.39534))
+        .await
+        .unwrap();
+    for i in 0..runs {
+        let config = ids[i % ids.len()];
+        let slow = 0.5 + (i % 97) as f64 / 40.0;
+        store
+            .insert_profile_run(&run(
+                config,
+                host.id,
+                (runs - i) as i64,
+                slow,
+                50.0 + (i % 89) as f64 * 5.0,
+                "avx2",
+            ))
+            .await
+            .unwrap();
+    }
+}

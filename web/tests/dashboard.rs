@@ -1,0 +1,373 @@
+//! The dashboard's pages and API on a seeded SQLite store, through `oneshot` (no sockets).
+
+#[path = "common/seed.rs"]
+mod seed;
+
+use std::sync::Arc;
+
+use axum::{
+    Router,
+    body::Body,
+    http::{Request, StatusCode, header},
+};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use strata_controller::store::{self, Store};
+use tower::ServiceExt;
+
+/// A fresh SQLite store in a temporary folder (kept alive by the returned guard).
+async fn empty_store() -> (tempfile::TempDir, Arc<dyn Store>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store::open(&store::sqlite_url(&dir.path().join("strata.db")))
+        .await
+        .unwrap();
+    (dir, store)
+}
+
+async fn seeded() -> (tempfile::TempDir, Arc<dyn Store>, seed::Seeded) {
+    let (dir, store) = empty_store().await;
+    let ids = seed::demo(&*store).await;
+    (dir, store, ids)
+}
+
+/// GETs `uri`, returning the status, content type and body.
+async fn get(app: &Router, uri: &str) -> (StatusCode, String, String) {
+    let response = app
+        .clone()
+        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        content_type,
+        String::from_utf8(body.to_vec()).unwrap(),
+    )
+}
+
+async fn get_json(app: &Router, uri: &str) -> (StatusCode, Value) {
+    let (status, content_type, body) = get(app, uri).await;
+    assert!(
+        content_type.starts_with("application/json"),
+        "{uri}: {content_type}"
+    );
+    (status, serde_json::from_str(&body).unwrap())
+}
+
+#[track_caller]
+fn assert_contains(body: &str, needles: &[&str]) {
+    for needle in needles {
+        assert!(body.contains(needle), "missing {needle:?} in:\n{body}");
+    }
+}
+
+#[tokio::test]
+async fn configs_page_shows_every_config_with_costs_and_the_pareto_chart() {
+    let (_dir, store, _) = seeded().await;
+    let app = strata_web::dashboard::router(store);
+    let (status, content_type, body) = get(&app, "/configs").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(content_type.starts_with("text/html"));
+    assert_contains(
+        &body,
+        &[
+            "id=\"configs-table\"",
+            "smollm2-135m-instruct",
+            "q8_0",
+            "q4_1",
+            "interleave",
+            "2.25 req/s",
+            "+0.060",
+            "98.5%",
+            "id=\"pareto-chart\"",
+            "<svg",
+            "Pareto frontier",
+            "GPU endpoint",
+            "c4-standard-8",
+            "g2-standard-8",
+            "4 configs",
+        ],
+    );
+    // q8_0 at 300 tok/s on $0.39534/h: 0.39534 / (300 x 3600) x 1e6 = $0.37.
+    assert_contains(&body, &["$0.37"]);
+    // Cheapest first: the GPU endpoint (2500 tok/s at $0.85/h = $0.09) leads.
+    let gpu = body.find("$0.09").unwrap();
+    let q8 = body.find("$0.37").unwrap();
+    assert!(gpu < q8);
+    assert!(!body.contains("class=\"empty\""));
+}
+
+#[tokio::test]
+async fn configs_api_filters_sorts_and_prices_by_query() {
+    let (_dir, store, ids) = seeded().await;
+    let app = strata_web::dashboard::router(store);
+    let (status, json) = get_json(&app, "/api/configs?sort=output_tokens_per_s&dir=asc").await;
+    assert_eq!(status, StatusCode::OK);
+    let rows = json["rows"].as_array().unwrap();
+    let rates: Vec<f64> = rows
+        .iter()
+        .map(|r| r["output_tokens_per_s"].as_f64().unwrap())
+        .collect();
+    assert_eq!(rates, vec![120.0, 300.0, 380.0, 2500.0]);
+    let q8 = rows.iter().find(|r| r["weight_type"] == "q8_0").unwrap();
+    assert_eq!(q8["run_id"], ids.q8_run.0);
+    assert_eq!(q8["run_count"], 2);
+    assert_eq!(q8["gpu"], false);
+    let gpu = rows.iter().find(|r| r["run_id"] == ids.gpu_run.0).unwrap();
+    assert_eq!(gpu["gpu"], true);
+    assert_eq!(gpu["pareto"], true);
+
+    let (_, json) = get_json(&app, "/api/configs?weights=q4_1").await;
+    assert_eq!(json["rows"].as_array().unwrap().len(), 1);
+    let (_, json) = get_json(&app, "/api/configs?threads=8&numa=none&sort=ttft_p99").await;
+    let weights: Vec<&str> = json["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["weight_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(weights, vec!["q8_0", "f32"]);
+    let (_, json) = get_json(&app, "/api/configs?limit=1&sort=cost&dir=desc").await;
+    assert_eq!(json["rows"][0]["weight_type"], "f32");
+    assert_eq!(json["rows"].as_array().unwrap().len(), 1);
+
+    // Spot prices are 40% of on-demand in the seed.
+    let (_, on_demand) = get_json(&app, "/api/configs?weights=q8_0").await;
+    let (_, spot) = get_json(&app, "/api/configs?weights=q8_0&price=spot").await;
+    let cost = |j: &Value| {
+        j["rows"][0]["usd_per_million_output_tokens"]
+            .as_f64()
+            .unwrap()
+    };
+    assert!((cost(&spot) / cost(&on_demand) - 0.4).abs() < 1e-9);
+    assert_eq!(spot["query"]["price"], "spot");
+    assert_eq!(spot["pricing"]["cpu_instance"]["name"], "c4-standard-8");
+
+    // The page keeps filters in its sort links (shareable).
+    let (_, _, body) = get(&app, "/configs?model=smollm2-135m-instruct&sort=e2e_p99").await;
+    assert_contains(
+        &body,
+        &["href=\"/configs?dir=desc&#38;model=smollm2-135m-instruct&#38;sort=e2e_p99\""],
+    );
+}
+
+#[tokio::test]
+async fn bad_query_values_are_400_with_the_reason() {
+    let (_dir, store, _) = seeded().await;
+    let app = strata_web::dashboard::router(store);
+    for (uri, message) in [
+        (
+            "/api/configs?sort=price",
+            "query parameter sort: unknown sort key \"price\"",
+        ),
+        (
+            "/api/configs?dir=sideways",
+            "query parameter dir: \"sideways\" is not asc or desc",
+        ),
+        ("/api/configs?limit=100000", "query parameter limit"),
+        ("/api/configs?threads=-1", "query parameter threads"),
+        (
+            "/api/configs?price=reserved",
+            "query parameter price: unknown price model",
+        ),
+        (
+            "/api/configs?instance=m9.huge",
+            "query parameter instance: no recorded price for instance type \"m9.huge\"",
+        ),
+        ("/api/gateway?window=0", "query parameter window"),
+        (
+            "/api/runs/abc",
+            "query parameter id: \"abc\" is not a run id",
+        ),
+    ] {
+        let (status, json) = get_json(&app, uri).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}");
+        let got = json["error"]["message"].as_str().unwrap();
+        assert!(got.starts_with(message), "{uri}: {got}");
+        assert_eq!(json["error"]["type"], "invalid_request_error");
+    }
+    let (status, _, body) = get(&app, "/configs?sort=price").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_contains(
+        &body,
+        &["id=\"error-message\"", "unknown sort key &#34;price&#34;"],
+    );
+    let (status, json) = get_json(&app, "/api/runs/999").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(json["error"]["code"], "not_found");
+    let (status, _, _) = get(&app, "/runs/999").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, _) = get(&app, "/nowhere").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn run_page_has_latency_capacity_quality_and_hardware() {
+    let (_dir, store, ids) = seeded().await;
+    let app = strata_web::dashboard::router(store);
+    let (status, _, body) = get(&app, &format!("/runs/{}", ids.q8_run)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_contains(
+        &body,
+        &[
+            "id=\"latency-chart\"",
+            "id=\"latency-table\"",
+            "id=\"capacity-latency-chart\"",
+            "id=\"capacity-throughput-chart\"",
+            "Sustains 2.25 requests/s",
+            "id=\"quality-table\"",
+            "wiki-2k",
+            "98.5%",
+            "Intel Xeon Platinum 8581C",
+            "avx512_vnni",
+            "fp-demo",
+            "260.0",
+        ],
+    );
+    assert!(body.matches("<svg").count() >= 3);
+
+    let (status, json) = get_json(&app, &format!("/api/runs/{}", ids.q8_run)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(json["run"]["ttft_p99_ms"], 260.0);
+    assert_eq!(json["model"]["name"], "smollm2-135m-instruct");
+    assert_eq!(json["load_curve"].as_array().unwrap().len(), 4);
+    assert_eq!(json["capacity"]["max_requests_per_s"], 2.25);
+    assert_eq!(json["sibling_runs"].as_array().unwrap().len(), 1);
+
+    // The GPU run has no capacity result: an empty state, not an error.
+    let (status, _, body) = get(&app, &format!("/runs/{}", ids.gpu_run)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_contains(&body, &["id=\"empty-capacity\""]);
+}
+
+#[tokio::test]
+async fn plans_pilots_and_gateway_pages_and_api() {
+    let (_dir, store, _) = seeded().await;
+    let app = strata_web::dashboard::router(store);
+
+    let (status, _, body) = get(&app, "/plans").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_contains(
+        &body,
+        &[
+            "smol-assistant",
+            "$23.60",
+            "$40.80",
+            "$17.20 (42%)",
+            "class=\"chart plan-chart\"",
+            "<svg",
+            "GPU share",
+            "class=\"bad\">extract: 3400 / 3000 ms",
+        ],
+    );
+    let (_, json) = get_json(&app, "/api/plans").await;
+    assert_eq!(json["plans"][0]["hours"].as_array().unwrap().len(), 24);
+    assert_eq!(json["plans"][0]["hours"][9]["cpu_instances"], 3.0);
+
+    let (status, _, body) = get(&app, "/pilots").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_contains(
+        &body,
+        &[
+            "id=\"pilots-table\"",
+            "migrate chat and extract to CPU",
+            "savings_usd_per_month",
+            "Evidence",
+            "pending",
+            "none yet",
+        ],
+    );
+    let (_, json) = get_json(&app, "/api/pilots").await;
+    assert_eq!(json["pilots"].as_array().unwrap().len(), 2);
+
+    let (status, _, body) = get(&app, "/gateway").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_contains(
+        &body,
+        &[
+            "id=\"traffic-table\"",
+            "cpu-a",
+            "gpu-l4",
+            "breaker_open",
+            "$4.50",
+            "$18.00 (smol-assistant)",
+            "25.0%",
+            "setInterval",
+        ],
+    );
+    let (_, json) = get_json(&app, "/api/gateway?window=60").await;
+    assert_eq!(json["requests"], 40);
+    assert_eq!(json["spend"]["today_usd"], 4.5);
+    let traffic = json["traffic"].as_array().unwrap();
+    let chat = traffic
+        .iter()
+        .find(|t| t["pool"] == "cpu-a" && t["class"] == "chat")
+        .unwrap();
+    assert_eq!(chat["requests"], 10);
+    assert_eq!(chat["sla_ms"], 6000.0);
+    assert_eq!(chat["sla_attainment"], 1.0);
+    // cpu-a extract latencies are 2530, 2650, ... 3610 ms against 3000 ms: 4 of 10 within.
+    let extract = traffic
+        .iter()
+        .find(|t| t["pool"] == "cpu-a" && t["class"] == "extract")
+        .unwrap();
+    assert_eq!(extract["sla_attainment"], 0.4);
+    assert_eq!(json["breakers"][0]["state"], "breaker_open");
+}
+
+#[tokio::test]
+async fn empty_store_pages_say_what_fills_them() {
+    let (_dir, store) = empty_store().await;
+    let app = strata_web::dashboard::router(store);
+    for (uri, needles) in [
+        ("/configs", &["id=\"empty-configs\"", "strata profile"][..]),
+        ("/plans", &["id=\"empty-plans\"", "strata plan"][..]),
+        ("/pilots", &["id=\"empty-pilots\"", "strata pilot"][..]),
+        ("/gateway", &["id=\"empty-gateway\"", "strata gateway"][..]),
+    ] {
+        let (status, _, body) = get(&app, uri).await;
+        assert_eq!(status, StatusCode::OK, "{uri}");
+        assert_contains(&body, needles);
+    }
+    let (_, _, body) = get(&app, "/configs").await;
+    assert_contains(&body, &["No instance prices are recorded"]);
+    let (_, json) = get_json(&app, "/api/configs").await;
+    assert_eq!(json["rows"], Value::Array(vec![]));
+    let (_, json) = get_json(&app, "/api/gateway").await;
+    assert_eq!(json["requests"], 0);
+    let (status, _, _) = get(&app, "/configs?model=nothing").await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn root_redirects_and_openapi_lists_every_api_route() {
+    let (_dir, store) = empty_store().await;
+    let app = strata_web::dashboard::router(store);
+    let response = app
+        .clone()
+        .oneshot(Request::get("/").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert!(response.status().is_redirection());
+    assert_eq!(response.headers()[header::LOCATION], "/configs");
+
+    let (status, json) = get_json(&app, "/api/openapi.json").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(json["openapi"], "3.1.0");
+    for path in [
+        "/api/configs",
+        "/api/runs/{id}",
+        "/api/plans",
+        "/api/pilots",
+        "/api/gateway",
+        "/api/openapi.json",
+    ] {
+        assert!(json["paths"][path]["get"].is_object(), "{path}");
+    }
+}
