@@ -413,6 +413,12 @@ pub(crate) async fn plans(store: &dyn Store) -> Result<PlansView, DashboardError
                 plan.plan
                     .get("all_gpu")
                     .and_then(|g| number(g, &["cost_usd", "total_cost_usd"]))
+            })
+            .or_else(|| {
+                // The planner's own shape: `totals.all_gpu_cost_per_day`.
+                plan.plan
+                    .get("totals")
+                    .and_then(|t| number(t, &["all_gpu_cost_per_day"]))
             });
             let keys = plan
                 .plan
@@ -486,12 +492,25 @@ pub(crate) fn plan_hours(plan: &Value) -> Vec<PlanHour> {
                     .and_then(Value::as_i64)
                     .unwrap_or(index as i64),
                 cpu_instances,
-                gpu_share: number(h, &["gpu_share", "gpu_fraction"]),
+                gpu_share: number(h, &["gpu_share", "gpu_fraction"])
+                    .or_else(|| weighted_gpu_share(h)),
                 cost_usd: number(h, &["cost_usd", "cost_per_hour", "cost"]),
                 classes,
             }
         })
         .collect()
+}
+
+/// The share of an hour's requests sent to GPU: the classes' shares weighted by their rates.
+fn weighted_gpu_share(hour: &Value) -> Option<f64> {
+    let classes = hour.get("classes")?.as_array()?;
+    let (mut sent, mut total) = (0.0, 0.0);
+    for c in classes {
+        let rps = number(c, &["rps"])?;
+        sent += rps * number(c, &["gpu_share"])?;
+        total += rps;
+    }
+    (total > 0.0).then(|| sent / total)
 }
 
 fn class_latency(class: String, c: &Value) -> ClassLatency {
@@ -502,9 +521,16 @@ fn class_latency(class: String, c: &Value) -> ClassLatency {
         &["p99_ms", "e2e_p99_ms", "simulated_p99_ms"],
         &["p99_s", "e2e_p99_s"],
     );
-    let sla_ms = ms(&["sla_ms", "sla_p99_ms"], &["sla_s", "sla_p99_s"]);
+    let sla_ms = ms(&["sla_ms", "sla_p99_ms"], &["sla_s", "sla_p99_s"]).or_else(|| {
+        // The planner's own shape: `sla.e2e_p99_s`, else `sla.ttft_p99_s`.
+        let sla = c.get("sla")?;
+        number(sla, &["e2e_p99_s"])
+            .or_else(|| number(sla, &["ttft_p99_s"]))
+            .map(|s| s * 1000.0)
+    });
     let met = c
         .get("met")
+        .or_else(|| c.get("meets_sla"))
         .and_then(Value::as_bool)
         .or_else(|| p99_ms.zip(sla_ms).map(|(p, s)| p <= s));
     ClassLatency {
