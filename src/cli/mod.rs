@@ -1,6 +1,7 @@
 //! Argument parsing and dispatch. Each subcommand group lives in its own file with its own `run`.
 
 mod bench;
+mod gateway;
 mod generate;
 mod model;
 mod serve;
@@ -40,6 +41,8 @@ pub(crate) struct GlobalArgs {
 pub(crate) enum Command {
     /// Measure prompt-processing and generation throughput, llama-bench style.
     Bench(bench::BenchArgs),
+    /// Route OpenAI requests between CPU pools and GPU fallbacks by SLA class and budget.
+    Gateway(gateway::GatewayArgs),
     /// Generate text from a prompt with the engine, then print speed figures.
     Generate(generate::GenerateArgs),
     /// Fetch, list and locate model files in the local cache.
@@ -57,6 +60,7 @@ impl Command {
     pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
         match self {
             Command::Bench(args) => args.run(global),
+            Command::Gateway(args) => args.run(global),
             Command::Generate(args) => args.run(global),
             Command::Model(cmd) => cmd.run(global),
             Command::Serve(args) => args.run(global),

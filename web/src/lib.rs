@@ -1,4 +1,5 @@
 //! Strata's HTTP surface: the engine's OpenAI-compatible server, the gateway, the dashboard and metrics.
 
+pub mod gateway;
 pub mod openai_error;
 pub mod server;
