@@ -419,3 +419,89 @@ impl Accounting {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Memory {
+        ledger: Mutex<Vec<NewLedgerEntry>>,
+        decisions: Mutex<Vec<NewGatewayDecision>>,
+    }
+
+    #[async_trait]
+    impl Sink for Memory {
+        async fn decision(&self, row: &NewGatewayDecision) -> Result<(), String> {
+            self.decisions.lock().unwrap().push(row.clone());
+            Ok(())
+        }
+        async fn ledger(&self, row: &NewLedgerEntry) -> Result<(), String> {
+            self.ledger.lock().unwrap().push(row.clone());
+            Ok(())
+        }
+        async fn spent(&self, _: TimeWindow) -> Result<f64, String> {
+            Ok(self
+                .ledger
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|e| e.amount_usd)
+                .sum())
+        }
+        async fn plan(&self, _: &str) -> Result<Option<serde_json::Value>, String> {
+            Ok(None)
+        }
+    }
+
+    fn record(pool: &str, cost: f64) -> Record {
+        Record {
+            decision: NewGatewayDecision {
+                decided_at: Utc::now(),
+                request_id: "r".into(),
+                sla_class: "c".into(),
+                pool: pool.into(),
+                endpoint: "e".into(),
+                reason: "cpu_meets_sla".into(),
+                predicted_latency_ms: None,
+                observed_latency_ms: None,
+                prompt_tokens: 1,
+                output_tokens: 2,
+                cost_usd: cost,
+            },
+        }
+    }
+
+    #[test]
+    fn a_full_queue_drops_the_oldest_and_counts_it() {
+        let a = Accounting::new(2, 10, Duration::from_millis(1));
+        for i in 0..3 {
+            a.push(record("cpu", f64::from(i)));
+        }
+        assert_eq!(a.queued(), 2);
+        assert_eq!(a.dropped.load(Ordering::Relaxed), 1);
+        let (day, _, _) = a.spent(Utc::now());
+        assert_eq!(day, 3.0, "dropped rows still count as spent");
+    }
+
+    #[tokio::test]
+    async fn a_batch_writes_one_ledger_row_per_pool() {
+        let a = Accounting::new(100, 100, Duration::from_millis(1));
+        for pool in ["cpu", "gpu", "cpu"] {
+            a.push(record(pool, 0.5));
+        }
+        let sink = Memory::default();
+        let rows = a.take_batch();
+        a.write_batch(&sink, rows).await.expect("written");
+        let ledger = sink.ledger.lock().unwrap().clone();
+        assert_eq!(ledger.len(), 2);
+        assert_eq!((ledger[0].amount_usd, ledger[0].tokens), (1.0, 6));
+        assert_eq!(sink.decisions.lock().unwrap().len(), 3);
+        a.refresh(&sink, Utc::now()).await.expect("refreshed");
+        assert_eq!(
+            a.spent(Utc::now()).0,
+            1.5,
+            "the store's total, not counted twice"
+        );
+    }
+}
