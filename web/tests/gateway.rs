@@ -820,3 +820,35 @@ async fn under_load_with_faults_every_request_gets_one_complete_answer_or_a_clea
     assert!(finished.len() + doomed.answered().len() >= complete);
     gw.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_in_flight_requests_and_flushes_accounting() {
+    let slow = MockServer::start(Mode::Fast, Duration::from_millis(300));
+    let store = Arc::new(FakeStore::default());
+    let gw = Gateway::start(
+        &config(&[&slow.url], &[], 8, ""),
+        Some(store.clone() as Arc<dyn Sink>),
+    )
+    .await;
+    let c = client();
+    let pending: Vec<_> = (0..4)
+        .map(|i| {
+            let c = c.clone();
+            let base = gw.base.clone();
+            tokio::spawn(async move {
+                send(&c, &base, "lax", &chat(&format!("d{i}"), i % 2 == 0)).await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    gw.shutdown().await;
+    for p in pending {
+        let (status, _, body) = p.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    assert_eq!(
+        store.decisions.lock().unwrap().len(),
+        4,
+        "flushed before exit"
+    );
+}
