@@ -473,7 +473,12 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
     let background = start_background(&state);
+    // Small SSE chunks and the stream's last chunk go out at once instead of waiting on Nagle.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let served = axum::serve(listener, router(state.clone()))
         .with_graceful_shutdown(shutdown)
         .await;
@@ -847,10 +852,15 @@ fn prepare(
     let prompt_tokens = u32::try_from(body.len() / 4).unwrap_or(u32::MAX).max(1);
     let body = if peek.stream && !client_usage {
         // Ask the upstream for usage so the ledger gets real token counts; the relay drops that event.
-        let mut v: Value = serde_json::from_slice(&body)
-            .map_err(|e| ApiError::invalid(format!("The body is not valid JSON: {e}")))?;
-        v["stream_options"] = json!({"include_usage": true});
-        Bytes::from(serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))?)
+        match (&peek.stream_options, with_usage_option(&body)) {
+            (None, Some(b)) => b,
+            _ => {
+                let mut v: Value = serde_json::from_slice(&body)
+                    .map_err(|e| ApiError::invalid(format!("The body is not valid JSON: {e}")))?;
+                v["stream_options"] = json!({"include_usage": true});
+                Bytes::from(serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))?)
+            }
+        }
     } else {
         body
     };
@@ -869,6 +879,25 @@ fn prepare(
         output_tokens,
         body,
     })
+}
+
+/// `body` (a non-empty JSON object without `stream_options`) with `"stream_options":{"include_usage":true}`
+/// spliced in after its opening brace, without re-serializing it; `None` when it does not start that way.
+fn with_usage_option(body: &[u8]) -> Option<Bytes> {
+    const FIELD: &[u8] = br#""stream_options":{"include_usage":true},"#;
+    let open = body.iter().position(|b| !b.is_ascii_whitespace())?;
+    if body[open] != b'{' {
+        return None;
+    }
+    let next = body[open + 1..].iter().find(|b| !b.is_ascii_whitespace())?;
+    if *next == b'}' {
+        return None;
+    }
+    let mut out = Vec::with_capacity(body.len() + FIELD.len());
+    out.extend_from_slice(&body[..=open]);
+    out.extend_from_slice(FIELD);
+    out.extend_from_slice(&body[open + 1..]);
+    Some(Bytes::from(out))
 }
 
 /// A routing outcome: where to send and why.
@@ -1511,4 +1540,19 @@ fn with_id(mut response: Response, id: &str) -> Response {
             .insert(HeaderName::from_static(REQUEST_ID_HEADER), v);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_usage_option_is_spliced_into_the_object() {
+        let b = with_usage_option(br#" {"model":"m","stream":true}"#).expect("an object");
+        let v: Value = serde_json::from_slice(&b).expect("still JSON");
+        assert_eq!(v["stream_options"]["include_usage"], true);
+        assert_eq!(v["model"], "m");
+        assert!(with_usage_option(b"{ }").is_none());
+        assert!(with_usage_option(b"[1]").is_none());
+    }
 }
