@@ -852,3 +852,76 @@ async fn shutdown_drains_in_flight_requests_and_flushes_accounting() {
         "flushed before exit"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_health_checks_open_the_breaker_of_a_failing_endpoint() {
+    let bad = MockServer::start(Mode::Fail, Duration::ZERO);
+    let gpu = MockServer::start(Mode::Fast, Duration::ZERO);
+    let toml = config(&[&bad.url], &[&gpu.url], 8, "").replace(
+        "[health]\ninterval_ms = 0",
+        "[health]\ninterval_ms = 20\ntimeout_ms = 200",
+    );
+    let gw = Gateway::start(&toml, None).await;
+    let c = client();
+    let mut target = Value::Null;
+    for _ in 0..100 {
+        target = dry_run(&c, &gw.base, "lax").await["target"].clone();
+        if target == "gpu" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(target, "gpu", "the CPU endpoint failed its checks");
+    assert_eq!(
+        bad.mock.hits.load(Ordering::Relaxed),
+        0,
+        "no request was sent to it"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_sharing_a_store_see_each_others_spend() {
+    let cpu = MockServer::start(Mode::Fast, Duration::ZERO);
+    let gpu = MockServer::start(Mode::Fast, Duration::ZERO);
+    let store = Arc::new(FakeStore::default());
+    let budget = r#"
+[budget]
+per_day_usd = 0.015
+[[budget.action]]
+action = "reject_below_priority"
+at_spent_fraction = 0.5
+priority = 1
+"#;
+    let toml = config(&[&cpu.url], &[&gpu.url], 8, budget)
+        .replace("[store]\n", "[store]\nrefresh_ms = 100\n");
+    let a = Gateway::start(&toml, Some(store.clone() as Arc<dyn Sink>)).await;
+    let b = Gateway::start(&toml, Some(store.clone() as Arc<dyn Sink>)).await;
+    let c = client();
+    assert_eq!(dry_run(&c, &b.base, "cheap").await["target"], "cpu");
+    // Replica A's CPU pool is drained, so its request goes to GPU: $0.01 of the $0.015 budget.
+    let drained = c
+        .post(format!("{}/admin/pools/cpu/drain", a.base))
+        .bearer_auth("admin-token-0123456789")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(drained.status(), StatusCode::OK);
+    let (_, route, _) = send(&c, &a.base, "lax", &chat("spend", false)).await;
+    assert!(route.starts_with("pool=gpu;"), "{route}");
+    let mut seen = Value::Null;
+    for _ in 0..50 {
+        seen = dry_run(&c, &b.base, "cheap").await;
+        if seen["target"] == "reject" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        seen["target"], "reject",
+        "replica B reads A's spend from the store: {seen}"
+    );
+    assert_eq!(seen["status"], 429);
+    a.shutdown().await;
+    b.shutdown().await;
+}
