@@ -889,6 +889,23 @@ url = "http://127.0.0.1:8000"
     }
 
     #[test]
+    fn the_example_config_validates() {
+        let text = include_str!("../../../examples/gateway.toml");
+        let env: HashMap<String, String> = [
+            ("STRATA_GATEWAY_ADMIN_TOKEN", "0123456789abcdef"),
+            ("GPU_API_KEY", "g"),
+            ("WEB_APP_KEY", "w"),
+            ("NIGHTLY_KEY", "n"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let c = GatewayConfig::from_toml(text, &env).expect("the example is valid");
+        assert_eq!(c.pools.len(), 2);
+        assert_eq!(c.budget_rules.cap_gpu.len(), 1);
+    }
+
+    #[test]
     fn debug_output_hides_keys() {
         let c = parse("[[api_key]]\nname = \"app\"\nkey_env = \"K\"\n").expect("valid");
         assert!(!format!("{c:?}").contains("secret"));

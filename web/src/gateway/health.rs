@@ -292,15 +292,13 @@ pub async fn check_loop(state: Arc<super::GatewayState>) {
                     }
                     let ok = matches!(req.send().await, Ok(r) if r.status().is_success());
                     let now = Instant::now();
-                    // A probe only closes or reopens the breaker when it is due: an open breaker waits out
-                    // its time, and then the check itself is the probe.
+                    // A passing check closes an open breaker only once it is due for a probe (the check
+                    // is then the probe); a failing check counts like a failed request.
                     if ok {
                         if e.health.try_acquire(now) {
                             e.health.on_success();
                         }
-                    } else if e.health.breaker_state() != (BreakerState::Closed { failures: 0 })
-                        || e.health.try_acquire(now)
-                    {
+                    } else {
                         e.health.on_failure(now);
                     }
                 }

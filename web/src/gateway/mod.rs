@@ -1146,20 +1146,8 @@ async fn dry_run(
     };
     let req = prepare(&state, &table, key, &headers, bytes, api)?;
     let class = &table.config.classes[req.class];
-    let (target, pool, endpoint, decision) = match decide(&state, &table, &req, &[]) {
-        Ok(c) => {
-            let p = &table.pools[c.pool];
-            let kind = match p.config.kind {
-                PoolKind::Cpu => "cpu",
-                PoolKind::Gpu => "gpu",
-            };
-            (
-                kind,
-                Some(p.config.name.clone()),
-                c.endpoint.map(|e| e.config.name.clone()),
-                Some(c.decision),
-            )
-        }
+    let choice = match decide(&state, &table, &req, &[]) {
+        Ok(c) => c,
         Err(e) => {
             return Ok(Json(json!({
                 "target": "reject",
@@ -1169,7 +1157,14 @@ async fn dry_run(
             })));
         }
     };
-    let decision = decision.expect("a decision for a routed request");
+    let p = &table.pools[choice.pool];
+    let target = match p.config.kind {
+        PoolKind::Cpu => "cpu",
+        PoolKind::Gpu => "gpu",
+    };
+    let pool = &p.config.name;
+    let endpoint = choice.endpoint.as_ref().map(|e| e.config.name.clone());
+    let decision = choice.decision;
     let reasons: Vec<Value> = decision
         .reasons
         .iter()
