@@ -2,6 +2,7 @@
 
 mod bench;
 mod dashboard;
+mod gateway;
 mod generate;
 mod model;
 mod plan;
@@ -46,6 +47,8 @@ pub(crate) enum Command {
     Bench(bench::BenchArgs),
     /// Serve the dashboard: configs, runs, plans, pilots and the gateway, with a JSON API.
     Dashboard(dashboard::DashboardArgs),
+    /// Route OpenAI requests between CPU pools and GPU fallbacks by SLA class and budget.
+    Gateway(gateway::GatewayArgs),
     /// Generate text from a prompt with the engine, then print speed figures.
     Generate(generate::GenerateArgs),
     /// Fetch, list and locate model files in the local cache.
@@ -71,6 +74,7 @@ impl Command {
         match self {
             Command::Bench(args) => args.run(global),
             Command::Dashboard(args) => args.run(global),
+            Command::Gateway(args) => args.run(global),
             Command::Generate(args) => args.run(global),
             Command::Model(cmd) => cmd.run(global),
             Command::Plan(args) => args.run(global),

@@ -1,0 +1,77 @@
+//! `strata gateway`: the OpenAI-compatible gateway that routes requests between CPU pools and GPU
+//! fallback endpoints by SLA class, budget and the stored plan.
+
+use std::{path::PathBuf, sync::Arc};
+
+use anyhow::Context;
+use clap::Args;
+use strata_controller::store;
+use strata_web::gateway::{
+    self, LazyStore,
+    accounting::Sink,
+    config::{Env, GatewayConfig},
+};
+
+use super::{GlobalArgs, serve::shutdown_signal};
+
+/// Arguments of `strata gateway`.
+#[derive(Debug, Args)]
+pub(crate) struct GatewayArgs {
+    /// The gateway's TOML file (pools, SLA classes, budget, keys).
+    #[arg(long, value_name = "GATEWAY.toml")]
+    config: PathBuf,
+    /// Override the config's listen address.
+    #[arg(long, value_name = "HOST:PORT")]
+    listen: Option<std::net::SocketAddr>,
+    /// Keep accounting in memory only: no store, no plan.
+    #[arg(long)]
+    no_store: bool,
+    /// Check the config and exit.
+    #[arg(long)]
+    check: bool,
+}
+
+impl GatewayArgs {
+    /// Runs the gateway until Ctrl-C or SIGTERM, then drains in-flight requests and flushes accounting.
+    pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
+        let text = std::fs::read_to_string(&self.config)
+            .with_context(|| format!("reading {}", self.config.display()))?;
+        let mut config = GatewayConfig::from_toml(&text, &Env)
+            .with_context(|| format!("{}", self.config.display()))?;
+        if let Some(listen) = self.listen {
+            config.listen = listen;
+        }
+        if self.check {
+            println!(
+                "{}: {} pools, {} SLA classes, {} keys: valid",
+                self.config.display(),
+                config.pools.len(),
+                config.classes.len(),
+                config.api_keys.len()
+            );
+            return Ok(());
+        }
+        let sink: Option<Arc<dyn Sink>> = if self.no_store {
+            None
+        } else {
+            let url = match &global.database_url {
+                Some(url) => url.clone(),
+                None => {
+                    store::default_database_url().context("locating the default SQLite store")?
+                }
+            };
+            Some(Arc::new(LazyStore::new(url)))
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?;
+        runtime.block_on(gateway::run(
+            config,
+            sink,
+            Some(self.config.clone()),
+            shutdown_signal(),
+        ))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,923 @@
+//! The gateway's TOML configuration: read once into serde structs ([`GatewayConfigFile`]), then validated
+//! into [`GatewayConfig`], whose errors name the key at fault (`pool[1].endpoint[0].url: ...`).
+//!
+//! Secrets never sit in the file: upstream and client keys are named by environment variable
+//! (`api_key_env`, `key_env`) and read through a [`Source`], so tests pass a map instead of the process
+//! environment.
+
+use std::{collections::HashMap, fmt, net::SocketAddr, time::Duration};
+
+use serde::Deserialize;
+use strata_planner::{
+    route::{BudgetRules, PoolKind},
+    service::ServiceCurve,
+    workload::{BudgetAction, LengthDist, RequestClass, Sla},
+};
+
+/// Where environment values come from (the process environment, or a map in tests).
+pub trait Source {
+    /// The value of `key`, if set.
+    fn get(&self, key: &str) -> Option<String>;
+}
+
+/// The process environment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Env;
+
+impl Source for Env {
+    fn get(&self, key: &str) -> Option<String> {
+        std::env::var(key).ok()
+    }
+}
+
+impl Source for HashMap<String, String> {
+    fn get(&self, key: &str) -> Option<String> {
+        HashMap::get(self, key).cloned()
+    }
+}
+
+/// A configuration error: the key at fault and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {problem}")]
+pub struct ConfigError {
+    /// The dotted key, e.g. `pool[0].endpoint[1].url`.
+    pub key: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+fn err(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key: key.into(),
+        problem: problem.into(),
+    }
+}
+
+/// The file as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfigFile {
+    /// Address to listen on, e.g. `127.0.0.1:8080`.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    /// The SLA class of requests without `x-strata-sla` and without a per-key default.
+    pub default_class: String,
+    /// Environment variable holding the admin bearer token; admin routes are off without it.
+    #[serde(default)]
+    pub admin_token_env: Option<String>,
+    /// Largest request body, bytes.
+    #[serde(default = "default_body")]
+    pub max_body_bytes: usize,
+    /// Largest total size of request headers, bytes.
+    #[serde(default = "default_headers")]
+    pub max_header_bytes: usize,
+    /// Requests handled at once by the gateway; more get 429.
+    #[serde(default = "default_concurrency")]
+    pub max_concurrency: usize,
+    /// Retries on other endpoints before the first byte.
+    #[serde(default)]
+    pub retry: RetryFile,
+    /// Circuit breaker per endpoint.
+    #[serde(default)]
+    pub breaker: BreakerFile,
+    /// Active health checks.
+    #[serde(default)]
+    pub health: HealthFile,
+    /// The store's plan and the accounting writer.
+    #[serde(default)]
+    pub store: StoreFile,
+    /// Pools, CPU and GPU.
+    #[serde(default, rename = "pool")]
+    pub pools: Vec<PoolFile>,
+    /// SLA classes.
+    #[serde(default, rename = "class")]
+    pub classes: Vec<ClassFile>,
+    /// Client API keys (none: the `/v1` routes are open).
+    #[serde(default, rename = "api_key")]
+    pub api_keys: Vec<ApiKeyFile>,
+    /// The budget.
+    #[serde(default)]
+    pub budget: BudgetFile,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".into()
+}
+fn default_body() -> usize {
+    4 << 20
+}
+fn default_headers() -> usize {
+    32 << 10
+}
+fn default_concurrency() -> usize {
+    4096
+}
+
+/// `[retry]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryFile {
+    /// Attempts in all (first try included).
+    pub attempts: u32,
+    /// Backoff before the second attempt, doubled after each, ms.
+    pub backoff_ms: u64,
+}
+
+impl Default for RetryFile {
+    fn default() -> Self {
+        Self {
+            attempts: 3,
+            backoff_ms: 10,
+        }
+    }
+}
+
+/// `[breaker]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BreakerFile {
+    /// Consecutive failures that open the breaker.
+    pub failures: u32,
+    /// How long it stays open before one probe, ms (doubled on each failed probe, up to 16x).
+    pub open_ms: u64,
+}
+
+impl Default for BreakerFile {
+    fn default() -> Self {
+        Self {
+            failures: 5,
+            open_ms: 2000,
+        }
+    }
+}
+
+/// `[health]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthFile {
+    /// Seconds between checks of each endpoint, ms; 0 turns active checks off.
+    pub interval_ms: u64,
+    /// Path checked with GET (2xx is healthy).
+    pub path: String,
+    /// Check timeout, ms.
+    pub timeout_ms: u64,
+}
+
+impl Default for HealthFile {
+    fn default() -> Self {
+        Self {
+            interval_ms: 2000,
+            path: "/v1/models".into(),
+            timeout_ms: 1000,
+        }
+    }
+}
+
+/// `[store]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreFile {
+    /// The workload whose latest plan drives the GPU/shed shares (none: no plan shares).
+    pub workload: Option<String>,
+    /// How often the plan and the ledger totals are re-read, ms.
+    pub refresh_ms: u64,
+    /// Ledger and decision rows written per batch at most.
+    pub batch: usize,
+    /// How long the writer waits to fill a batch, ms.
+    pub flush_ms: u64,
+    /// Rows kept in memory while the store is down; beyond, the oldest are dropped and counted.
+    pub queue: usize,
+}
+
+impl Default for StoreFile {
+    fn default() -> Self {
+        Self {
+            workload: None,
+            refresh_ms: 10_000,
+            batch: 256,
+            flush_ms: 200,
+            queue: 100_000,
+        }
+    }
+}
+
+/// `[[pool]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolFile {
+    /// Its name (metrics, ledger, `x-strata-route`).
+    pub name: String,
+    /// `cpu` or `gpu`.
+    pub kind: PoolKind,
+    /// Its endpoints.
+    #[serde(rename = "endpoint")]
+    pub endpoints: Vec<EndpointFile>,
+    /// Model names the pool serves.
+    pub models: Vec<String>,
+    /// Requests in flight per endpoint at most (more make that endpoint look full to the router).
+    #[serde(default = "default_endpoint_concurrency")]
+    pub max_concurrency: u32,
+    /// Price per hour of one endpoint, USD.
+    #[serde(default)]
+    pub price_per_hour_usd: Option<f64>,
+    /// Price per million tokens (prompt + output), USD.
+    #[serde(default)]
+    pub price_per_million_tokens_usd: Option<f64>,
+    /// Measured tokens/s one endpoint serves at full load (prices per-hour pools per token).
+    #[serde(default)]
+    pub tokens_per_s: Option<f64>,
+    /// Service model of one CPU endpoint (slots, prefill tokens/s, TPOT by batch).
+    #[serde(default)]
+    pub service: Option<ServiceCurve>,
+    /// GPU: p99 TTFT, ms.
+    #[serde(default)]
+    pub ttft_p99_ms: Option<f64>,
+    /// GPU: p99 time per output token, ms.
+    #[serde(default)]
+    pub tpot_p99_ms: Option<f64>,
+    /// Connect timeout, ms.
+    #[serde(default = "default_connect_ms")]
+    pub connect_timeout_ms: u64,
+    /// Time to the response head, ms (then the request is retried elsewhere).
+    #[serde(default = "default_first_byte_ms")]
+    pub first_byte_timeout_ms: u64,
+    /// Longest silence between body chunks, ms.
+    #[serde(default = "default_idle_ms")]
+    pub idle_timeout_ms: u64,
+}
+
+fn default_endpoint_concurrency() -> u32 {
+    64
+}
+fn default_connect_ms() -> u64 {
+    1000
+}
+fn default_first_byte_ms() -> u64 {
+    30_000
+}
+fn default_idle_ms() -> u64 {
+    30_000
+}
+
+/// `[[pool.endpoint]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointFile {
+    /// Base URL, `http://host:port` (the `/v1/...` path is appended).
+    pub url: String,
+    /// Its name [default: host:port of the URL].
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Environment variable with the upstream's API key, sent as `Authorization: Bearer`.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+}
+
+/// `[[class]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassFile {
+    /// Its name, sent in `x-strata-sla`.
+    pub name: String,
+    /// p99 TTFT target, ms.
+    #[serde(default)]
+    pub ttft_p99_ms: Option<f64>,
+    /// p99 E2E target, ms.
+    #[serde(default)]
+    pub e2e_p99_ms: Option<f64>,
+    /// Higher is more important; the budget rejects the lowest first.
+    #[serde(default)]
+    pub priority: u32,
+    /// Output tokens planned for when the request gives no `max_tokens`.
+    #[serde(default = "default_output")]
+    pub default_output_tokens: u32,
+}
+
+fn default_output() -> u32 {
+    256
+}
+
+/// `[[api_key]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyFile {
+    /// A name for metrics and logs (never the key).
+    pub name: String,
+    /// Environment variable holding the key.
+    pub key_env: String,
+    /// SLA class of this key's requests without `x-strata-sla`.
+    #[serde(default)]
+    pub class: Option<String>,
+    /// Requests per second allowed (none: unlimited).
+    #[serde(default)]
+    pub rate_per_s: Option<f64>,
+    /// Burst above the rate [default: one second's worth].
+    #[serde(default)]
+    pub burst: Option<f64>,
+}
+
+/// `[budget]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetFile {
+    /// USD per UTC day.
+    #[serde(default)]
+    pub per_day_usd: Option<f64>,
+    /// USD per UTC calendar month.
+    #[serde(default)]
+    pub per_month_usd: Option<f64>,
+    /// Actions past spent fractions (`relax_sla`, `cap_gpu_share`, `reject_below_priority`).
+    #[serde(default, rename = "action")]
+    pub actions: Vec<BudgetAction>,
+}
+
+/// One validated endpoint.
+#[derive(Clone)]
+pub struct EndpointConfig {
+    /// Name.
+    pub name: String,
+    /// Base URL without a trailing slash.
+    pub url: String,
+    /// Bearer key for the upstream (never logged: `Debug` hides it).
+    pub api_key: Option<String>,
+}
+
+impl fmt::Debug for EndpointConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EndpointConfig")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<hidden>"))
+            .finish()
+    }
+}
+
+/// How a pool is priced.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Price {
+    /// USD per million tokens (prompt + output).
+    PerMillionTokens(f64),
+    /// USD per endpoint-hour, charged per token at `tokens_per_s` (the endpoint's measured throughput):
+    /// a request costs `tokens / (tokens_per_s x 3600) x price`.
+    PerHour {
+        /// USD per hour.
+        usd: f64,
+        /// Measured tokens/s of one endpoint.
+        tokens_per_s: f64,
+    },
+}
+
+impl Price {
+    /// USD for `tokens`.
+    pub fn cost(&self, tokens: u64) -> f64 {
+        let t = tokens as f64;
+        match *self {
+            Price::PerMillionTokens(p) => t * p / 1e6,
+            Price::PerHour { usd, tokens_per_s } => t / (tokens_per_s * 3600.0) * usd,
+        }
+    }
+}
+
+/// One validated pool.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// Name.
+    pub name: String,
+    /// CPU or GPU.
+    pub kind: PoolKind,
+    /// Endpoints, at least one.
+    pub endpoints: Vec<EndpointConfig>,
+    /// Served models.
+    pub models: Vec<String>,
+    /// In-flight requests per endpoint at most.
+    pub max_concurrency: u32,
+    /// Price.
+    pub price: Price,
+    /// CPU: service model of one endpoint.
+    pub service: Option<ServiceCurve>,
+    /// GPU: p99 TTFT.
+    pub gpu_ttft: Duration,
+    /// GPU: p99 TPOT.
+    pub gpu_tpot: Duration,
+    /// Connect timeout.
+    pub connect_timeout: Duration,
+    /// Time to the response head.
+    pub first_byte_timeout: Duration,
+    /// Longest silence between body chunks.
+    pub idle_timeout: Duration,
+}
+
+/// One validated SLA class.
+#[derive(Debug, Clone)]
+pub struct ClassConfig {
+    /// Name.
+    pub name: String,
+    /// Targets.
+    pub sla: Sla,
+    /// Priority.
+    pub priority: u32,
+    /// Output tokens planned for without `max_tokens`.
+    pub default_output_tokens: u32,
+}
+
+/// One validated client key.
+#[derive(Clone)]
+pub struct ApiKeyConfig {
+    /// Name.
+    pub name: String,
+    /// The key.
+    pub key: String,
+    /// Index of its default class.
+    pub class: Option<usize>,
+    /// Requests/s and burst.
+    pub rate: Option<(f64, f64)>,
+}
+
+impl fmt::Debug for ApiKeyConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApiKeyConfig")
+            .field("name", &self.name)
+            .field("class", &self.class)
+            .field("rate", &self.rate)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// Index of the default class.
+    pub default_class: usize,
+    /// Admin bearer token (admin routes are off without one).
+    pub admin_token: Option<String>,
+    /// Largest body.
+    pub max_body_bytes: usize,
+    /// Largest header block.
+    pub max_header_bytes: usize,
+    /// Requests at once.
+    pub max_concurrency: usize,
+    /// Attempts in all.
+    pub retry_attempts: u32,
+    /// First backoff.
+    pub retry_backoff: Duration,
+    /// Failures that open a breaker.
+    pub breaker_failures: u32,
+    /// Open time before a probe.
+    pub breaker_open: Duration,
+    /// Health-check interval (zero: off).
+    pub health_interval: Duration,
+    /// Health-check path.
+    pub health_path: String,
+    /// Health-check timeout.
+    pub health_timeout: Duration,
+    /// Store settings.
+    pub store: StoreFile,
+    /// Pools.
+    pub pools: Vec<PoolConfig>,
+    /// Classes.
+    pub classes: Vec<ClassConfig>,
+    /// Client keys.
+    pub api_keys: Vec<ApiKeyConfig>,
+    /// USD per day.
+    pub budget_per_day: Option<f64>,
+    /// USD per month.
+    pub budget_per_month: Option<f64>,
+    /// Budget actions, class names resolved.
+    pub budget_rules: BudgetRules,
+}
+
+impl GatewayConfig {
+    /// Parses and validates TOML `text`, reading secrets from `env`.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the key at fault.
+    pub fn from_toml(text: &str, env: &dyn Source) -> Result<Self, ConfigError> {
+        let file: GatewayConfigFile = toml::from_str(text).map_err(|e| {
+            let key = e.span().and_then(|s| text.get(..s.start)).map_or_else(
+                || "(file)".to_owned(),
+                |before| format!("line {}", before.lines().count().max(1)),
+            );
+            err(key, e.message().to_owned())
+        })?;
+        file.validate(env)
+    }
+}
+
+fn is_positive(x: f64) -> bool {
+    x.is_finite() && x > 0.0
+}
+
+fn positive(key: &str, v: Option<f64>) -> Result<Option<f64>, ConfigError> {
+    match v {
+        Some(x) if !(x.is_finite() && x > 0.0) => Err(err(key, format!("must be > 0, got {x}"))),
+        v => Ok(v),
+    }
+}
+
+impl GatewayConfigFile {
+    /// Checks every key and resolves names and secrets.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the key at fault.
+    pub fn validate(self, env: &dyn Source) -> Result<GatewayConfig, ConfigError> {
+        let listen: SocketAddr = self.listen.parse().map_err(|e| {
+            err(
+                "listen",
+                format!("`{}` is not host:port ({e})", self.listen),
+            )
+        })?;
+        if self.classes.is_empty() {
+            return Err(err("class", "at least one [[class]] is needed"));
+        }
+        let mut classes = Vec::new();
+        for (i, c) in self.classes.iter().enumerate() {
+            let key = format!("class[{i}]");
+            if c.name.is_empty() {
+                return Err(err(format!("{key}.name"), "must not be empty"));
+            }
+            if classes.iter().any(|x: &ClassConfig| x.name == c.name) {
+                return Err(err(
+                    format!("{key}.name"),
+                    format!("duplicate class `{}`", c.name),
+                ));
+            }
+            let ttft = positive(&format!("{key}.ttft_p99_ms"), c.ttft_p99_ms)?;
+            let e2e = positive(&format!("{key}.e2e_p99_ms"), c.e2e_p99_ms)?;
+            classes.push(ClassConfig {
+                name: c.name.clone(),
+                sla: Sla {
+                    ttft_p99_s: ttft.map(|v| v / 1e3),
+                    e2e_p99_s: e2e.map(|v| v / 1e3),
+                },
+                priority: c.priority,
+                default_output_tokens: c.default_output_tokens.max(1),
+            });
+        }
+        let class_index = |key: &str, name: &str| {
+            classes
+                .iter()
+                .position(|c| c.name == name)
+                .ok_or_else(|| err(key, format!("unknown class `{name}`")))
+        };
+        let default_class = class_index("default_class", &self.default_class)?;
+        let admin_token = match &self.admin_token_env {
+            Some(var) => Some(env.get(var).filter(|t| t.len() >= 16).ok_or_else(|| {
+                err(
+                    "admin_token_env",
+                    format!("environment variable {var} must hold a token of 16+ characters"),
+                )
+            })?),
+            None => None,
+        };
+        if self.pools.is_empty() {
+            return Err(err("pool", "at least one [[pool]] is needed"));
+        }
+        let mut pools: Vec<PoolConfig> = Vec::new();
+        let mut endpoint_names: Vec<String> = Vec::new();
+        for (i, p) in self.pools.iter().enumerate() {
+            let key = format!("pool[{i}]");
+            if p.name.is_empty() {
+                return Err(err(format!("{key}.name"), "must not be empty"));
+            }
+            if pools.iter().any(|x| x.name == p.name) {
+                return Err(err(
+                    format!("{key}.name"),
+                    format!("duplicate pool `{}`", p.name),
+                ));
+            }
+            if p.endpoints.is_empty() {
+                return Err(err(
+                    format!("{key}.endpoint"),
+                    "at least one endpoint is needed",
+                ));
+            }
+            if p.models.is_empty() {
+                return Err(err(format!("{key}.models"), "at least one model is needed"));
+            }
+            if p.max_concurrency == 0 {
+                return Err(err(format!("{key}.max_concurrency"), "must be at least 1"));
+            }
+            let per_token = positive(
+                &format!("{key}.price_per_million_tokens_usd"),
+                p.price_per_million_tokens_usd,
+            )?;
+            let per_hour = positive(&format!("{key}.price_per_hour_usd"), p.price_per_hour_usd)?;
+            let tokens_per_s = positive(&format!("{key}.tokens_per_s"), p.tokens_per_s)?;
+            let price = match (per_token, per_hour, tokens_per_s) {
+                (Some(t), None, _) => Price::PerMillionTokens(t),
+                (None, Some(usd), Some(tokens_per_s)) => Price::PerHour { usd, tokens_per_s },
+                (None, Some(_), None) => {
+                    return Err(err(
+                        format!("{key}.tokens_per_s"),
+                        "a per-hour price needs the endpoint's measured tokens_per_s to charge requests",
+                    ));
+                }
+                (Some(_), Some(_), _) => {
+                    return Err(err(
+                        format!("{key}.price_per_hour_usd"),
+                        "give price_per_hour_usd or price_per_million_tokens_usd, not both",
+                    ));
+                }
+                (None, None, _) => {
+                    return Err(err(
+                        format!("{key}.price_per_hour_usd"),
+                        "a price is needed: price_per_hour_usd (with tokens_per_s) or price_per_million_tokens_usd",
+                    ));
+                }
+            };
+            if p.kind == PoolKind::Cpu {
+                match &p.service {
+                    None => {
+                        return Err(err(
+                            format!("{key}.service"),
+                            "a CPU pool needs its service model (slots, prefill_tokens_per_s, tpot_by_batch, copies)",
+                        ));
+                    }
+                    Some(s) => {
+                        let bad = s.slots == 0
+                            || !is_positive(s.prefill_tokens_per_s)
+                            || s.tpot_by_batch.is_empty()
+                            || s.tpot_by_batch.iter().any(|&(b, t)| !(b > 0.0 && t >= 0.0))
+                            || s.tpot_by_batch.windows(2).any(|w| w[1].0 <= w[0].0)
+                            || !is_positive(s.copies);
+                        if bad {
+                            return Err(err(
+                                format!("{key}.service"),
+                                "slots >= 1, prefill_tokens_per_s > 0, copies > 0, and tpot_by_batch non-empty \
+                                 with batch sizes > 0 in increasing order",
+                            ));
+                        }
+                    }
+                }
+            }
+            let ms = |k: &str, v: u64| {
+                if v == 0 {
+                    Err(err(format!("{key}.{k}"), "must be at least 1 ms"))
+                } else {
+                    Ok(Duration::from_millis(v))
+                }
+            };
+            let gpu_ms = |k: &str, v: Option<f64>| -> Result<Duration, ConfigError> {
+                let v = positive(&format!("{key}.{k}"), v)?;
+                match (p.kind, v) {
+                    (PoolKind::Gpu, None) => Err(err(
+                        format!("{key}.{k}"),
+                        "a GPU pool needs its p99 latency",
+                    )),
+                    (_, v) => Ok(Duration::from_secs_f64(v.unwrap_or(0.0) / 1e3)),
+                }
+            };
+            let mut endpoints = Vec::new();
+            for (j, e) in p.endpoints.iter().enumerate() {
+                let ekey = format!("{key}.endpoint[{j}]");
+                let url = e.url.trim_end_matches('/').to_owned();
+                let Some(rest) = url.strip_prefix("http://") else {
+                    return Err(err(
+                        format!("{ekey}.url"),
+                        format!("`{url}` must start with http:// (this build has no TLS)"),
+                    ));
+                };
+                let host_port = rest.split('/').next().unwrap_or("");
+                if host_port.is_empty() {
+                    return Err(err(format!("{ekey}.url"), format!("`{url}` has no host")));
+                }
+                let name = e.name.clone().unwrap_or_else(|| host_port.to_owned());
+                if endpoint_names.contains(&name) {
+                    return Err(err(
+                        format!("{ekey}.name"),
+                        format!("duplicate endpoint name `{name}`"),
+                    ));
+                }
+                endpoint_names.push(name.clone());
+                let api_key = match &e.api_key_env {
+                    Some(var) => Some(env.get(var).ok_or_else(|| {
+                        err(
+                            format!("{ekey}.api_key_env"),
+                            format!("environment variable {var} is not set"),
+                        )
+                    })?),
+                    None => None,
+                };
+                endpoints.push(EndpointConfig { name, url, api_key });
+            }
+            pools.push(PoolConfig {
+                name: p.name.clone(),
+                kind: p.kind,
+                endpoints,
+                models: p.models.clone(),
+                max_concurrency: p.max_concurrency,
+                price,
+                service: p.service.clone(),
+                gpu_ttft: gpu_ms("ttft_p99_ms", p.ttft_p99_ms)?,
+                gpu_tpot: gpu_ms("tpot_p99_ms", p.tpot_p99_ms)?,
+                connect_timeout: ms("connect_timeout_ms", p.connect_timeout_ms)?,
+                first_byte_timeout: ms("first_byte_timeout_ms", p.first_byte_timeout_ms)?,
+                idle_timeout: ms("idle_timeout_ms", p.idle_timeout_ms)?,
+            });
+        }
+        let mut api_keys: Vec<ApiKeyConfig> = Vec::new();
+        for (i, k) in self.api_keys.iter().enumerate() {
+            let key = format!("api_key[{i}]");
+            let value = env
+                .get(&k.key_env)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| {
+                    err(
+                        format!("{key}.key_env"),
+                        format!("environment variable {} is not set", k.key_env),
+                    )
+                })?;
+            if api_keys.iter().any(|x| x.key == value) {
+                return Err(err(
+                    format!("{key}.key_env"),
+                    "two api keys hold the same value",
+                ));
+            }
+            let class = match &k.class {
+                Some(c) => Some(class_index(&format!("{key}.class"), c)?),
+                None => None,
+            };
+            let rate = positive(&format!("{key}.rate_per_s"), k.rate_per_s)?;
+            let burst = positive(&format!("{key}.burst"), k.burst)?;
+            api_keys.push(ApiKeyConfig {
+                name: k.name.clone(),
+                key: value,
+                class,
+                rate: rate.map(|r| (r, burst.unwrap_or(r.max(1.0)))),
+            });
+        }
+        let per_day = positive("budget.per_day_usd", self.budget.per_day_usd)?;
+        let per_month = positive("budget.per_month_usd", self.budget.per_month_usd)?;
+        for (i, a) in self.budget.actions.iter().enumerate() {
+            let key = format!("budget.action[{i}]");
+            let t = a.threshold();
+            if !(t.is_finite() && t >= 0.0) {
+                return Err(err(
+                    format!("{key}.at_spent_fraction"),
+                    format!("must be >= 0, got {t}"),
+                ));
+            }
+            if per_day.is_none() && per_month.is_none() {
+                return Err(err(
+                    key,
+                    "budget actions need budget.per_day_usd or budget.per_month_usd",
+                ));
+            }
+            match a {
+                BudgetAction::RelaxSla { class, factor, .. } => {
+                    class_index(&format!("{key}.class"), class)?;
+                    if factor.is_nan() || *factor < 1.0 {
+                        return Err(err(
+                            format!("{key}.factor"),
+                            format!("must be >= 1, got {factor}"),
+                        ));
+                    }
+                }
+                BudgetAction::CapGpuShare { max_share, .. } => {
+                    if !(0.0..=1.0).contains(max_share) {
+                        return Err(err(
+                            format!("{key}.max_share"),
+                            format!("must be in 0..=1, got {max_share}"),
+                        ));
+                    }
+                }
+                BudgetAction::RejectBelowPriority { .. } => {}
+            }
+        }
+        let planner_classes: Vec<RequestClass> = classes
+            .iter()
+            .map(|c| RequestClass {
+                name: c.name.clone(),
+                share: 0.0,
+                priority: c.priority,
+                prompt_tokens: LengthDist::Fixed { tokens: 1.0 },
+                output_tokens: LengthDist::Fixed { tokens: 1.0 },
+                sla: c.sla,
+            })
+            .collect();
+        let budget_rules = BudgetRules::compile(&self.budget.actions, &planner_classes);
+        if self.retry.attempts == 0 {
+            return Err(err("retry.attempts", "must be at least 1"));
+        }
+        if self.breaker.failures == 0 {
+            return Err(err("breaker.failures", "must be at least 1"));
+        }
+        if self.max_body_bytes == 0 {
+            return Err(err("max_body_bytes", "must be at least 1"));
+        }
+        if self.store.batch == 0 || self.store.queue == 0 {
+            return Err(err(
+                "store.batch",
+                "store.batch and store.queue must be at least 1",
+            ));
+        }
+        Ok(GatewayConfig {
+            listen,
+            default_class,
+            admin_token,
+            max_body_bytes: self.max_body_bytes,
+            max_header_bytes: self.max_header_bytes,
+            max_concurrency: self.max_concurrency.max(1),
+            retry_attempts: self.retry.attempts,
+            retry_backoff: Duration::from_millis(self.retry.backoff_ms),
+            breaker_failures: self.breaker.failures,
+            breaker_open: Duration::from_millis(self.breaker.open_ms.max(1)),
+            health_interval: Duration::from_millis(self.health.interval_ms),
+            health_path: self.health.path.clone(),
+            health_timeout: Duration::from_millis(self.health.timeout_ms.max(1)),
+            store: self.store,
+            pools,
+            classes,
+            api_keys,
+            budget_per_day: per_day,
+            budget_per_month: per_month,
+            budget_rules,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+default_class = "chat"
+[[class]]
+name = "chat"
+ttft_p99_ms = 500
+[[pool]]
+name = "cpu"
+kind = "cpu"
+models = ["m"]
+price_per_hour_usd = 0.4
+tokens_per_s = 100
+service = { slots = 4, prefill_tokens_per_s = 1000.0, tpot_by_batch = [[1.0, 0.01], [4.0, 0.02]], copies = 1.0 }
+[[pool.endpoint]]
+url = "http://127.0.0.1:8000"
+"#;
+
+    fn parse(extra: &str) -> Result<GatewayConfig, ConfigError> {
+        let env: HashMap<String, String> = [("K".to_owned(), "secret".to_owned())].into();
+        GatewayConfig::from_toml(&format!("{BASE}{extra}"), &env)
+    }
+
+    #[test]
+    fn a_minimal_config_validates() {
+        let c = parse("").expect("valid");
+        assert_eq!(c.pools[0].endpoints[0].name, "127.0.0.1:8000");
+        assert_eq!(c.classes[0].sla.ttft_p99_s, Some(0.5));
+        assert!(matches!(c.pools[0].price, Price::PerHour { .. }));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = parse("[[pool]]\nname = \"gpu\"\nkind = \"gpu\"\nmodels = [\"m\"]\nprice_per_million_tokens_usd = 1.0\n[[pool.endpoint]]\nurl = \"https://x\"\n").unwrap_err();
+        assert_eq!(e.key, "pool[1].endpoint[0].url");
+        let e = parse("[[pool]]\nname = \"gpu\"\nkind = \"gpu\"\nmodels = [\"m\"]\nprice_per_million_tokens_usd = 1.0\n[[pool.endpoint]]\nurl = \"http://x\"\n").unwrap_err();
+        assert_eq!(e.key, "pool[1].ttft_p99_ms");
+        let e = parse("[[api_key]]\nname = \"a\"\nkey_env = \"MISSING\"\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "api_key[0].key_env: environment variable MISSING is not set"
+        );
+        let e = parse("[budget]\nper_day_usd = 1.0\n[[budget.action]]\naction = \"relax_sla\"\nat_spent_fraction = 0.5\nclass = \"nope\"\nfactor = 2.0\n").unwrap_err();
+        assert_eq!(e.key, "budget.action[0].class");
+        let e = parse("bogus = 1\n").unwrap_err();
+        assert!(e.problem.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn the_example_config_validates() {
+        let text = include_str!("../../../examples/gateway.toml");
+        let env: HashMap<String, String> = [
+            ("STRATA_GATEWAY_ADMIN_TOKEN", "0123456789abcdef"),
+            ("GPU_API_KEY", "g"),
+            ("WEB_APP_KEY", "w"),
+            ("NIGHTLY_KEY", "n"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let c = GatewayConfig::from_toml(text, &env).expect("the example is valid");
+        assert_eq!(c.pools.len(), 2);
+        assert_eq!(c.budget_rules.cap_gpu.len(), 1);
+    }
+
+    #[test]
+    fn debug_output_hides_keys() {
+        let c = parse("[[api_key]]\nname = \"app\"\nkey_env = \"K\"\n").expect("valid");
+        assert!(!format!("{c:?}").contains("secret"));
+    }
+
+    #[test]
+    fn per_hour_prices_charge_by_throughput_share() {
+        let p = Price::PerHour {
+            usd: 3.6,
+            tokens_per_s: 1000.0,
+        };
+        assert!((p.cost(1000) - 0.001).abs() < 1e-12);
+        assert!((Price::PerMillionTokens(2.0).cost(500_000) - 1.0).abs() < 1e-12);
+    }
+}

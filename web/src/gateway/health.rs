@@ -1,0 +1,374 @@
+//! Endpoint health: a circuit breaker per endpoint (closed -> open after N consecutive failures -> one
+//! probe when the open time is over -> closed on success, open again with a doubled wait on failure), and
+//! live load figures (in-flight count, EWMA of TTFT and of time per output token) for the router.
+//!
+//! The breaker takes the current [`Instant`] as an argument, so its tests drive a fake clock and never
+//! sleep. Active health checks ([`check_loop`]) feed the same breaker as real traffic.
+
+use std::{
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+/// Where a breaker is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Traffic flows; `failures` consecutive failures so far.
+    Closed {
+        /// Consecutive failures.
+        failures: u32,
+    },
+    /// No traffic until `until`.
+    Open {
+        /// When a probe may go.
+        until: Instant,
+        /// How long this opening lasts (doubles on each failed probe).
+        wait: Duration,
+    },
+    /// One probe is out; others wait for its outcome.
+    HalfOpen {
+        /// The wait to use if the probe fails.
+        wait: Duration,
+    },
+}
+
+impl BreakerState {
+    /// 0 closed, 1 half-open, 2 open (the `/metrics` gauge).
+    pub fn gauge(&self) -> i64 {
+        match self {
+            BreakerState::Closed { .. } => 0,
+            BreakerState::HalfOpen { .. } => 1,
+            BreakerState::Open { .. } => 2,
+        }
+    }
+}
+
+/// A consecutive-failures circuit breaker.
+#[derive(Debug, Clone)]
+pub struct Breaker {
+    state: BreakerState,
+    threshold: u32,
+    base_wait: Duration,
+}
+
+impl Breaker {
+    /// Longest wait, as a multiple of the base wait.
+    pub const MAX_BACKOFF: u32 = 16;
+
+    /// A closed breaker that opens after `threshold` consecutive failures for `wait`.
+    pub fn new(threshold: u32, wait: Duration) -> Self {
+        Self {
+            state: BreakerState::Closed { failures: 0 },
+            threshold: threshold.max(1),
+            base_wait: wait,
+        }
+    }
+
+    /// The current state.
+    pub fn state(&self) -> BreakerState {
+        self.state
+    }
+
+    /// True when a request may be sent at `now`. An open breaker whose wait is over turns half-open and
+    /// lets this one request through as the probe; a half-open breaker lets nothing else through.
+    pub fn try_acquire(&mut self, now: Instant) -> bool {
+        match self.state {
+            BreakerState::Closed { .. } => true,
+            BreakerState::Open { until, wait } if now >= until => {
+                self.state = BreakerState::HalfOpen { wait };
+                true
+            }
+            BreakerState::Open { .. } | BreakerState::HalfOpen { .. } => false,
+        }
+    }
+
+    /// True when a request would be allowed at `now`, without taking the probe.
+    pub fn is_available(&self, now: Instant) -> bool {
+        match self.state {
+            BreakerState::Closed { .. } => true,
+            BreakerState::Open { until, .. } => now >= until,
+            BreakerState::HalfOpen { .. } => false,
+        }
+    }
+
+    /// Records a success: the breaker closes.
+    pub fn on_success(&mut self) {
+        self.state = BreakerState::Closed { failures: 0 };
+    }
+
+    /// Records a failure at `now`.
+    pub fn on_failure(&mut self, now: Instant) {
+        self.state = match self.state {
+            BreakerState::Closed { failures } if failures + 1 >= self.threshold => {
+                BreakerState::Open {
+                    until: now + self.base_wait,
+                    wait: self.base_wait,
+                }
+            }
+            BreakerState::Closed { failures } => BreakerState::Closed {
+                failures: failures + 1,
+            },
+            BreakerState::HalfOpen { wait } => {
+                let wait = (wait * 2).min(self.base_wait * Self::MAX_BACKOFF);
+                BreakerState::Open {
+                    until: now + wait,
+                    wait,
+                }
+            }
+            open @ BreakerState::Open { .. } => open,
+        };
+    }
+}
+
+/// An exponentially weighted moving average that decays toward zero while nothing is observed, so a
+/// pool that was slow once gets traffic again (peak-EWMA style).
+#[derive(Debug, Clone, Copy)]
+pub struct Ewma {
+    value: f64,
+    at: Option<Instant>,
+}
+
+impl Ewma {
+    /// Weight of a new observation.
+    pub const ALPHA: f64 = 0.2;
+    /// Time constant of the decay toward zero without observations.
+    pub const DECAY: Duration = Duration::from_secs(10);
+
+    /// Empty (reads 0).
+    pub const fn new() -> Self {
+        Self {
+            value: 0.0,
+            at: None,
+        }
+    }
+
+    /// Adds an observation at `now`.
+    pub fn observe(&mut self, x: f64, now: Instant) {
+        let current = self.get(now);
+        self.value = if self.at.is_none() {
+            x
+        } else {
+            current + Self::ALPHA * (x - current)
+        };
+        self.at = Some(now);
+    }
+
+    /// The value at `now` (0 when nothing was observed).
+    pub fn get(&self, now: Instant) -> f64 {
+        match self.at {
+            None => 0.0,
+            Some(at) => {
+                let dt = now.saturating_duration_since(at).as_secs_f64();
+                self.value * (-dt / Self::DECAY.as_secs_f64()).exp()
+            }
+        }
+    }
+}
+
+impl Default for Ewma {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Latency figures of an endpoint.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Latency {
+    /// TTFT, seconds.
+    pub ttft: Ewma,
+    /// Time per output token after the first, seconds.
+    pub tpot: Ewma,
+}
+
+/// Live state of one endpoint, shared by requests and the health checker.
+#[derive(Debug)]
+pub struct EndpointHealth {
+    /// Requests sent and not finished.
+    pub in_flight: AtomicU32,
+    /// Set by an admin drain: the endpoint gets no new requests.
+    pub drained: AtomicBool,
+    breaker: Mutex<Breaker>,
+    latency: Mutex<Latency>,
+    /// Requests completed, for tests and metrics.
+    pub completed: AtomicU64,
+}
+
+impl EndpointHealth {
+    /// A healthy, idle endpoint.
+    pub fn new(breaker: Breaker) -> Self {
+        Self {
+            in_flight: AtomicU32::new(0),
+            drained: AtomicBool::new(false),
+            breaker: Mutex::new(breaker),
+            latency: Mutex::new(Latency::default()),
+            completed: AtomicU64::new(0),
+        }
+    }
+
+    fn breaker(&self) -> std::sync::MutexGuard<'_, Breaker> {
+        self.breaker.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// True when the router may choose this endpoint at `now`.
+    pub fn available(&self, now: Instant) -> bool {
+        !self.drained.load(Ordering::Relaxed) && self.breaker().is_available(now)
+    }
+
+    /// Takes permission to send (the probe, if half-open).
+    pub fn try_acquire(&self, now: Instant) -> bool {
+        !self.drained.load(Ordering::Relaxed) && self.breaker().try_acquire(now)
+    }
+
+    /// Records a success.
+    pub fn on_success(&self) {
+        self.breaker().on_success();
+    }
+
+    /// Records a failure at `now`.
+    pub fn on_failure(&self, now: Instant) {
+        self.breaker().on_failure(now);
+    }
+
+    /// The breaker's state.
+    pub fn breaker_state(&self) -> BreakerState {
+        self.breaker().state()
+    }
+
+    /// Adds an observed TTFT and per-token time.
+    pub fn observe(&self, ttft: Duration, tpot: Option<Duration>, now: Instant) {
+        let mut l = self.latency.lock().unwrap_or_else(|p| p.into_inner());
+        l.ttft.observe(ttft.as_secs_f64(), now);
+        if let Some(t) = tpot {
+            l.tpot.observe(t.as_secs_f64(), now);
+        }
+    }
+
+    /// Adds an observed per-token time only (answers that were not streamed).
+    pub fn observe_tpot(&self, tpot: Duration, now: Instant) {
+        let mut l = self.latency.lock().unwrap_or_else(|p| p.into_inner());
+        l.tpot.observe(tpot.as_secs_f64(), now);
+    }
+
+    /// (EWMA TTFT, EWMA TPOT) at `now`, seconds.
+    pub fn latency(&self, now: Instant) -> (f64, f64) {
+        let l = self.latency.lock().unwrap_or_else(|p| p.into_inner());
+        (l.ttft.get(now), l.tpot.get(now))
+    }
+}
+
+/// Checks every endpoint each `interval` with GET `base + path`; 2xx counts as a success for its breaker,
+/// anything else as a failure. Runs until the table's `stop` is set.
+pub async fn check_loop(state: Arc<super::GatewayState>) {
+    let interval = state.config().health_interval;
+    if interval.is_zero() {
+        return;
+    }
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if state.stopping() {
+            return;
+        }
+        let table = state.table();
+        let config = state.config();
+        let checks = table
+            .pools
+            .iter()
+            .flat_map(|p| p.endpoints.iter())
+            .map(|e| {
+                let client = state.client.clone();
+                let url = format!("{}{}", e.config.url, config.health_path);
+                let key = e.config.api_key.clone();
+                let timeout = config.health_timeout;
+                let e = e.clone();
+                async move {
+                    let mut req = client.get(url).timeout(timeout);
+                    if let Some(k) = key {
+                        req = req.bearer_auth(k);
+                    }
+                    let ok = matches!(req.send().await, Ok(r) if r.status().is_success());
+                    let now = Instant::now();
+                    // A passing check closes an open breaker only once it is due for a probe (the check
+                    // is then the probe); a failing check counts like a failed request.
+                    if ok {
+                        if e.health.try_acquire(now) {
+                            e.health.on_success();
+                        }
+                    } else {
+                        e.health.on_failure(now);
+                    }
+                }
+            });
+        futures_util::future::join_all(checks).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_after_consecutive_failures_and_probes_once() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(3, Duration::from_secs(1));
+        b.on_failure(t0);
+        b.on_success();
+        b.on_failure(t0);
+        b.on_failure(t0);
+        assert!(
+            b.try_acquire(t0),
+            "two failures after a success keep it closed"
+        );
+        b.on_failure(t0);
+        assert!(matches!(b.state(), BreakerState::Open { .. }));
+        assert!(!b.try_acquire(t0 + Duration::from_millis(999)));
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(b.try_acquire(t1), "the probe");
+        assert!(!b.try_acquire(t1), "only one probe");
+        b.on_failure(t1);
+        assert_eq!(
+            b.state(),
+            BreakerState::Open {
+                until: t1 + Duration::from_secs(2),
+                wait: Duration::from_secs(2)
+            },
+            "a failed probe doubles the wait"
+        );
+        let t2 = t1 + Duration::from_secs(2);
+        assert!(b.try_acquire(t2));
+        b.on_success();
+        assert_eq!(b.state(), BreakerState::Closed { failures: 0 });
+    }
+
+    #[test]
+    fn the_wait_is_capped() {
+        let mut now = Instant::now();
+        let mut b = Breaker::new(1, Duration::from_secs(1));
+        b.on_failure(now);
+        for _ in 0..10 {
+            now += Duration::from_secs(100);
+            assert!(b.try_acquire(now));
+            b.on_failure(now);
+        }
+        assert!(
+            matches!(b.state(), BreakerState::Open { wait, .. } if wait == Duration::from_secs(16))
+        );
+    }
+
+    #[test]
+    fn ewma_weighs_and_decays() {
+        let t0 = Instant::now();
+        let mut e = Ewma::new();
+        assert_eq!(e.get(t0), 0.0);
+        e.observe(1.0, t0);
+        assert_eq!(e.get(t0), 1.0);
+        e.observe(2.0, t0);
+        assert!((e.get(t0) - 1.2).abs() < 1e-12);
+        let later = t0 + Ewma::DECAY;
+        assert!((e.get(later) - 1.2 / std::f64::consts::E).abs() < 1e-9);
+    }
+}

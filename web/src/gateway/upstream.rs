@@ -1,0 +1,461 @@
+//! Talking to upstreams: one reqwest client per pool (connection pool, connect timeout), a time limit
+//! to the response head, classification of failures as retryable or not, and the streaming relay that
+//! passes server-sent events through chunk by chunk.
+//!
+//! The relay never buffers a stream: an upstream chunk is forwarded as soon as it arrives. It only holds
+//! back the bytes of an event that is cut across two chunks, and only when it has to look inside events
+//! (a chunk that mentions `"usage"`, or one that does not end on an event boundary).
+
+use std::{
+    convert::Infallible,
+    pin::Pin,
+    task::{Context, Poll},
+    time::{Duration, Instant},
+};
+
+use axum::body::Bytes;
+use futures_util::Stream;
+use reqwest::StatusCode;
+
+use super::config::EndpointConfig;
+
+/// Which side a failure came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorSource {
+    /// The upstream failed, timed out or answered 5xx/429.
+    Upstream,
+    /// The client sent something wrong or went away.
+    Downstream,
+    /// A failure of the gateway itself.
+    Internal,
+}
+
+/// An upstream call that failed.
+#[derive(Debug, Clone)]
+pub struct UpstreamError {
+    /// Which side.
+    pub source: ErrorSource,
+    /// True when the same request may go to another endpoint (nothing reached the client yet).
+    pub retryable: bool,
+    /// The upstream's status, if it answered.
+    pub status: Option<StatusCode>,
+    /// What happened (no keys, no bodies).
+    pub message: String,
+}
+
+impl std::fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for UpstreamError {}
+
+impl UpstreamError {
+    fn upstream(message: impl Into<String>, status: Option<StatusCode>) -> Self {
+        Self {
+            source: ErrorSource::Upstream,
+            retryable: true,
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+/// Builds the client of one pool.
+///
+/// # Errors
+/// When reqwest cannot build a client.
+pub fn client(connect_timeout: Duration) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .pool_idle_timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(1024)
+        .tcp_nodelay(true)
+        .build()
+}
+
+/// Sends `body` to `endpoint + path` and waits at most `first_byte` for the response head. 5xx and 429
+/// answers, connection failures and timeouts are retryable errors; other answers are returned as they are.
+///
+/// # Errors
+/// An [`UpstreamError`] as above.
+pub async fn send(
+    client: &reqwest::Client,
+    endpoint: &EndpointConfig,
+    path: &str,
+    body: Bytes,
+    first_byte: Duration,
+) -> Result<reqwest::Response, UpstreamError> {
+    let mut request = client
+        .post(format!("{}{path}", endpoint.url))
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body);
+    if let Some(key) = &endpoint.api_key {
+        request = request.bearer_auth(key);
+    }
+    let response = match tokio::time::timeout(first_byte, request.send()).await {
+        Err(_) => {
+            return Err(UpstreamError::upstream(
+                format!("{}: no answer within {first_byte:?}", endpoint.name),
+                None,
+            ));
+        }
+        Ok(Err(e)) => {
+            let what = if e.is_connect() {
+                "cannot connect"
+            } else {
+                "request failed"
+            };
+            return Err(UpstreamError::upstream(
+                format!("{}: {what}", endpoint.name),
+                None,
+            ));
+        }
+        Ok(Ok(r)) => r,
+    };
+    let status = response.status();
+    if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
+        return Err(UpstreamError::upstream(
+            format!("{}: answered {status}", endpoint.name),
+            Some(status),
+        ));
+    }
+    Ok(response)
+}
+
+/// Reads a whole (non-streamed) body, each chunk within `idle`, at most `limit` bytes. Failures are
+/// retryable: nothing has reached the client yet.
+///
+/// # Errors
+/// An [`UpstreamError`] when the body fails, stalls or is too large.
+pub async fn read_all(
+    response: reqwest::Response,
+    idle: Duration,
+    limit: usize,
+    name: &str,
+) -> Result<Bytes, UpstreamError> {
+    use futures_util::StreamExt;
+    let status = response.status();
+    let mut stream = response.bytes_stream();
+    let mut first: Option<Bytes> = None;
+    let mut rest: Vec<u8> = Vec::new();
+    loop {
+        match tokio::time::timeout(idle, stream.next()).await {
+            Err(_) => {
+                return Err(UpstreamError::upstream(
+                    format!("{name}: body stalled"),
+                    Some(status),
+                ));
+            }
+            Ok(Some(Err(_))) => {
+                return Err(UpstreamError::upstream(
+                    format!("{name}: body cut off"),
+                    Some(status),
+                ));
+            }
+            Ok(None) => break,
+            Ok(Some(Ok(chunk))) => match &first {
+                None if rest.is_empty() => first = Some(chunk),
+                _ => {
+                    if let Some(f) = first.take() {
+                        rest.extend_from_slice(&f);
+                    }
+                    rest.extend_from_slice(&chunk);
+                    if rest.len() > limit {
+                        return Err(UpstreamError {
+                            retryable: false,
+                            ..UpstreamError::upstream(
+                                format!("{name}: answer over {limit} bytes"),
+                                Some(status),
+                            )
+                        });
+                    }
+                }
+            },
+        }
+    }
+    Ok(first.unwrap_or_else(|| Bytes::from(rest)))
+}
+
+/// Tokens reported in an OpenAI `usage` object: (prompt, completion).
+pub fn usage_of(v: &serde_json::Value) -> Option<(u64, u64)> {
+    let u = v.get("usage")?;
+    Some((
+        u.get("prompt_tokens")?.as_u64()?,
+        u.get("completion_tokens")?.as_u64()?,
+    ))
+}
+
+/// How a relayed stream ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamEnd {
+    /// The upstream finished.
+    Complete,
+    /// The upstream failed or stalled mid-stream; the client got an error event.
+    UpstreamFailed,
+    /// The client went away.
+    ClientGone,
+}
+
+/// What a relay saw.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamSummary {
+    /// How it ended.
+    pub end: StreamEnd,
+    /// Usage reported by the upstream: (prompt, completion).
+    pub usage: Option<(u64, u64)>,
+    /// Events relayed (a fallback estimate of output tokens: one token per content event).
+    pub events: u64,
+    /// When the first content event arrived.
+    pub first_at: Option<Instant>,
+    /// When the last byte arrived.
+    pub last_at: Instant,
+}
+
+/// The event sent when the upstream fails mid-stream.
+pub const STREAM_ERROR_EVENT: &[u8] = b"data: {\"error\":{\"message\":\"The upstream failed during the answer\",\"type\":\"server_error\",\"param\":null,\"code\":\"upstream_error\"}}\n\n";
+
+type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+/// Relays an upstream SSE body to the client chunk by chunk; reads `usage` on the way, drops the usage
+/// event the gateway asked for on the client's behalf, and calls `on_end` once, however the stream ends.
+pub struct Relay<F: FnOnce(StreamSummary) + Send + Unpin> {
+    inner: ByteStream,
+    first: Option<Bytes>,
+    idle: Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    carry: Vec<u8>,
+    drop_usage: bool,
+    summary: StreamSummary,
+    done: bool,
+    on_end: Option<F>,
+}
+
+impl<F: FnOnce(StreamSummary) + Send + Unpin> Relay<F> {
+    /// A relay of `inner` whose first chunk `first` was already read.
+    pub fn new(
+        first: Bytes,
+        inner: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+        idle: Duration,
+        drop_usage: bool,
+        on_end: F,
+    ) -> Self {
+        let now = Instant::now();
+        Self {
+            inner: Box::pin(inner),
+            first: Some(first),
+            idle,
+            sleep: Box::pin(tokio::time::sleep(idle)),
+            carry: Vec::new(),
+            drop_usage,
+            summary: StreamSummary {
+                end: StreamEnd::ClientGone,
+                usage: None,
+                events: 0,
+                first_at: Some(now),
+                last_at: now,
+            },
+            done: false,
+            on_end: Some(on_end),
+        }
+    }
+
+    fn finish(&mut self, end: StreamEnd) {
+        self.done = true;
+        self.summary.end = end;
+        self.summary.last_at = Instant::now();
+        if let Some(f) = self.on_end.take() {
+            f(self.summary);
+        }
+    }
+
+    /// Looks at one complete event; false drops it.
+    fn inspect(&mut self, event: &[u8]) -> bool {
+        self.summary.events += 1;
+        if !contains(event, b"\"usage\"") {
+            return true;
+        }
+        let Some(data) = event.split(|&b| b == b'\n').find_map(|l| {
+            l.strip_prefix(b"data: ")
+                .or_else(|| l.strip_prefix(b"data:"))
+        }) else {
+            return true;
+        };
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(data) else {
+            return true;
+        };
+        if let Some(u) = usage_of(&v) {
+            self.summary.usage = Some(u);
+            let no_choices = v["choices"].as_array().is_some_and(Vec::is_empty);
+            if self.drop_usage && no_choices {
+                self.summary.events -= 1;
+                return false;
+            }
+        }
+        true
+    }
+
+    fn process(&mut self, chunk: Bytes) -> Option<Bytes> {
+        if self.carry.is_empty() && chunk.ends_with(b"\n\n") && !contains(&chunk, b"\"usage\"") {
+            self.summary.events += count(&chunk, b"\n\n");
+            return Some(chunk);
+        }
+        self.carry.extend_from_slice(&chunk);
+        let end = rfind(&self.carry, b"\n\n")?;
+        let complete: Vec<u8> = self.carry.drain(..end + 2).collect();
+        let mut out = Vec::with_capacity(complete.len());
+        for event in complete.split_inclusive_events() {
+            if self.inspect(event) {
+                out.extend_from_slice(event);
+            }
+        }
+        (!out.is_empty()).then(|| Bytes::from(out))
+    }
+}
+
+trait Events {
+    fn split_inclusive_events(&self) -> Vec<&[u8]>;
+}
+
+impl Events for Vec<u8> {
+    fn split_inclusive_events(&self) -> Vec<&[u8]> {
+        let mut events = Vec::new();
+        let mut start = 0;
+        let mut i = 0;
+        while i + 1 < self.len() {
+            if self[i] == b'\n' && self[i + 1] == b'\n' {
+                events.push(&self[start..i + 2]);
+                start = i + 2;
+                i += 2;
+            } else {
+                i += 1;
+            }
+        }
+        if start < self.len() {
+            events.push(&self[start..]);
+        }
+        events
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+fn count(haystack: &[u8], needle: &[u8]) -> u64 {
+    haystack
+        .windows(needle.len())
+        .filter(|w| *w == needle)
+        .count() as u64
+}
+
+fn rfind(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).rposition(|w| w == needle)
+}
+
+impl<F: FnOnce(StreamSummary) + Send + Unpin> Stream for Relay<F> {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        if let Some(first) = this.first.take()
+            && let Some(out) = this.process(first)
+        {
+            return Poll::Ready(Some(Ok(out)));
+        }
+        loop {
+            match this.inner.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Ok(chunk))) => {
+                    let deadline = tokio::time::Instant::now() + this.idle;
+                    this.sleep.as_mut().reset(deadline);
+                    this.summary.last_at = Instant::now();
+                    if let Some(out) = this.process(chunk) {
+                        return Poll::Ready(Some(Ok(out)));
+                    }
+                }
+                Poll::Ready(Some(Err(_))) => {
+                    this.finish(StreamEnd::UpstreamFailed);
+                    return Poll::Ready(Some(Ok(Bytes::from_static(STREAM_ERROR_EVENT))));
+                }
+                Poll::Ready(None) => {
+                    let rest = std::mem::take(&mut this.carry);
+                    this.finish(StreamEnd::Complete);
+                    return if rest.is_empty() {
+                        Poll::Ready(None)
+                    } else {
+                        Poll::Ready(Some(Ok(Bytes::from(rest))))
+                    };
+                }
+                Poll::Pending => {
+                    if this.sleep.as_mut().poll(cx).is_ready() {
+                        this.finish(StreamEnd::UpstreamFailed);
+                        return Poll::Ready(Some(Ok(Bytes::from_static(STREAM_ERROR_EVENT))));
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
+}
+
+impl<F: FnOnce(StreamSummary) + Send + Unpin> Drop for Relay<F> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.finish(StreamEnd::ClientGone);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::StreamExt;
+    use std::sync::{Arc, Mutex};
+
+    async fn relay(chunks: Vec<&'static str>, drop_usage: bool) -> (String, StreamSummary) {
+        let seen = Arc::new(Mutex::new(None));
+        let s2 = seen.clone();
+        let mut it = chunks
+            .into_iter()
+            .map(|c| Ok(Bytes::from_static(c.as_bytes())));
+        let first = it.next().and_then(Result::ok).unwrap_or_default();
+        let r = Relay::new(
+            first,
+            futures_util::stream::iter(it.collect::<Vec<reqwest::Result<Bytes>>>()),
+            Duration::from_secs(5),
+            drop_usage,
+            move |s| *s2.lock().unwrap() = Some(s),
+        );
+        let out: Vec<_> = r.map(|b| b.unwrap()).collect().await;
+        let text = out
+            .iter()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect();
+        let summary = seen.lock().unwrap().expect("on_end ran");
+        (text, summary)
+    }
+
+    #[tokio::test]
+    async fn passes_events_and_drops_the_injected_usage_event() {
+        let chunks = vec![
+            "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\ndata: {\"cho",
+            "ices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2,\"total_tokens\":5}}\n\n",
+            "data: [DONE]\n\n",
+        ];
+        let (text, s) = relay(chunks.clone(), true).await;
+        assert_eq!(s.usage, Some((3, 2)));
+        assert_eq!(s.end, StreamEnd::Complete);
+        assert!(!text.contains("prompt_tokens"), "{text}");
+        assert!(text.ends_with("data: [DONE]\n\n"));
+        let (text, _) = relay(chunks, false).await;
+        assert!(
+            text.contains("\"prompt_tokens\":3"),
+            "kept when the client asked: {text}"
+        );
+    }
+}

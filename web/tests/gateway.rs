@@ -1,0 +1,927 @@
+//! The gateway over real loopback sockets against small in-process mock upstreams: SLA routing by load,
+//! budget thresholds, failures before the first byte (500s, hangs, a killed server), resets mid-stream,
+//! usage accounting with the store down, admin and client auth, and a load of a few thousand requests
+//! whose outcomes are counted one by one.
+
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use async_trait::async_trait;
+use axum::{
+    Json, Router,
+    body::{Body, Bytes},
+    extract::State,
+    http::StatusCode,
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use strata_controller::store::{NewGatewayDecision, NewLedgerEntry, TimeWindow};
+use strata_web::gateway::{
+    self, GatewayState,
+    accounting::Sink,
+    config::{GatewayConfig, Source},
+};
+
+/// How a mock upstream behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Answers after `delay`.
+    Fast,
+    /// Answers 500.
+    Fail,
+    /// Never answers.
+    Hang,
+    /// Streams one chunk then resets; a JSON answer is cut off mid-body.
+    Reset,
+}
+
+struct Mock {
+    mode: Mode,
+    delay: Duration,
+    /// Ids of requests answered in full, in order.
+    answered: Mutex<Vec<String>>,
+    hits: AtomicUsize,
+}
+
+/// A mock upstream on its own runtime thread: dropping or killing it closes every connection.
+struct MockServer {
+    url: String,
+    mock: Arc<Mock>,
+    kill: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl MockServer {
+    fn start(mode: Mode, delay: Duration) -> Self {
+        let mock = Arc::new(Mock {
+            mode,
+            delay,
+            answered: Mutex::new(Vec::new()),
+            hits: AtomicUsize::new(0),
+        });
+        let (kill, killed) = tokio::sync::oneshot::channel::<()>();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let m = mock.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind");
+                tx.send(listener.local_addr().expect("addr")).expect("send");
+                let app = Router::new()
+                    .route("/v1/chat/completions", post(mock_chat))
+                    .route("/v1/completions", post(mock_chat))
+                    .route("/v1/models", get(mock_models))
+                    .with_state(m);
+                tokio::select! {
+                    _ = axum::serve(listener, app) => {},
+                    _ = killed => {},
+                }
+            });
+            // Dropping the runtime ends every connection task: the server is gone, mid-request or not.
+            rt.shutdown_background();
+        });
+        let addr = rx.recv().expect("mock address");
+        Self {
+            url: format!("http://{addr}"),
+            mock,
+            kill: Some(kill),
+            thread: Some(thread),
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(k) = self.kill.take() {
+            let _ = k.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    fn answered(&self) -> Vec<String> {
+        self.mock.answered.lock().unwrap().clone()
+    }
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn mock_models(State(m): State<Arc<Mock>>) -> Response {
+    if m.mode == Mode::Fail {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    if m.mode == Mode::Hang {
+        std::future::pending::<()>().await;
+    }
+    Json(json!({"object": "list", "data": [{"id": "m", "object": "model"}]})).into_response()
+}
+
+async fn mock_chat(State(m): State<Arc<Mock>>, body: Bytes) -> Response {
+    m.hits.fetch_add(1, Ordering::Relaxed);
+    let v: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let id = v["user"].as_str().unwrap_or("").to_owned();
+    match m.mode {
+        Mode::Fail => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                Json(json!({"error": {"message": "boom"}})),
+            )
+                .into_response();
+        }
+        Mode::Hang => std::future::pending::<()>().await,
+        Mode::Fast | Mode::Reset => {}
+    }
+    if !m.delay.is_zero() {
+        tokio::time::sleep(m.delay).await;
+    }
+    let stream = v["stream"].as_bool().unwrap_or(false);
+    let usage = json!({"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10});
+    if !stream {
+        let body = json!({
+            "id": id, "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": id}, "finish_reason": "stop"}],
+            "usage": usage,
+        });
+        if m.mode == Mode::Reset {
+            let text = body.to_string();
+            let half = Bytes::from(text[..text.len() / 2].to_owned());
+            let parts: Vec<Result<Bytes, std::io::Error>> =
+                vec![Ok(half), Err(std::io::Error::other("reset"))];
+            return Response::builder()
+                .header("content-type", "application/json")
+                .body(Body::from_stream(futures_util::stream::iter(parts)))
+                .unwrap();
+        }
+        m.answered.lock().unwrap().push(id);
+        return Json(body).into_response();
+    }
+    let include_usage = v["stream_options"]["include_usage"].as_bool() == Some(true);
+    let chunk = |content: &str| {
+        let mut c = json!({"id": id, "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]});
+        if include_usage {
+            c["usage"] = Value::Null;
+        }
+        Ok::<_, std::io::Error>(Bytes::from(format!("data: {c}\n\n")))
+    };
+    let mut parts = vec![chunk(&id), chunk(" and"), chunk(" more")];
+    if m.mode == Mode::Reset {
+        parts.truncate(1);
+        parts.push(Err(std::io::Error::other("reset")));
+    } else {
+        if include_usage {
+            let u =
+                json!({"id": id, "object": "chat.completion.chunk", "choices": [], "usage": usage});
+            parts.push(Ok(Bytes::from(format!("data: {u}\n\n"))));
+        }
+        parts.push(Ok(Bytes::from_static(b"data: [DONE]\n\n")));
+        m.answered.lock().unwrap().push(id);
+    }
+    // A reset comes a moment after the first chunk, so that the chunk is on the wire first.
+    let delay = if m.mode == Mode::Reset {
+        Duration::from_millis(200)
+    } else {
+        m.delay
+    };
+    let body = futures_util::stream::iter(parts).then(move |p| async move {
+        if !delay.is_zero() {
+            tokio::time::sleep(delay / 4).await;
+        }
+        p
+    });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(body))
+        .unwrap()
+}
+
+/// A sink that keeps rows in memory and fails while `down` is set.
+#[derive(Default)]
+struct FakeStore {
+    down: AtomicBool,
+    decisions: Mutex<Vec<NewGatewayDecision>>,
+    ledger: Mutex<Vec<NewLedgerEntry>>,
+}
+
+#[async_trait]
+impl Sink for FakeStore {
+    async fn decision(&self, row: &NewGatewayDecision) -> Result<(), String> {
+        if self.down.load(Ordering::Relaxed) {
+            return Err("down".into());
+        }
+        self.decisions.lock().unwrap().push(row.clone());
+        Ok(())
+    }
+    async fn ledger(&self, row: &NewLedgerEntry) -> Result<(), String> {
+        if self.down.load(Ordering::Relaxed) {
+            return Err("down".into());
+        }
+        self.ledger.lock().unwrap().push(row.clone());
+        Ok(())
+    }
+    async fn spent(&self, _: TimeWindow) -> Result<f64, String> {
+        if self.down.load(Ordering::Relaxed) {
+            return Err("down".into());
+        }
+        Ok(self
+            .ledger
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.amount_usd)
+            .sum())
+    }
+    async fn plan(&self, _: &str) -> Result<Option<Value>, String> {
+        Ok(None)
+    }
+}
+
+struct Gateway {
+    base: String,
+    state: Arc<GatewayState>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl Gateway {
+    async fn start(toml: &str, sink: Option<Arc<dyn Sink>>) -> Self {
+        let env: HashMap<String, String> = [
+            ("ADMIN".to_owned(), "admin-token-0123456789".to_owned()),
+            ("APP_KEY".to_owned(), "app-key".to_owned()),
+            ("SLOW_KEY".to_owned(), "slow-key".to_owned()),
+        ]
+        .into();
+        let config = GatewayConfig::from_toml(toml, &env as &dyn Source).expect("valid config");
+        let state = GatewayState::new(config, sink, None).expect("state");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(gateway::serve(state.clone(), listener, async {
+            let _ = stopped.await;
+        }));
+        Self {
+            base,
+            state,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    async fn shutdown(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.await.expect("joins").expect("served");
+        }
+    }
+}
+
+/// A config with one CPU pool of `cpu` endpoints and one GPU pool of `gpu` endpoints; `extra` is
+/// appended (classes, budget, keys).
+fn config(cpu: &[&str], gpu: &[&str], slots: u32, extra: &str) -> String {
+    let mut s = format!(
+        r#"
+listen = "127.0.0.1:0"
+default_class = "lax"
+admin_token_env = "ADMIN"
+max_body_bytes = 65536
+
+[retry]
+attempts = 4
+backoff_ms = 1
+
+[breaker]
+failures = 3
+open_ms = 60000
+
+[health]
+interval_ms = 0
+
+[store]
+flush_ms = 10
+batch = 64
+
+[[class]]
+name = "lax"
+e2e_p99_ms = 600000
+priority = 1
+
+[[class]]
+name = "tight"
+ttft_p99_ms = 150
+priority = 2
+
+[[class]]
+name = "cheap"
+e2e_p99_ms = 600000
+priority = 0
+
+[[pool]]
+name = "cpu"
+kind = "cpu"
+models = ["m"]
+max_concurrency = {slots}
+price_per_hour_usd = 0.36
+tokens_per_s = 100
+first_byte_timeout_ms = 1000
+idle_timeout_ms = 1000
+service = {{ slots = {slots}, prefill_tokens_per_s = 100000.0, tpot_by_batch = [[1.0, 0.2]], copies = 1.0 }}
+"#
+    );
+    for u in cpu {
+        s.push_str(&format!("[[pool.endpoint]]\nurl = \"{u}\"\n"));
+    }
+    if !gpu.is_empty() {
+        s.push_str(
+            r#"
+[[pool]]
+name = "gpu"
+kind = "gpu"
+models = ["m"]
+price_per_million_tokens_usd = 1000.0
+ttft_p99_ms = 50
+tpot_p99_ms = 1
+first_byte_timeout_ms = 300
+idle_timeout_ms = 1000
+"#,
+        );
+    }
+    for u in gpu {
+        s.push_str(&format!("[[pool.endpoint]]\nurl = \"{u}\"\n"));
+    }
+    s.push_str(extra);
+    s
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(256)
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+fn chat(id: &str, stream: bool) -> Value {
+    json!({"model": "m", "user": id, "stream": stream, "max_tokens": 3,
+           "messages": [{"role": "user", "content": "hello"}]})
+}
+
+async fn send(
+    c: &reqwest::Client,
+    base: &str,
+    class: &str,
+    body: &Value,
+) -> (StatusCode, String, String) {
+    let r = c
+        .post(format!("{base}/v1/chat/completions"))
+        .header("x-strata-sla", class)
+        .json(body)
+        .send()
+        .await
+        .expect("the gateway answers");
+    let status = r.status();
+    let route = r
+        .headers()
+        .get("x-strata-route")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, route, r.text().await.unwrap_or_default())
+}
+
+async fn dry_run(c: &reqwest::Client, base: &str, class: &str) -> Value {
+    c.post(format!("{base}/v1/route"))
+        .header("x-strata-sla", class)
+        .json(&chat("dry", false))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tight_sla_goes_to_gpu_when_the_cpu_pool_is_loaded_and_to_cpu_when_idle() {
+    let cpu = MockServer::start(Mode::Fast, Duration::from_millis(250));
+    let gpu = MockServer::start(Mode::Fast, Duration::ZERO);
+    let gw = Gateway::start(&config(&[&cpu.url], &[&gpu.url], 2, ""), None).await;
+    let c = client();
+    let d = dry_run(&c, &gw.base, "tight").await;
+    assert_eq!(d["target"], "cpu", "{d}");
+    assert_eq!(d["reasons"][0]["code"], "cpu_meets_sla");
+    let (status, route, _) = send(&c, &gw.base, "tight", &chat("idle", false)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(route.starts_with("pool=cpu;"), "{route}");
+    // Load the CPU pool with lax requests (they stay on CPU whatever the load).
+    let load: Vec<_> = (0..6)
+        .map(|i| {
+            let c = c.clone();
+            let base = gw.base.clone();
+            tokio::spawn(
+                async move { send(&c, &base, "lax", &chat(&format!("load{i}"), false)).await },
+            )
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let d = dry_run(&c, &gw.base, "tight").await;
+    assert_eq!(d["target"], "gpu", "{d}");
+    let (status, route, body) = send(&c, &gw.base, "tight", &chat("busy", false)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        route.starts_with("pool=gpu;") && route.contains("cpu_predicted_miss"),
+        "{route}"
+    );
+    for l in load {
+        let (status, route, _) = l.await.unwrap();
+        assert_eq!(status, StatusCode::OK);
+        assert!(route.starts_with("pool=cpu;"), "{route}");
+    }
+    assert_eq!(gpu.answered(), vec!["busy".to_owned()]);
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_budget_policy_switches_routing_past_its_thresholds() {
+    let cpu = MockServer::start(Mode::Fast, Duration::from_millis(250));
+    let gpu = MockServer::start(Mode::Fast, Duration::ZERO);
+    // GPU costs $1000 per 1M tokens: one answer (10 tokens) costs $0.01, the day's budget is $0.025.
+    let budget = r#"
+[budget]
+per_day_usd = 0.025
+[[budget.action]]
+action = "cap_gpu_share"
+at_spent_fraction = 0.3
+max_share = 0.0
+[[budget.action]]
+action = "reject_below_priority"
+at_spent_fraction = 0.3
+priority = 1
+"#;
+    let gw = Gateway::start(&config(&[&cpu.url], &[&gpu.url], 1, budget), None).await;
+    let c = client();
+    // Keep the CPU busy so tight requests overflow to GPU.
+    let hold = {
+        let c = c.clone();
+        let base = gw.base.clone();
+        tokio::spawn(async move { send(&c, &base, "lax", &chat("hold", false)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let d = dry_run(&c, &gw.base, "cheap").await;
+    assert_eq!(
+        d["target"], "cpu",
+        "priority 0 is served under the threshold: {d}"
+    );
+    let (_, route, _) = send(&c, &gw.base, "tight", &chat("g1", false)).await;
+    assert!(route.starts_with("pool=gpu;"), "under budget: {route}");
+    // $0.01 of 0.025 spent = 40% > 30%: GPU capped, the lowest priority rejected.
+    let d = dry_run(&c, &gw.base, "tight").await;
+    assert_eq!(d["target"], "cpu", "{d}");
+    assert!(d["reasons"].to_string().contains("gpu_share_capped"), "{d}");
+    let (status, _, body) = send(&c, &gw.base, "cheap", &chat("c2", false)).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert!(body.contains("budget_exceeded"), "{body}");
+    hold.await.unwrap();
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_before_the_first_byte_are_retried_elsewhere_and_open_breakers() {
+    let bad = MockServer::start(Mode::Fail, Duration::ZERO);
+    let hang = MockServer::start(Mode::Hang, Duration::ZERO);
+    let good = MockServer::start(Mode::Fast, Duration::ZERO);
+    let gw = Gateway::start(
+        &config(
+            &[&bad.url, &hang.url, &good.url],
+            &[&good.url.replace("127.0.0.1", "localhost")],
+            64,
+            "",
+        ),
+        None,
+    )
+    .await;
+    let c = client();
+    for i in 0..30 {
+        let (status, route, body) =
+            send(&c, &gw.base, "lax", &chat(&format!("r{i}"), i % 2 == 0)).await;
+        assert_eq!(status, StatusCode::OK, "{route} {body}");
+        assert!(body.contains(&format!("r{i}")), "{body}");
+    }
+    let metrics = c
+        .get(format!("{}/metrics", gw.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("strata_gateway_retries_total"),
+        "{metrics}"
+    );
+    let open = metrics
+        .lines()
+        .filter(|l| l.starts_with("strata_gateway_breaker_state") && l.ends_with(" 2"))
+        .count();
+    assert_eq!(
+        open, 2,
+        "the failing and the hanging endpoint are open: {metrics}"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_mid_stream_ends_in_a_clean_error_event() {
+    let reset = MockServer::start(Mode::Reset, Duration::ZERO);
+    let gw = Gateway::start(&config(&[&reset.url], &[], 4, ""), None).await;
+    let c = client();
+    let (status, _, body) = send(&c, &gw.base, "lax", &chat("s1", true)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.starts_with("data: "), "{body}");
+    assert!(body.contains("s1"), "the first chunk went through: {body}");
+    assert!(
+        body.trim_end().ends_with("\"code\":\"upstream_error\"}}"),
+        "{body}"
+    );
+    assert!(!body.contains("[DONE]"));
+    // A JSON answer cut mid-body is retried; with no other endpoint it ends in a clean 502.
+    let (status, _, body) = send(&c, &gw.base, "lax", &chat("j1", false)).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    let v: Value = serde_json::from_str(&body).expect("an OpenAI error body");
+    assert_eq!(v["error"]["code"], "upstream_error");
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_is_asked_for_streams_and_the_ledger_survives_a_store_outage() {
+    let fast = MockServer::start(Mode::Fast, Duration::ZERO);
+    let store = Arc::new(FakeStore::default());
+    store.down.store(true, Ordering::Relaxed);
+    let gw = Gateway::start(
+        &config(&[&fast.url], &[], 4, ""),
+        Some(store.clone() as Arc<dyn Sink>),
+    )
+    .await;
+    let c = client();
+    let (status, _, body) = send(&c, &gw.base, "lax", &chat("u1", true)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        !body.contains("prompt_tokens"),
+        "the injected usage event is dropped: {body}"
+    );
+    assert!(body.ends_with("data: [DONE]\n\n"), "{body}");
+    let mut asked = chat("u2", true);
+    asked["stream_options"] = json!({"include_usage": true});
+    let (_, _, body) = send(&c, &gw.base, "lax", &asked).await;
+    assert!(
+        body.contains("\"completion_tokens\":3"),
+        "kept when asked: {body}"
+    );
+    for i in 0..10 {
+        send(&c, &gw.base, "lax", &chat(&format!("n{i}"), false)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(store.decisions.lock().unwrap().is_empty());
+    let mut queued = 0;
+    for _ in 0..50 {
+        queued = gw.state.accounting.queued();
+        if queued == 12 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(queued, 12, "rows wait while the store is down");
+    store.down.store(false, Ordering::Relaxed);
+    for _ in 0..100 {
+        if store.decisions.lock().unwrap().len() == 12 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let decisions = store.decisions.lock().unwrap().clone();
+    assert_eq!(decisions.len(), 12);
+    assert!(
+        decisions
+            .iter()
+            .all(|d| d.prompt_tokens == 7 && d.output_tokens == 3),
+        "{decisions:?}"
+    );
+    let ledger: i64 = store.ledger.lock().unwrap().iter().map(|e| e.tokens).sum();
+    assert_eq!(ledger, 120);
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_limits_admin_and_models() {
+    let fast = MockServer::start(Mode::Fast, Duration::ZERO);
+    let gpu = MockServer::start(Mode::Fast, Duration::ZERO);
+    let keys = r#"
+[[api_key]]
+name = "app"
+key_env = "APP_KEY"
+class = "tight"
+[[api_key]]
+name = "slow"
+key_env = "SLOW_KEY"
+rate_per_s = 0.001
+burst = 2
+"#;
+    let gw = Gateway::start(&config(&[&fast.url], &[&gpu.url], 4, keys), None).await;
+    let c = client();
+    let post = |key: &str| {
+        c.post(format!("{}/v1/chat/completions", gw.base))
+            .bearer_auth(key)
+            .json(&chat("k", false))
+    };
+    assert_eq!(
+        post("wrong").send().await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        post("app-key").send().await.unwrap().status(),
+        StatusCode::OK
+    );
+    for _ in 0..2 {
+        assert_eq!(
+            post("slow-key").send().await.unwrap().status(),
+            StatusCode::OK
+        );
+    }
+    assert_eq!(
+        post("slow-key").send().await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let big = json!({"model": "m", "messages": [{"role": "user", "content": "x".repeat(70_000)}]});
+    let r = c
+        .post(format!("{}/v1/chat/completions", gw.base))
+        .bearer_auth("app-key")
+        .json(&big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let r = c
+        .post(format!("{}/v1/chat/completions", gw.base))
+        .bearer_auth("app-key")
+        .json(&json!({"model": "nope", "messages": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let models: Value = c
+        .get(format!("{}/v1/models", gw.base))
+        .bearer_auth("app-key")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], "m");
+    // Admin: a drained CPU pool sends everything to GPU.
+    let drain = format!("{}/admin/pools/cpu/drain", gw.base);
+    assert_eq!(
+        c.post(&drain).send().await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        c.post(&drain)
+            .bearer_auth("admin-token-0123456789")
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK
+    );
+    let r = post("app-key").send().await.unwrap();
+    let route = r.headers()["x-strata-route"].to_str().unwrap().to_owned();
+    assert!(
+        route.starts_with("pool=gpu;") && route.contains("no_cpu"),
+        "{route}"
+    );
+    gw.shutdown().await;
+}
+
+/// Outcome of one request of the load test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Outcome {
+    Complete,
+    CleanError,
+    Broken,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_load_with_faults_every_request_gets_one_complete_answer_or_a_clean_error() {
+    const N: usize = 3000;
+    let fast = MockServer::start(Mode::Fast, Duration::ZERO);
+    let mut doomed = MockServer::start(Mode::Fast, Duration::from_millis(2));
+    let fail = MockServer::start(Mode::Fail, Duration::ZERO);
+    let hang = MockServer::start(Mode::Hang, Duration::ZERO);
+    let reset = MockServer::start(Mode::Reset, Duration::ZERO);
+    let gpu = MockServer::start(Mode::Fast, Duration::ZERO);
+    let mut toml = config(
+        &[&fast.url, &doomed.url, &fail.url, &hang.url, &reset.url],
+        &[&gpu.url],
+        1000,
+        "",
+    );
+    // Breakers open slowly here so that faults keep being hit during the run.
+    toml = toml.replace("failures = 3", "failures = 1000").replace(
+        "first_byte_timeout_ms = 1000",
+        "first_byte_timeout_ms = 300",
+    );
+    let gw = Gateway::start(&toml, None).await;
+    let c = client();
+    let sem = Arc::new(tokio::sync::Semaphore::new(64));
+    let mut tasks = Vec::with_capacity(N);
+    for i in 0..N {
+        let c = c.clone();
+        let base = gw.base.clone();
+        let permit = sem.clone().acquire_owned().await.unwrap();
+        if i == N / 3 {
+            doomed.kill();
+        }
+        tasks.push(tokio::spawn(async move {
+            let _permit = permit;
+            let id = format!("req-{i}");
+            let stream = i % 2 == 0;
+            let (status, _, body) = send(&c, &base, "lax", &chat(&id, stream)).await;
+            let outcome = if status == StatusCode::OK && stream {
+                let own = body.contains(&format!("\"content\":\"{id}\""));
+                if body.ends_with("data: [DONE]\n\n") && own && body.matches("[DONE]").count() == 1
+                {
+                    Outcome::Complete
+                } else if own && body.trim_end().ends_with("\"code\":\"upstream_error\"}}") {
+                    Outcome::CleanError
+                } else {
+                    Outcome::Broken
+                }
+            } else if status == StatusCode::OK {
+                match serde_json::from_str::<Value>(&body) {
+                    Ok(v) if v["choices"][0]["message"]["content"] == id.as_str() => {
+                        Outcome::Complete
+                    }
+                    _ => Outcome::Broken,
+                }
+            } else {
+                match serde_json::from_str::<Value>(&body) {
+                    Ok(v) if v["error"]["message"].is_string() => Outcome::CleanError,
+                    _ => Outcome::Broken,
+                }
+            };
+            (id, outcome)
+        }));
+    }
+    let mut counts: HashMap<Outcome, usize> = HashMap::new();
+    let mut ids = std::collections::HashSet::new();
+    for t in tasks {
+        let (id, outcome) = t.await.expect("the request task finished");
+        assert!(ids.insert(id.clone()), "{id} answered twice");
+        *counts.entry(outcome).or_default() += 1;
+    }
+    let complete = counts.get(&Outcome::Complete).copied().unwrap_or(0);
+    let clean = counts.get(&Outcome::CleanError).copied().unwrap_or(0);
+    let broken = counts.get(&Outcome::Broken).copied().unwrap_or(0);
+    eprintln!("{N} requests: {complete} complete, {clean} clean errors, {broken} broken");
+    assert_eq!(ids.len(), N, "no request lost");
+    assert_eq!(broken, 0);
+    assert_eq!(complete + clean, N);
+    // Only resets mid-stream (after the first byte) may end in an error: everything else was retried.
+    assert!(complete >= N * 8 / 10, "{counts:?}");
+    // Every complete answer came from exactly one upstream that finished it.
+    let mut finished: HashMap<String, usize> = HashMap::new();
+    // The killed server may have finished an answer it never delivered; the others were never cut off.
+    for m in [&fast, &gpu] {
+        for id in m.answered() {
+            *finished.entry(id).or_default() += 1;
+        }
+    }
+    let twice = finished.values().filter(|&&n| n > 1).count();
+    assert_eq!(twice, 0, "an upstream answer was produced twice");
+    assert!(finished.len() + doomed.answered().len() >= complete);
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_in_flight_requests_and_flushes_accounting() {
+    let slow = MockServer::start(Mode::Fast, Duration::from_millis(300));
+    let store = Arc::new(FakeStore::default());
+    let gw = Gateway::start(
+        &config(&[&slow.url], &[], 8, ""),
+        Some(store.clone() as Arc<dyn Sink>),
+    )
+    .await;
+    let c = client();
+    let pending: Vec<_> = (0..4)
+        .map(|i| {
+            let c = c.clone();
+            let base = gw.base.clone();
+            tokio::spawn(async move {
+                send(&c, &base, "lax", &chat(&format!("d{i}"), i % 2 == 0)).await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    gw.shutdown().await;
+    for p in pending {
+        let (status, _, body) = p.await.unwrap();
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    assert_eq!(
+        store.decisions.lock().unwrap().len(),
+        4,
+        "flushed before exit"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn active_health_checks_open_the_breaker_of_a_failing_endpoint() {
+    let bad = MockServer::start(Mode::Fail, Duration::ZERO);
+    let gpu = MockServer::start(Mode::Fast, Duration::ZERO);
+    let toml = config(&[&bad.url], &[&gpu.url], 8, "").replace(
+        "[health]\ninterval_ms = 0",
+        "[health]\ninterval_ms = 20\ntimeout_ms = 200",
+    );
+    let gw = Gateway::start(&toml, None).await;
+    let c = client();
+    let mut target = Value::Null;
+    for _ in 0..100 {
+        target = dry_run(&c, &gw.base, "lax").await["target"].clone();
+        if target == "gpu" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(target, "gpu", "the CPU endpoint failed its checks");
+    assert_eq!(
+        bad.mock.hits.load(Ordering::Relaxed),
+        0,
+        "no request was sent to it"
+    );
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_sharing_a_store_see_each_others_spend() {
+    let cpu = MockServer::start(Mode::Fast, Duration::ZERO);
+    let gpu = MockServer::start(Mode::Fast, Duration::ZERO);
+    let store = Arc::new(FakeStore::default());
+    let budget = r#"
+[budget]
+per_day_usd = 0.015
+[[budget.action]]
+action = "reject_below_priority"
+at_spent_fraction = 0.5
+priority = 1
+"#;
+    let toml = config(&[&cpu.url], &[&gpu.url], 8, budget)
+        .replace("[store]\n", "[store]\nrefresh_ms = 100\n");
+    let a = Gateway::start(&toml, Some(store.clone() as Arc<dyn Sink>)).await;
+    let b = Gateway::start(&toml, Some(store.clone() as Arc<dyn Sink>)).await;
+    let c = client();
+    assert_eq!(dry_run(&c, &b.base, "cheap").await["target"], "cpu");
+    // Replica A's CPU pool is drained, so its request goes to GPU: $0.01 of the $0.015 budget.
+    let drained = c
+        .post(format!("{}/admin/pools/cpu/drain", a.base))
+        .bearer_auth("admin-token-0123456789")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(drained.status(), StatusCode::OK);
+    let (_, route, _) = send(&c, &a.base, "lax", &chat("spend", false)).await;
+    assert!(route.starts_with("pool=gpu;"), "{route}");
+    let mut seen = Value::Null;
+    for _ in 0..50 {
+        seen = dry_run(&c, &b.base, "cheap").await;
+        if seen["target"] == "reject" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        seen["target"], "reject",
+        "replica B reads A's spend from the store: {seen}"
+    );
+    assert_eq!(seen["status"], 429);
+    a.shutdown().await;
+    b.shutdown().await;
+}
