@@ -14,6 +14,7 @@ weights = ["q8_0", "q4_1", "f16"]
 threads = [1, 2]
 max_batch = [1, 4]
 kv_mem_mib = [32]
+quality = true
 
 [sla]
 ttft_ms = 60000.0
@@ -69,6 +70,31 @@ async fn stored_runs(url: &str) -> usize {
     runs
 }
 
+async fn stored_quality(url: &str) -> usize {
+    let store = store::open(url).await.expect("store opens");
+    let mut scores = 0;
+    for model in store.list_models().await.expect("models") {
+        for config in store
+            .list_configs_for_model(model.id)
+            .await
+            .expect("configs")
+        {
+            let results = store
+                .list_quality_results_for_config(config.id)
+                .await
+                .expect("quality");
+            for q in &results {
+                assert!(q.perplexity > 1.0 && q.perplexity < 100.0, "{q:?}");
+                let agreement = q.top1_agreement.expect("agreement against f32");
+                assert!((0.5..=1.0).contains(&agreement), "{q:?}");
+            }
+            scores += results.len();
+        }
+    }
+    store.close().await;
+    scores
+}
+
 async fn sweep_lands_in(url: &str) {
     let dir = tempfile::tempdir().expect("tempdir");
     let sweep = sweep_file(dir.path());
@@ -88,6 +114,20 @@ async fn sweep_lands_in(url: &str) {
     }
     assert!(table.contains("host: "), "{table}");
     assert_eq!(stored_runs(url).await, 12);
+    for weights in ["q8_0", "q4_1", "f16"] {
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with(&format!("quality {weights}"))
+                    && l.contains("top-1 agreement with f32")),
+            "{weights} quality line missing:\n{table}"
+        );
+    }
+    assert_eq!(
+        stored_quality(url).await,
+        12,
+        "a quality score for every config"
+    );
     // Measured on this host and engine version already: nothing runs again.
     let again = profile(url, &sweep);
     assert_eq!(again.matches("(stored)").count(), 12, "{again}");

@@ -6,5 +6,6 @@ pub mod loadgen;
 pub mod model_cache;
 pub mod planning;
 pub mod profile;
+pub mod quality;
 pub mod store;
 pub mod worker;

@@ -121,6 +121,9 @@ pub struct Sweep {
     /// Seed of the load generator.
     #[serde(default)]
     pub seed: u64,
+    /// Also score each weight type's output quality (perplexity and top-1 agreement with f32).
+    #[serde(default)]
+    pub quality: bool,
 }
 
 fn default_weights() -> Vec<String> {

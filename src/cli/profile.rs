@@ -16,6 +16,7 @@ use strata_controller::{
     loadgen::{self, Api, Arrival, Lengths, LoadReport, LoadSpec, Shape, Sla},
     model_cache,
     profile::{self, Progress, RunContext, Sweep},
+    quality,
     store::{ModelRow, NewModel, Store},
 };
 
@@ -214,6 +215,12 @@ impl ProfileArgs {
             }
             outcomes.extend(outcome.runs);
         }
+        let quality = if sweep.quality {
+            bar.set_message("scoring quality per weight type");
+            record_quality(&ctx, &model_file, &sweep, self.force).await?
+        } else {
+            Vec::new()
+        };
         bar.finish_and_clear();
         store.close().await;
         if self.json {
@@ -227,6 +234,7 @@ impl ProfileArgs {
                     "hardware": hardware,
                     "runs": outcomes,
                     "capacity": capacity,
+                    "quality": quality,
                 }))?
             );
             return Ok(());
@@ -256,12 +264,63 @@ impl ProfileArgs {
                 )
             );
         }
+        for q in &quality {
+            println!(
+                "quality {:<6} perplexity {:.3} on {} ({} positions), top-1 agreement with f32 {}",
+                q.weights,
+                q.perplexity,
+                quality::TEXT_ID,
+                q.tokens,
+                q.top1_agreement
+                    .map_or("(reference)".into(), |a| format!("{:.1}%", a * 100.0))
+            );
+        }
         println!(
             "TTFT: arrival to first token; TPOT: mean gap between output tokens per request; \
              E2E: arrival to last token (p50/p99, ms)."
         );
         Ok(())
     }
+}
+
+/// Scores every weight type of the sweep and records the scores for each config of that type,
+/// unless all of them already hold a score for the text (or `force`).
+async fn record_quality(
+    ctx: &RunContext<'_>,
+    model_file: &Path,
+    sweep: &Sweep,
+    force: bool,
+) -> anyhow::Result<Vec<quality::QualityScore>> {
+    let configs = sweep.configs();
+    let mut rows = Vec::new();
+    for settings in &configs {
+        rows.push((
+            settings.weights.clone(),
+            profile::ensure_config(ctx.store, ctx.model, settings).await?,
+        ));
+    }
+    let mut scored_already = true;
+    for (_, row) in &rows {
+        let results = ctx.store.list_quality_results_for_config(row.id).await?;
+        scored_already &= results.iter().any(|q| q.text_id == quality::TEXT_ID);
+    }
+    if scored_already && !force {
+        return Ok(Vec::new());
+    }
+    let mut weights: Vec<String> = configs.iter().map(|c| c.weights.clone()).collect();
+    weights.sort();
+    weights.dedup();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let path = model_file.to_path_buf();
+    let scores = tokio::task::spawn_blocking(move || quality::score(&path, &weights, threads))
+        .await
+        .context("the quality scorer stopped")??;
+    for (weights, row) in &rows {
+        if let Some(score) = scores.iter().find(|s| &s.weights == weights) {
+            quality::record(ctx.store, row, score).await?;
+        }
+    }
+    Ok(scores)
 }
 
 fn progress_bar(total: u64, hidden: bool) -> ProgressBar {
