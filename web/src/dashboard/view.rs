@@ -113,7 +113,11 @@ pub(crate) async fn configs(
                 },
             )
         }),
-        None => Ok(prices.values().find(|p| p.accelerator.is_some() == gpu)),
+        // Without a choice, the cheapest instance type of the kind (on-demand).
+        None => Ok(prices
+            .values()
+            .filter(|p| p.accelerator.is_some() == gpu)
+            .min_by(|a, b| a.on_demand_usd_per_hour.total_cmp(&b.on_demand_usd_per_hour))),
     };
     let cpu_price = pick(&params.instance, "instance", false)?;
     let gpu_price = pick(&params.gpu_instance, "gpu_instance", true)?;
