@@ -117,7 +117,10 @@ pub(crate) async fn configs(
         None => Ok(prices
             .values()
             .filter(|p| p.accelerator.is_some() == gpu)
-            .min_by(|a, b| a.on_demand_usd_per_hour.total_cmp(&b.on_demand_usd_per_hour))),
+            .min_by(|a, b| {
+                a.on_demand_usd_per_hour
+                    .total_cmp(&b.on_demand_usd_per_hour)
+            })),
     };
     let cpu_price = pick(&params.instance, "instance", false)?;
     let gpu_price = pick(&params.gpu_instance, "gpu_instance", true)?;
