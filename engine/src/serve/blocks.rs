@@ -79,12 +79,18 @@ impl BlockManager {
         positions.div_ceil(self.block_size)
     }
 
-    fn node(&self, id: usize) -> &Node {
-        self.nodes[id].as_ref().expect("live node")
+    /// The live node `id`; ids come from the tree itself, so a dead one only shows a bug, which
+    /// reads as a miss rather than a panic.
+    fn node(&self, id: usize) -> Option<&Node> {
+        self.nodes.get(id)?.as_ref()
     }
 
-    fn node_mut(&mut self, id: usize) -> &mut Node {
-        self.nodes[id].as_mut().expect("live node")
+    fn node_mut(&mut self, id: usize) -> Option<&mut Node> {
+        self.nodes.get_mut(id)?.as_mut()
+    }
+
+    fn child(&self, at: usize, key: &[u32]) -> Option<usize> {
+        self.node(at)?.children.get(key).copied()
     }
 
     /// How many leading full blocks of `tokens` the tree holds, at most `max_blocks`.
@@ -93,8 +99,8 @@ impl BlockManager {
         let mut at = ROOT;
         let mut matched = 0;
         for key in tokens.chunks_exact(self.block_size).take(max_blocks) {
-            match self.node(at).children.get(key) {
-                Some(&child) => {
+            match self.child(at, key) {
+                Some(child) => {
                     at = child;
                     matched += 1;
                 }
@@ -111,11 +117,13 @@ impl BlockManager {
         let mut at = ROOT;
         let mut blocks = Vec::new();
         for key in tokens.chunks_exact(self.block_size).take(max_blocks) {
-            let Some(&child) = self.node(at).children.get(key) else {
+            let Some(child) = self.child(at, key) else {
                 break;
             };
             let clock = self.clock;
-            let node = self.node_mut(child);
+            let Some(node) = self.node_mut(child) else {
+                break;
+            };
             node.last_used = clock;
             let block = node.block;
             self.retain(block);
@@ -155,8 +163,10 @@ impl BlockManager {
             .filter(|(_, n)| n.children.is_empty() && self.refs[n.block as usize] == 0)
             .min_by_key(|(_, n)| n.last_used)
             .map(|(id, _)| id)?;
-        let node = self.nodes[victim].take().expect("live node");
-        self.node_mut(node.parent).children.remove(&node.key);
+        let node = self.nodes[victim].take()?;
+        if let Some(parent) = self.node_mut(node.parent) {
+            parent.children.remove(&node.key);
+        }
         self.spare_nodes.push(victim);
         self.cached_in[node.block as usize] = None;
         Some(node.block)
@@ -184,8 +194,10 @@ impl BlockManager {
         let mut at = ROOT;
         for (key, &block) in tokens.chunks_exact(self.block_size).zip(blocks) {
             let clock = self.clock;
-            if let Some(&child) = self.node(at).children.get(key) {
-                self.node_mut(child).last_used = clock;
+            if let Some(child) = self.child(at, key) {
+                if let Some(node) = self.node_mut(child) {
+                    node.last_used = clock;
+                }
                 at = child;
                 continue;
             }
@@ -210,7 +222,10 @@ impl BlockManager {
                     self.nodes.len() - 1
                 }
             };
-            self.node_mut(at).children.insert(key.to_vec(), id);
+            let Some(parent) = self.node_mut(at) else {
+                return;
+            };
+            parent.children.insert(key.to_vec(), id);
             self.cached_in[block as usize] = Some(id);
             at = id;
         }

@@ -237,7 +237,9 @@ impl Scheduler {
                     continue;
                 }
                 if !self.grow(index, take) {
-                    let victim = self.victim();
+                    let Some(victim) = self.victim() else {
+                        return slots;
+                    };
                     self.preempt(victim);
                     continue 'retry;
                 }
@@ -262,10 +264,8 @@ impl Scheduler {
     }
 
     /// The running sequence to preempt: the lowest priority class, and in it the youngest.
-    fn victim(&self) -> usize {
-        (0..self.running.len())
-            .max_by_key(|&i| self.running[i].key)
-            .expect("a step runs with at least one sequence")
+    fn victim(&self) -> Option<usize> {
+        (0..self.running.len()).max_by_key(|&i| self.running[i].key)
     }
 
     /// Frees a running sequence's blocks (recording its computed blocks in the prefix cache, so the
@@ -439,7 +439,7 @@ fn token_logprob(logits: &[f32], token: u32, top: usize) -> TokenLogprob {
     if top > 0 {
         for id in 0..logits.len() as u32 {
             let l = logits[id as usize];
-            if best.len() == top && l <= logits[*best.last().expect("non-empty") as usize] {
+            if best.len() == top && best.last().is_some_and(|&last| l <= logits[last as usize]) {
                 continue;
             }
             let at = best.partition_point(|&b| logits[b as usize] >= l);
