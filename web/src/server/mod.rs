@@ -318,24 +318,19 @@ async fn chat_inner(
     let prompt = tokenize(&state, &text, "messages")?;
     let max_tokens = resolve_max_tokens(&state, prompt.len(), request.max_tokens(), "messages")?;
     let params = request.sampling.to_params(max_tokens)?;
-    let include_usage = request
-        .stream_options
-        .as_ref()
-        .is_some_and(|o| o.include_usage);
-    let ctx = ReplyContext::new(
-        state,
-        Endpoint::Chat,
-        arrived,
-        include_usage,
-        logprobs.is_some(),
-    );
     let options = RunOptions {
+        endpoint: Endpoint::Chat,
+        arrived,
+        include_usage: request
+            .stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage),
         logprobs,
         priority: priority(headers)?,
         ignore_eos: request.sampling.ignore_eos,
         stream: request.stream,
     };
-    run(ctx, prompt, params, options).await
+    run(state, prompt, params, options).await
 }
 
 async fn completion_inner(
@@ -378,24 +373,19 @@ async fn completion_inner(
         "prompt",
     )?;
     let params = request.sampling.to_params(max_tokens)?;
-    let include_usage = request
-        .stream_options
-        .as_ref()
-        .is_some_and(|o| o.include_usage);
-    let ctx = ReplyContext::new(
-        state,
-        Endpoint::Completions,
-        arrived,
-        include_usage,
-        logprobs.is_some(),
-    );
     let options = RunOptions {
+        endpoint: Endpoint::Completions,
+        arrived,
+        include_usage: request
+            .stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage),
         logprobs,
         priority: priority(headers)?,
         ignore_eos: request.sampling.ignore_eos,
         stream: request.stream,
     };
-    run(ctx, prompt, params, options).await
+    run(state, prompt, params, options).await
 }
 
 fn tokenize(state: &ServerState, text: &str, param: &str) -> Result<Vec<u32>, ApiError> {
@@ -470,6 +460,9 @@ impl EventSink for ChannelSink {
 
 /// How one request runs besides its prompt and sampling.
 struct RunOptions {
+    endpoint: Endpoint,
+    arrived: Instant,
+    include_usage: bool,
     logprobs: Option<usize>,
     priority: Priority,
     ignore_eos: bool,
@@ -477,11 +470,18 @@ struct RunOptions {
 }
 
 async fn run(
-    ctx: ReplyContext,
+    state: Arc<ServerState>,
     prompt: Vec<u32>,
     params: SamplingParams,
     options: RunOptions,
 ) -> Result<Response, ApiError> {
+    let ctx = ReplyContext::new(
+        state,
+        options.endpoint,
+        options.arrived,
+        options.include_usage,
+        options.logprobs.is_some(),
+    );
     let (tx, rx) = mpsc::unbounded_channel();
     let request = strata_engine::serve::Request {
         prompt,
