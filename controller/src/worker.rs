@@ -111,15 +111,7 @@ pub async fn work(
             Ok(spec) => spec,
             Err(e) => {
                 let error = format!("the job's spec is not a profiling job: {e}");
-                store
-                    .complete_profile_job(
-                        job.id,
-                        &JobOutcome::Failed {
-                            error: error.clone(),
-                        },
-                    )
-                    .await?;
-                on_event(JobEvent::Failed(job.id, error));
+                fail(store.as_ref(), job.id, error, &mut on_event).await?;
                 continue;
             }
         };
@@ -132,20 +124,29 @@ pub async fn work(
                 finished += 1;
                 on_event(JobEvent::Done(job.id));
             }
-            JobResult::Failed(error) => {
-                store
-                    .complete_profile_job(
-                        job.id,
-                        &JobOutcome::Failed {
-                            error: error.clone(),
-                        },
-                    )
-                    .await?;
-                on_event(JobEvent::Failed(job.id, error));
-            }
+            JobResult::Failed(error) => fail(store.as_ref(), job.id, error, &mut on_event).await?,
             JobResult::LeaseLost => on_event(JobEvent::LeaseLost(job.id)),
         }
     }
+}
+
+/// Marks job `id` failed with `error` and reports it.
+async fn fail(
+    store: &dyn Store,
+    id: ProfileJobId,
+    error: String,
+    on_event: &mut impl FnMut(JobEvent),
+) -> crate::store::Result<()> {
+    store
+        .complete_profile_job(
+            id,
+            &JobOutcome::Failed {
+                error: error.clone(),
+            },
+        )
+        .await?;
+    on_event(JobEvent::Failed(id, error));
+    Ok(())
 }
 
 enum JobResult {
