@@ -2,49 +2,21 @@
 //! and one standing in for the GPU fallback: a tight-SLA request goes to CPU while the pool is idle and
 //! to GPU while it is loaded, and crossing the budget threshold caps the GPU share so it stays on CPU.
 
-use std::{io::BufRead, time::Duration};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::common::{SMOLLM2, ServerProcess};
 
-/// A `strata gateway` process, killed when dropped.
-struct GatewayProcess {
-    child: std::process::Child,
-    base: String,
-}
-
-impl GatewayProcess {
-    fn start(config: &std::path::Path) -> Self {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
-            .arg("gateway")
-            .arg("--config")
-            .arg(config)
-            .arg("--no-store")
-            .env_remove("RUST_LOG")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
-            .spawn()
-            .expect("strata gateway starts");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let mut line = String::new();
-        std::io::BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("reads the listening line");
-        let base = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-            .to_owned();
-        Self { child, base }
-    }
-}
-
-impl Drop for GatewayProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A `strata gateway` process on `config`, killed when dropped.
+fn start_gateway(config: &std::path::Path) -> ServerProcess {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_strata"));
+    command
+        .arg("gateway")
+        .arg("--config")
+        .arg(config)
+        .arg("--no-store");
+    ServerProcess::listening(command)
 }
 
 fn config(cpu: &str, gpu: &str) -> String {
@@ -139,7 +111,7 @@ async fn tight_sla_goes_to_cpu_when_idle_to_gpu_when_loaded_and_the_budget_caps_
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("gateway.toml");
     std::fs::write(&path, config(&cpu.base, &gpu.base)).expect("writes the config");
-    let gw = GatewayProcess::start(&path);
+    let gw = start_gateway(&path);
     let c = reqwest::Client::builder()
         .timeout(Duration::from_secs(300))
         .build()

@@ -35,19 +35,26 @@ pub(crate) struct ServerProcess {
 impl ServerProcess {
     /// Starts `strata serve` on the real model with `args` added, and waits until it listens.
     pub(crate) fn start(args: &[&str]) -> Self {
-        use std::io::BufRead;
         let model = smollm2_path();
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_strata"));
+        command
             .arg("serve")
             .arg("--model")
             .arg(&model)
             .args(["--port", "0", "--served-model-name", SMOLLM2])
-            .args(args)
+            .args(args);
+        Self::listening(command)
+    }
+
+    /// Spawns `command` (a `strata` server) and waits for its `listening on URL` line.
+    pub(crate) fn listening(mut command: std::process::Command) -> Self {
+        use std::io::BufRead;
+        let mut child = command
             .env_remove("RUST_LOG")
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::inherit())
             .spawn()
-            .expect("strata serve starts");
+            .expect("the server starts");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut line = String::new();
         std::io::BufReader::new(stdout)
