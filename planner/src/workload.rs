@@ -452,6 +452,9 @@ pub struct WorkloadFile {
     /// `[gpu_fallback]`.
     #[serde(default)]
     pub gpu_fallback: Option<GpuFallbackSpec>,
+    /// `[pilot]`: what `strata pilot` tries and how strict its gates are (the planner ignores it).
+    #[serde(default)]
+    pub pilot: Option<crate::pilot::PilotSpec>,
 }
 
 /// `[arrivals]` as written.

@@ -1,0 +1,933 @@
+//! The decisions of a pilot evaluation, free of I/O: the `[pilot]` settings of a workload file, the quality
+//! gate of each weight type, the time-compressed replay sample and the simulator's prediction for it, and
+//! the verdict (migrate all classes, some, or none) with its savings, risk and reasons.
+//!
+//! The controller measures (profiles, quality scores, the replay through a real gateway); everything it
+//! decides from those measurements is here, so that each verdict path is testable with synthetic inputs.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, invalid};
+use crate::plan::{Plan, r6};
+use crate::profile::{ConfigProfile, Scaling, ScalingRule};
+use crate::sim::{SimOptions, SimReport, exponential, simulate};
+use crate::workload::{Arrivals, DAYS_PER_MONTH, TraceRecord, Workload};
+
+/// `[pilot]` of a workload file: what to try and how strict to be. Every key has a default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PilotSpec {
+    /// Runtime weight types to try.
+    #[serde(default = "default_weights")]
+    pub weights: Vec<String>,
+    /// Batch sizes (most sequences per step) to try.
+    #[serde(default = "default_max_batch")]
+    pub max_batch: Vec<u32>,
+    /// Engine threads [default: every core of the host].
+    #[serde(default)]
+    pub threads: Option<u32>,
+    /// Key/value memory per engine, MiB.
+    #[serde(default = "default_kv_mem")]
+    pub kv_mem_mib: u32,
+    /// The quality gate.
+    #[serde(default)]
+    pub quality: QualityThresholds,
+    /// Prompts with expected answers (`[[pilot.task]]`), for a task-level quality check.
+    #[serde(default, rename = "task")]
+    pub tasks: Vec<TaskCheck>,
+    /// Requests per capacity probe.
+    #[serde(default = "default_probe_requests")]
+    pub probe_requests: u32,
+    /// Seconds of traffic replayed through the gateway.
+    #[serde(default = "default_replay_s")]
+    pub replay_s: f64,
+    /// Share of a class's requests that must meet its SLA for the class to migrate.
+    #[serde(default = "default_attainment")]
+    pub attainment_target: f64,
+    /// Least share of a class's requests served on CPU in the plan for the class to count as migrated.
+    #[serde(default = "default_min_cpu_share")]
+    pub min_cpu_share: f64,
+    /// Seed of the load generator, the replay sample and the simulations.
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+}
+
+fn default_weights() -> Vec<String> {
+    vec!["q8_0".into(), "q4_1".into()]
+}
+fn default_max_batch() -> Vec<u32> {
+    vec![8]
+}
+fn default_kv_mem() -> u32 {
+    128
+}
+fn default_probe_requests() -> u32 {
+    16
+}
+fn default_replay_s() -> f64 {
+    90.0
+}
+fn default_attainment() -> f64 {
+    0.99
+}
+fn default_min_cpu_share() -> f64 {
+    0.5
+}
+fn default_seed() -> u64 {
+    1
+}
+
+impl Default for PilotSpec {
+    fn default() -> Self {
+        PilotSpec {
+            weights: default_weights(),
+            max_batch: default_max_batch(),
+            threads: None,
+            kv_mem_mib: default_kv_mem(),
+            quality: QualityThresholds::default(),
+            tasks: Vec::new(),
+            probe_requests: default_probe_requests(),
+            replay_s: default_replay_s(),
+            attainment_target: default_attainment(),
+            min_cpu_share: default_min_cpu_share(),
+            seed: default_seed(),
+        }
+    }
+}
+
+impl PilotSpec {
+    /// Checks the values, naming the key at fault.
+    ///
+    /// # Errors
+    /// [`crate::PlannerError::InvalidField`] for an empty list, a zero, or a share outside 0..=1.
+    pub fn validate(&self, workload: &str) -> Result<()> {
+        let bad = |field: &'static str, problem: &str| {
+            Err(invalid("workload", workload, field, problem.to_owned()))
+        };
+        if self.weights.is_empty() {
+            return bad("pilot.weights", "give at least one weight type");
+        }
+        if self.max_batch.is_empty() || self.max_batch.contains(&0) {
+            return bad(
+                "pilot.max_batch",
+                "give at least one batch size, each at least 1",
+            );
+        }
+        if self.threads == Some(0) {
+            return bad("pilot.threads", "must be at least 1");
+        }
+        if self.kv_mem_mib == 0 {
+            return bad("pilot.kv_mem_mib", "must be at least 1");
+        }
+        if self.probe_requests == 0 {
+            return bad("pilot.probe_requests", "must be at least 1");
+        }
+        if !(self.replay_s.is_finite() && self.replay_s >= 1.0) {
+            return bad("pilot.replay_s", "must be at least 1 second");
+        }
+        for (field, share) in [
+            ("pilot.attainment_target", self.attainment_target),
+            ("pilot.min_cpu_share", self.min_cpu_share),
+            (
+                "pilot.quality.min_top1_agreement",
+                self.quality.min_top1_agreement,
+            ),
+            (
+                "pilot.quality.max_task_pass_drop",
+                self.quality.max_task_pass_drop,
+            ),
+        ] {
+            if !(0.0..=1.0).contains(&share) {
+                return bad(field, "must be between 0 and 1");
+            }
+        }
+        if !(self.quality.max_perplexity_increase.is_finite()
+            && self.quality.max_perplexity_increase >= 0.0)
+        {
+            return bad("pilot.quality.max_perplexity_increase", "must be 0 or more");
+        }
+        if let Some(i) = self
+            .tasks
+            .iter()
+            .position(|t| t.prompt.trim().is_empty() || t.expect.trim().is_empty())
+        {
+            return bad(
+                "pilot.task",
+                &format!("task {i}: `prompt` and `expect` must not be empty"),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// `[pilot.quality]`: how much a quantized weight type may lose against the highest-precision run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QualityThresholds {
+    /// Largest relative perplexity increase (0.05 = 5% above the reference).
+    #[serde(default = "default_ppl_increase")]
+    pub max_perplexity_increase: f64,
+    /// Least share of positions whose greedy next token equals the reference's.
+    #[serde(default = "default_top1")]
+    pub min_top1_agreement: f64,
+    /// Largest drop of the task pass rate below the reference's (0 = no task may be lost).
+    #[serde(default)]
+    pub max_task_pass_drop: f64,
+}
+
+fn default_ppl_increase() -> f64 {
+    0.05
+}
+fn default_top1() -> f64 {
+    0.9
+}
+
+impl Default for QualityThresholds {
+    fn default() -> Self {
+        QualityThresholds {
+            max_perplexity_increase: default_ppl_increase(),
+            min_top1_agreement: default_top1(),
+            max_task_pass_drop: 0.0,
+        }
+    }
+}
+
+/// `[[pilot.task]]`: a prompt (sent as one user chat message, greedy) and a text its answer must contain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskCheck {
+    /// The user message.
+    pub prompt: String,
+    /// Text the answer must contain (case-insensitive).
+    pub expect: String,
+    /// Most tokens generated.
+    #[serde(default = "default_task_tokens")]
+    pub max_tokens: u32,
+}
+
+fn default_task_tokens() -> u32 {
+    48
+}
+
+impl TaskCheck {
+    /// True when `answer` contains the expected text, ignoring case.
+    pub fn passed_by(&self, answer: &str) -> bool {
+        answer.to_lowercase().contains(&self.expect.to_lowercase())
+    }
+}
+
+/// What was measured of one weight type's quality, against the highest-precision run of the same model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WeightQuality {
+    /// The weight type.
+    pub weights: String,
+    /// The reference weight type.
+    pub reference_weights: String,
+    /// Its perplexity on the fixed text.
+    pub perplexity: f64,
+    /// The reference's perplexity on the same text.
+    pub reference_perplexity: f64,
+    /// Share of positions whose greedy next token equals the reference's.
+    pub top1_agreement: f64,
+    /// Share of the workload's tasks answered as expected, when it has tasks.
+    pub task_pass_rate: Option<f64>,
+    /// The reference's task pass rate.
+    pub reference_task_pass_rate: Option<f64>,
+}
+
+/// The gate's finding for one weight type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QualityGate {
+    /// The weight type.
+    pub weights: String,
+    /// True when every threshold holds.
+    pub passed: bool,
+    /// Relative perplexity increase over the reference.
+    pub perplexity_increase: f64,
+    /// The measurements.
+    pub measured: WeightQuality,
+    /// Each threshold missed, in words.
+    pub reasons: Vec<String>,
+}
+
+/// Holds `q` against `t`.
+pub fn gate_quality(q: &WeightQuality, t: &QualityThresholds) -> QualityGate {
+    let increase = if q.reference_perplexity > 0.0 {
+        q.perplexity / q.reference_perplexity - 1.0
+    } else {
+        f64::INFINITY
+    };
+    let mut reasons = Vec::new();
+    if !(increase <= t.max_perplexity_increase) {
+        reasons.push(format!(
+            "perplexity {:.3} is {:.1}% above {}'s {:.3} (at most {:.1}% allowed)",
+            q.perplexity,
+            increase * 100.0,
+            q.reference_weights,
+            q.reference_perplexity,
+            t.max_perplexity_increase * 100.0
+        ));
+    }
+    if !(q.top1_agreement >= t.min_top1_agreement) {
+        reasons.push(format!(
+            "top-1 agreement with {} is {:.1}% (at least {:.1}% required)",
+            q.reference_weights,
+            q.top1_agreement * 100.0,
+            t.min_top1_agreement * 100.0
+        ));
+    }
+    if let (Some(rate), Some(reference)) = (q.task_pass_rate, q.reference_task_pass_rate)
+        && rate + t.max_task_pass_drop + 1e-9 < reference
+    {
+        reasons.push(format!(
+            "passes {:.0}% of the tasks against {}'s {:.0}% (a drop of at most {:.0} points allowed)",
+            rate * 100.0,
+            q.reference_weights,
+            reference * 100.0,
+            t.max_task_pass_drop * 100.0
+        ));
+    }
+    QualityGate {
+        weights: q.weights.clone(),
+        passed: reasons.is_empty(),
+        perplexity_increase: r6(increase.min(1e9)),
+        measured: q.clone(),
+        reasons,
+    }
+}
+
+/// The requests/s one measured host is offered in the replay, and the classes' shares of them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayLoad {
+    /// The plan hour sampled (its busiest per-instance CPU load).
+    pub hour: u32,
+    /// Requests/s offered to one measured host.
+    pub rate_rps: f64,
+    /// Per class, its share of the offered requests.
+    pub class_shares: Vec<f64>,
+    /// True when requests the router sends to GPU are part of the sample (a GPU endpoint is there).
+    pub includes_gpu_traffic: bool,
+}
+
+/// The replay's load: the plan's busiest hour per CPU instance, carried back to one measured host
+/// (divided by the scaling factor). Without a GPU endpoint only the CPU-served part of each class is
+/// sampled; with one, the whole hour's mix is, and the gateway routes it.
+pub fn replay_load(plan: &Plan, with_gpu: bool) -> ReplayLoad {
+    let factor = plan.chosen.scaling.factor.max(1e-9);
+    let per_host = |h: &crate::plan::PlanHour| -> Vec<f64> {
+        let n = f64::from(h.cpu_instances.max(1)) * factor;
+        h.classes
+            .iter()
+            .map(|c| {
+                let served = if with_gpu {
+                    1.0 - c.shed_share
+                } else {
+                    1.0 - c.gpu_share - c.shed_share
+                };
+                c.rps * served.max(0.0) / n
+            })
+            .collect()
+    };
+    let busiest = plan
+        .hours
+        .iter()
+        .filter(|h| h.cpu_instances > 0)
+        .max_by(|a, b| {
+            let sa: f64 = per_host(a).iter().sum();
+            let sb: f64 = per_host(b).iter().sum();
+            sa.total_cmp(&sb)
+        });
+    let Some(hour) = busiest else {
+        return ReplayLoad {
+            hour: 0,
+            rate_rps: 0.0,
+            class_shares: Vec::new(),
+            includes_gpu_traffic: with_gpu,
+        };
+    };
+    let rates = per_host(hour);
+    let total: f64 = rates.iter().sum();
+    ReplayLoad {
+        hour: hour.hour,
+        rate_rps: r6(total),
+        class_shares: rates
+            .iter()
+            .map(|r| if total > 0.0 { r / total } else { 0.0 })
+            .collect(),
+        includes_gpu_traffic: with_gpu,
+    }
+}
+
+/// A seeded sample of `duration_s` seconds at `load`: Poisson arrivals, each request's class drawn from
+/// the shares and its lengths from the class's distributions.
+pub fn replay_trace(
+    workload: &Workload,
+    load: &ReplayLoad,
+    duration_s: f64,
+    seed: u64,
+) -> Vec<TraceRecord> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut out = Vec::new();
+    if load.rate_rps <= 0.0 || load.class_shares.len() != workload.classes.len() {
+        return out;
+    }
+    let mut t = exponential(&mut rng, load.rate_rps);
+    while t < duration_s {
+        let u: f64 = rng.random();
+        let mut acc = 0.0;
+        let mut class = load.class_shares.len() - 1;
+        for (i, s) in load.class_shares.iter().enumerate() {
+            acc += s;
+            if u < acc {
+                class = i;
+                break;
+            }
+        }
+        let c = &workload.classes[class];
+        out.push(TraceRecord {
+            t_s: r6(t),
+            class,
+            prompt_tokens: c.prompt_tokens.sample(&mut rng).max(1),
+            output_tokens: c.output_tokens.sample(&mut rng).max(1),
+        });
+        t += exponential(&mut rng, load.rate_rps);
+    }
+    out
+}
+
+/// The simulator's prediction for the replay: `trace` offered to one measured host of the plan's config
+/// (scaling factor 1), the router overflowing to GPU only when a GPU endpoint takes part, no budget actions.
+///
+/// # Errors
+/// As [`simulate`]: the plan's config missing from `profiles`.
+pub fn predict_replay(
+    plan: &Plan,
+    workload: &Workload,
+    profiles: &[ConfigProfile],
+    trace: &[TraceRecord],
+    with_gpu: bool,
+    seed: u64,
+) -> Result<SimReport> {
+    let mut one_host = plan.clone();
+    one_host.chosen.scaling = Scaling {
+        rule: ScalingRule::MeasuredOnType,
+        factor: 1.0,
+    };
+    for hour in &mut one_host.hours {
+        hour.cpu_instances = 1;
+        hour.warm_instances = 0;
+        for c in &mut hour.classes {
+            c.gpu_share = 0.0;
+            c.shed_share = 0.0;
+        }
+    }
+    let mut sample = workload.clone();
+    sample.arrivals = Arrivals::Trace(trace.to_vec());
+    sample.budget.policy.clear();
+    let opts = SimOptions {
+        days: 1,
+        traffic_scale: 1.0,
+        overflow_to_gpu: with_gpu,
+        budget_policy: false,
+    };
+    simulate(&one_host, &sample, profiles, seed, &opts)
+}
+
+/// What the pilot recommends; [`VerdictKind::exit_code`] is the command's exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VerdictKind {
+    /// Move every class to the CPU pool.
+    Migrate,
+    /// Move some classes; keep the others on GPU.
+    Partial,
+    /// Keep the workload on GPU.
+    Stay,
+}
+
+impl VerdictKind {
+    /// 0 for migrate, 3 for partial, 4 for stay.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            VerdictKind::Migrate => 0,
+            VerdictKind::Partial => 3,
+            VerdictKind::Stay => 4,
+        }
+    }
+}
+
+/// One class's finding.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClassVerdict {
+    /// Class name.
+    pub class: String,
+    /// True when it moves to the CPU pool.
+    pub migrate: bool,
+    /// Share of its requests served on CPU in the plan's simulation.
+    pub cpu_share: f64,
+    /// Share meeting its SLA at planned traffic (simulated).
+    pub attainment: f64,
+    /// Share meeting its SLA at twice the traffic on the same pool (simulated; overflow goes to GPU).
+    pub attainment_2x: f64,
+    /// Share sent to GPU at twice the traffic.
+    pub gpu_share_2x: f64,
+    /// Why it stays, or the risk it carries.
+    pub reasons: Vec<String>,
+}
+
+/// The pilot's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// Migrate, partial or stay.
+    pub kind: VerdictKind,
+    /// One line: "migrate all classes", "migrate chat, extract; keep summarize on GPU", "stay on GPU".
+    pub summary: String,
+    /// Per class.
+    pub classes: Vec<ClassVerdict>,
+    /// The plan's cost (CPU pool + GPU fallback) per month, $.
+    pub monthly_cost_usd: f64,
+    /// All traffic on the GPU baseline per month, $.
+    pub monthly_baseline_usd: f64,
+    /// Baseline minus plan, per month, $ (0 when staying).
+    pub monthly_savings_usd: f64,
+    /// Reasons that hold for the whole workload.
+    pub reasons: Vec<String>,
+}
+
+/// Everything the verdict is decided from.
+#[derive(Debug, Clone, Copy)]
+pub struct VerdictInput<'a> {
+    /// The plan, made from configs whose weight type passed the quality gate.
+    pub plan: &'a Plan,
+    /// Its simulation at planned traffic.
+    pub at_planned: &'a SimReport,
+    /// Its simulation at twice the traffic.
+    pub at_double: &'a SimReport,
+    /// Every weight type's gate.
+    pub gates: &'a [QualityGate],
+    /// The settings.
+    pub spec: &'a PilotSpec,
+}
+
+/// Decides. A class migrates when at least `min_cpu_share` of it runs on CPU in the simulated plan and
+/// it meets its SLA there with at least `attainment_target` of its requests; nothing migrates when no
+/// weight type passes the quality gate or the plan saves nothing against the baseline.
+pub fn verdict(input: &VerdictInput<'_>) -> Verdict {
+    let VerdictInput {
+        plan,
+        at_planned,
+        at_double,
+        gates,
+        spec,
+    } = *input;
+    let monthly_cost = plan.totals.cost_per_day * DAYS_PER_MONTH;
+    let monthly_baseline = plan.totals.all_gpu_cost_per_day * DAYS_PER_MONTH;
+    let mut reasons = Vec::new();
+    let passing: Vec<&str> = gates
+        .iter()
+        .filter(|g| g.passed)
+        .map(|g| g.weights.as_str())
+        .collect();
+    if passing.is_empty() {
+        let failed: Vec<String> = gates
+            .iter()
+            .map(|g| format!("{}: {}", g.weights, g.reasons.join("; ")))
+            .collect();
+        reasons.push(format!(
+            "no weight type passes the quality gate ({})",
+            failed.join(" | ")
+        ));
+    } else if !passing.contains(&plan.chosen.weights.as_str()) {
+        reasons.push(format!(
+            "the plan's weight type {} did not pass the quality gate",
+            plan.chosen.weights
+        ));
+    }
+    if plan.totals.savings_per_day <= 0.0 {
+        reasons.push(format!(
+            "the CPU plan costs ${:.2}/month, no less than ${:.2}/month on the GPU baseline",
+            monthly_cost, monthly_baseline
+        ));
+    }
+    let blocked = !reasons.is_empty();
+    let classes: Vec<ClassVerdict> = at_planned
+        .classes
+        .iter()
+        .map(|c| {
+            let double = at_double.classes.iter().find(|d| d.class == c.class);
+            class_verdict(c, double, spec, blocked)
+        })
+        .collect();
+    let moving: Vec<&str> = classes
+        .iter()
+        .filter(|c| c.migrate)
+        .map(|c| c.class.as_str())
+        .collect();
+    let staying: Vec<&str> = classes
+        .iter()
+        .filter(|c| !c.migrate)
+        .map(|c| c.class.as_str())
+        .collect();
+    let (kind, summary) = if moving.is_empty() {
+        (VerdictKind::Stay, "stay on GPU".to_owned())
+    } else if staying.is_empty() {
+        (VerdictKind::Migrate, "migrate all classes".to_owned())
+    } else {
+        (
+            VerdictKind::Partial,
+            format!(
+                "migrate {}; keep {} on GPU",
+                moving.join(", "),
+                staying.join(", ")
+            ),
+        )
+    };
+    Verdict {
+        kind,
+        summary,
+        classes,
+        monthly_cost_usd: r6(monthly_cost),
+        monthly_baseline_usd: r6(monthly_baseline),
+        monthly_savings_usd: if kind == VerdictKind::Stay {
+            0.0
+        } else {
+            r6(monthly_baseline - monthly_cost)
+        },
+        reasons,
+    }
+}
+
+fn class_verdict(
+    c: &crate::sim::ClassSim,
+    double: Option<&crate::sim::ClassSim>,
+    spec: &PilotSpec,
+    blocked: bool,
+) -> ClassVerdict {
+    let cpu_share = (1.0 - c.gpu_share - c.rejected_share).max(0.0);
+    let mut reasons = Vec::new();
+    if cpu_share < spec.min_cpu_share {
+        reasons.push(format!(
+            "the plan serves only {:.0}% of it on CPU ({:.0}% needed): the CPU pool cannot meet its SLA \
+             more cheaply than the GPU",
+            cpu_share * 100.0,
+            spec.min_cpu_share * 100.0
+        ));
+    }
+    if c.attainment < spec.attainment_target {
+        reasons.push(format!(
+            "{:.1}% of its requests meet the SLA in the simulated plan ({:.1}% needed)",
+            c.attainment * 100.0,
+            spec.attainment_target * 100.0
+        ));
+    }
+    if !c.meets_sla {
+        reasons.push(format!(
+            "simulated p99 TTFT {:.2} s / E2E {:.2} s miss its SLA",
+            c.ttft_p99_s, c.e2e_p99_s
+        ));
+    }
+    let migrate = !blocked && reasons.is_empty();
+    let (attainment_2x, gpu_share_2x) = double.map_or((0.0, 0.0), |d| (d.attainment, d.gpu_share));
+    if migrate && attainment_2x < spec.attainment_target {
+        reasons.push(format!(
+            "risk: at twice the traffic only {:.1}% meet the SLA",
+            attainment_2x * 100.0
+        ));
+    }
+    ClassVerdict {
+        class: c.class.clone(),
+        migrate,
+        cpu_share: r6(cpu_share),
+        attainment: c.attainment,
+        attainment_2x,
+        gpu_share_2x,
+        reasons,
+    }
+}
+
+/// Observed against predicted, as the signed relative error `(predicted - observed) / observed`.
+pub fn relative_error(predicted: f64, observed: f64) -> Option<f64> {
+    (observed > 0.0 && predicted.is_finite()).then(|| r6((predicted - observed) / observed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{PlanInput, plan};
+    use crate::sim::ClassSim;
+    use crate::workload::Sla;
+
+    const WORKLOAD: &str = r#"
+name = "pilot-test"
+[[class]]
+name = "chat"
+share = 0.6
+priority = 1
+prompt_tokens = { dist = "fixed", tokens = 200 }
+output_tokens = { dist = "fixed", tokens = 100 }
+sla = { ttft_p99_s = 1.0, e2e_p99_s = 6.0 }
+[[class]]
+name = "batch"
+share = 0.4
+prompt_tokens = { dist = "uniform", min = 100, max = 300 }
+output_tokens = { dist = "uniform", min = 50, max = 150 }
+sla = { e2e_p99_s = 30.0 }
+[arrivals]
+hourly_rps = [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 2, 1, 1, 0.5, 0.5, 0.5, 0.5]
+[gpu_fallback]
+kind = "instance"
+instance = "g2-standard-8"
+output_tokens_per_s = 2000.0
+ttft_p99_s = 0.3
+tpot_p99_s = 0.01
+basis = "assumed"
+[pilot]
+weights = ["q8_0"]
+replay_s = 30
+"#;
+
+    const PROFILES: &str = r#"[{
+  "id": "demo-q8", "model": "m", "weights": "q8_0", "threads": 2, "max_batch": 8,
+  "measured_on": { "host": "h", "vcpus": 2, "mem_bandwidth_gbs": 29.0, "int8_gops": 400.0 },
+  "load_curve": [
+    { "rate_rps": 0.2, "ttft_p99_s": 0.4, "tpot_p99_s": 0.010, "e2e_p99_s": 1.4,
+      "output_tokens_per_s": 20.0, "total_tokens_per_s": 60.0 },
+    { "rate_rps": 1.0, "ttft_p99_s": 0.8, "tpot_p99_s": 0.020, "e2e_p99_s": 3.2,
+      "output_tokens_per_s": 100.0, "total_tokens_per_s": 300.0 }],
+  "mean_prompt_tokens": 200.0, "mean_output_tokens": 100.0 }]"#;
+
+    fn planned() -> (Plan, Workload, Vec<ConfigProfile>) {
+        let input = PlanInput::from_texts(WORKLOAD, None, None, PROFILES).expect("input");
+        let p = plan(&input).expect("plan");
+        (p, input.workload, input.profiles)
+    }
+
+    fn class(name: &str, gpu_share: f64, attainment: f64) -> ClassSim {
+        ClassSim {
+            class: name.into(),
+            requests: 1000,
+            rejected_share: 0.0,
+            gpu_share,
+            ttft_p99_s: 0.5,
+            e2e_p99_s: 3.0,
+            sla: Sla {
+                ttft_p99_s: Some(1.0),
+                e2e_p99_s: Some(6.0),
+            },
+            attainment,
+            meets_sla: attainment >= 0.99,
+        }
+    }
+
+    fn sim(classes: Vec<ClassSim>) -> SimReport {
+        SimReport {
+            seed: 1,
+            days: 1.0,
+            requests: 2000,
+            gpu_share: 0.0,
+            rejected_share: 0.0,
+            cpu_cost: 1.0,
+            gpu_cost: 0.0,
+            cost_per_day: 1.0,
+            classes,
+        }
+    }
+
+    fn quality(weights: &str, perplexity: f64, top1: f64) -> WeightQuality {
+        WeightQuality {
+            weights: weights.into(),
+            reference_weights: "f32".into(),
+            perplexity,
+            reference_perplexity: 10.0,
+            top1_agreement: top1,
+            task_pass_rate: None,
+            reference_task_pass_rate: None,
+        }
+    }
+
+    fn gates(q8_ppl: f64) -> Vec<QualityGate> {
+        vec![gate_quality(
+            &quality("q8_0", q8_ppl, 0.97),
+            &QualityThresholds::default(),
+        )]
+    }
+
+    fn decide(
+        plan: &Plan,
+        planned: &SimReport,
+        double: &SimReport,
+        gates: &[QualityGate],
+    ) -> Verdict {
+        verdict(&VerdictInput {
+            plan,
+            at_planned: planned,
+            at_double: double,
+            gates,
+            spec: &PilotSpec::default(),
+        })
+    }
+
+    #[test]
+    fn every_class_on_cpu_within_sla_migrates_with_exit_0() {
+        let (p, _, _) = planned();
+        assert!(p.totals.savings_per_day > 0.0, "{:?}", p.totals);
+        let ok = sim(vec![class("chat", 0.0, 1.0), class("batch", 0.0, 0.995)]);
+        let v = decide(&p, &ok, &ok, &gates(10.1));
+        assert_eq!(v.kind, VerdictKind::Migrate);
+        assert_eq!(v.kind.exit_code(), 0);
+        assert_eq!(v.summary, "migrate all classes");
+        assert!(v.monthly_savings_usd > 0.0);
+        assert!(
+            (v.monthly_baseline_usd - v.monthly_cost_usd - v.monthly_savings_usd).abs() < 1e-3,
+            "{v:?}"
+        );
+        assert!(v.classes.iter().all(|c| c.migrate && c.reasons.is_empty()));
+    }
+
+    #[test]
+    fn a_class_mostly_on_gpu_stays_and_the_verdict_is_partial_with_exit_3() {
+        let (p, _, _) = planned();
+        let s = sim(vec![class("chat", 0.0, 1.0), class("batch", 0.8, 1.0)]);
+        let v = decide(&p, &s, &s, &gates(10.1));
+        assert_eq!(v.kind, VerdictKind::Partial);
+        assert_eq!(v.kind.exit_code(), 3);
+        assert_eq!(v.summary, "migrate chat; keep batch on GPU");
+        let batch = &v.classes[1];
+        assert!(!batch.migrate);
+        assert!(
+            batch.reasons[0].contains("only 20% of it on CPU"),
+            "{:?}",
+            batch.reasons
+        );
+    }
+
+    #[test]
+    fn a_class_missing_its_attainment_target_stays() {
+        let (p, _, _) = planned();
+        let s = sim(vec![class("chat", 0.0, 0.95), class("batch", 0.0, 1.0)]);
+        let v = decide(&p, &s, &s, &gates(10.1));
+        assert_eq!(v.kind, VerdictKind::Partial);
+        assert!(!v.classes[0].migrate);
+        assert!(v.classes[0].reasons.iter().any(|r| r.contains("95.0%")));
+    }
+
+    #[test]
+    fn no_weight_type_passing_the_quality_gate_means_stay_with_exit_4() {
+        let (p, _, _) = planned();
+        let ok = sim(vec![class("chat", 0.0, 1.0), class("batch", 0.0, 1.0)]);
+        let v = decide(&p, &ok, &ok, &gates(12.0));
+        assert_eq!(v.kind, VerdictKind::Stay);
+        assert_eq!(v.kind.exit_code(), 4);
+        assert_eq!(v.summary, "stay on GPU");
+        assert_eq!(v.monthly_savings_usd, 0.0);
+        assert!(v.reasons[0].contains("quality gate"), "{:?}", v.reasons);
+        assert!(v.reasons[0].contains("20.0% above"), "{:?}", v.reasons);
+    }
+
+    #[test]
+    fn a_plan_that_saves_nothing_means_stay() {
+        let (mut p, _, _) = planned();
+        p.totals.savings_per_day = -2.0;
+        let ok = sim(vec![class("chat", 0.0, 1.0), class("batch", 0.0, 1.0)]);
+        let v = decide(&p, &ok, &ok, &gates(10.1));
+        assert_eq!(v.kind, VerdictKind::Stay);
+        assert!(
+            v.reasons.iter().any(|r| r.contains("no less than")),
+            "{:?}",
+            v.reasons
+        );
+    }
+
+    #[test]
+    fn risk_at_double_traffic_is_reported_without_blocking() {
+        let (p, _, _) = planned();
+        let ok = sim(vec![class("chat", 0.0, 1.0), class("batch", 0.0, 1.0)]);
+        let strained = sim(vec![class("chat", 0.3, 0.9), class("batch", 0.0, 1.0)]);
+        let v = decide(&p, &ok, &strained, &gates(10.1));
+        assert_eq!(v.kind, VerdictKind::Migrate);
+        assert_eq!(v.classes[0].attainment_2x, 0.9);
+        assert_eq!(v.classes[0].gpu_share_2x, 0.3);
+        assert!(v.classes[0].reasons[0].starts_with("risk: at twice the traffic"));
+    }
+
+    #[test]
+    fn the_gate_names_each_threshold_missed() {
+        let t = QualityThresholds::default();
+        assert!(gate_quality(&quality("q8_0", 10.2, 0.95), &t).passed);
+        let g = gate_quality(&quality("q4_0", 11.0, 0.8), &t);
+        assert!(!g.passed);
+        assert_eq!(g.reasons.len(), 2, "{:?}", g.reasons);
+        assert!((g.perplexity_increase - 0.1).abs() < 1e-9);
+        let mut tasks = quality("q4_1", 10.0, 0.95);
+        tasks.task_pass_rate = Some(0.5);
+        tasks.reference_task_pass_rate = Some(0.75);
+        let g = gate_quality(&tasks, &t);
+        assert!(
+            !g.passed && g.reasons[0].contains("50% of the tasks"),
+            "{:?}",
+            g.reasons
+        );
+        let lenient = QualityThresholds {
+            max_task_pass_drop: 0.25,
+            ..t
+        };
+        assert!(gate_quality(&tasks, &lenient).passed);
+        let task = TaskCheck {
+            prompt: "Capital of France?".into(),
+            expect: "paris".into(),
+            max_tokens: 8,
+        };
+        assert!(task.passed_by("It is Paris."));
+        assert!(!task.passed_by("Lyon"));
+    }
+
+    #[test]
+    fn the_pilot_table_parses_with_defaults_and_checks_values() {
+        let file = crate::workload::WorkloadFile::from_toml_str(WORKLOAD).expect("parses");
+        let spec = file.pilot.clone().expect("pilot");
+        assert_eq!(spec.weights, ["q8_0"]);
+        assert_eq!(spec.max_batch, [8]);
+        assert_eq!(spec.replay_s, 30.0);
+        spec.validate("w").expect("valid");
+        let bad = PilotSpec {
+            attainment_target: 1.5,
+            ..spec.clone()
+        };
+        let err = bad.validate("w").expect_err("out of range").to_string();
+        assert!(err.contains("pilot.attainment_target"), "{err}");
+        let typo = WORKLOAD.replace("replay_s", "replay_seconds");
+        let err = crate::workload::WorkloadFile::from_toml_str(&typo)
+            .expect_err("unknown key")
+            .to_string();
+        assert!(err.contains("replay_seconds"), "{err}");
+    }
+
+    #[test]
+    fn the_replay_samples_the_busiest_hour_and_the_simulator_predicts_it() {
+        let (p, w, profiles) = planned();
+        let load = replay_load(&p, false);
+        assert!(load.rate_rps > 0.0);
+        assert!((load.class_shares.iter().sum::<f64>() - 1.0).abs() < 1e-9);
+        let busiest = &p.hours[load.hour as usize];
+        assert!(busiest.rps >= 2.0, "{busiest:?}");
+        let trace = replay_trace(&w, &load, 600.0, 7);
+        assert_eq!(trace, replay_trace(&w, &load, 600.0, 7));
+        let rate = trace.len() as f64 / 600.0;
+        assert!(
+            (rate / load.rate_rps - 1.0).abs() < 0.25,
+            "{rate} vs {}",
+            load.rate_rps
+        );
+        assert!(trace.windows(2).all(|w| w[0].t_s <= w[1].t_s));
+        let predicted = predict_replay(&p, &w, &profiles, &trace, false, 7).expect("predicts");
+        assert_eq!(predicted.requests as usize, trace.len());
+        assert_eq!(predicted.gpu_share, 0.0);
+        for c in &predicted.classes {
+            assert!(c.e2e_p99_s > 0.0 || c.requests == 0, "{c:?}");
+        }
+        assert_eq!(relative_error(1.1, 1.0), Some(0.1));
+        assert_eq!(relative_error(1.0, 0.0), None);
+    }
+}
