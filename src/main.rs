@@ -12,7 +12,7 @@ fn main() -> ExitCode {
     let verbose = cli.global.verbose;
     init_logging(verbose);
     match cli.command.run(&cli.global) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(err) => {
             report(&err, verbose);
             ExitCode::FAILURE

@@ -7,6 +7,7 @@ mod common;
 mod convert;
 mod dashboard_browser;
 mod gateway;
+mod pilot;
 mod plan;
 mod profile;
 mod reference;

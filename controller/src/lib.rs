@@ -4,7 +4,9 @@
 pub mod hardware;
 pub mod loadgen;
 pub mod model_cache;
+pub mod pilot;
 pub mod planning;
+pub mod process;
 pub mod profile;
 pub mod quality;
 pub mod store;

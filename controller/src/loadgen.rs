@@ -170,6 +170,9 @@ pub struct RequestRecord {
     pub output_tokens: usize,
     /// Why it failed, if it did.
     pub error: Option<String>,
+    /// Where a gateway sent it (its `x-strata-route` answer header), when one answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
 }
 
 impl RequestRecord {
@@ -196,7 +199,8 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    fn of(values_s: impl Iterator<Item = f64>) -> Self {
+    /// The percentiles of `values_s` (seconds), in milliseconds; zeros when there are none.
+    pub fn of(values_s: impl Iterator<Item = f64>) -> Self {
         // Microseconds from 1 us to 1 hour, three significant figures.
         let Ok(mut h) = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3) else {
             return Self::default();
@@ -307,6 +311,96 @@ struct Planned {
     prompt: Value,
     prompt_len: usize,
     max_tokens: usize,
+    /// The SLA class sent in [`SLA_CLASS_HEADER`], if any.
+    class: Option<String>,
+}
+
+/// The request header naming a request's SLA class at a Strata gateway.
+pub const SLA_CLASS_HEADER: &str = "x-strata-sla";
+/// The answer header in which a Strata gateway says where a request went.
+pub const ROUTE_HEADER: &str = "x-strata-route";
+
+/// One request of a replayed trace.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TimedRequest {
+    /// Seconds from the replay's start.
+    pub at_s: f64,
+    /// SLA class, sent in [`SLA_CLASS_HEADER`].
+    pub class: String,
+    /// Prompt length, tokens.
+    pub prompt_tokens: usize,
+    /// Output length, tokens.
+    pub output_tokens: usize,
+}
+
+/// A replayed request: its class and what it did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayRecord {
+    /// Its SLA class.
+    pub class: String,
+    /// What it did.
+    pub record: RequestRecord,
+}
+
+/// Sends `requests` at their times to `spec`'s endpoint (its shape is not used: lengths, classes and
+/// times come from the trace), each with its class header, and records them in trace order.
+///
+/// # Errors
+/// When the endpoint is not an http(s) URL or the HTTP client cannot be built.
+pub async fn replay(
+    spec: &LoadSpec,
+    requests: &[TimedRequest],
+) -> Result<Vec<ReplayRecord>, LoadError> {
+    if !spec.base_url.starts_with("http://") && !spec.base_url.starts_with("https://") {
+        return Err(LoadError::Spec(
+            "the endpoint must be an http:// or https:// URL".into(),
+        ));
+    }
+    let client = reqwest::Client::builder()
+        .timeout(spec.timeout)
+        .pool_max_idle_per_host(1024)
+        .build()?;
+    let mut rng = StdRng::seed_from_u64(spec.seed);
+    let planned: Vec<Planned> = requests
+        .iter()
+        .map(|r| {
+            let prompt_len = r.prompt_tokens.max(1);
+            Planned {
+                prompt: draw_prompt(spec.token_prompts, prompt_len, &mut rng),
+                prompt_len,
+                max_tokens: r.output_tokens.max(1),
+                class: Some(r.class.clone()),
+            }
+        })
+        .collect();
+    let start = Instant::now();
+    let client = &client;
+    let tasks = planned.iter().zip(requests).map(|(p, r)| async move {
+        let due = start + Duration::from_secs_f64(r.at_s.max(0.0));
+        tokio::time::sleep_until(due.into()).await;
+        ReplayRecord {
+            class: r.class.clone(),
+            record: send(client, spec, p, r.at_s).await,
+        }
+    });
+    Ok(futures_util::future::join_all(tasks).await)
+}
+
+/// A prompt of `len` tokens: token ids, or words of about one token each.
+fn draw_prompt(token_prompts: bool, len: usize, rng: &mut StdRng) -> Value {
+    if token_prompts {
+        // Ordinary vocabulary ids, away from special tokens at either end.
+        json!(
+            (0..len)
+                .map(|_| rng.random_range(300..20_000u32))
+                .collect::<Vec<_>>()
+        )
+    } else {
+        let words: Vec<&str> = (0..len)
+            .map(|_| WORDS[rng.random_range(0..WORDS.len())])
+            .collect();
+        json!(words.join(" "))
+    }
 }
 
 fn plan_requests(spec: &LoadSpec, count: usize) -> Vec<Planned> {
@@ -315,23 +409,11 @@ fn plan_requests(spec: &LoadSpec, count: usize) -> Vec<Planned> {
         .map(|_| {
             let prompt_len = spec.shape.prompt_tokens.draw(&mut rng).max(1);
             let max_tokens = spec.shape.output_tokens.draw(&mut rng).max(1);
-            let prompt = if spec.token_prompts {
-                // Ordinary vocabulary ids, away from special tokens at either end.
-                json!(
-                    (0..prompt_len)
-                        .map(|_| rng.random_range(300..20_000u32))
-                        .collect::<Vec<_>>()
-                )
-            } else {
-                let words: Vec<&str> = (0..prompt_len)
-                    .map(|_| WORDS[rng.random_range(0..WORDS.len())])
-                    .collect();
-                json!(words.join(" "))
-            };
             Planned {
-                prompt,
+                prompt: draw_prompt(spec.token_prompts, prompt_len, &mut rng),
                 prompt_len,
                 max_tokens,
+                class: None,
             }
         })
         .collect()
@@ -457,6 +539,7 @@ async fn send(
         prompt_tokens: p.prompt_len,
         output_tokens: 0,
         error: None,
+        route: None,
     };
     if let Err(e) = stream_into(client, spec, p, started, &mut record).await {
         record.error = Some(e);
@@ -496,7 +579,15 @@ async fn stream_into(
     if let Some(key) = &spec.api_key {
         request = request.bearer_auth(key);
     }
+    if let Some(class) = &p.class {
+        request = request.header(SLA_CLASS_HEADER, class);
+    }
     let response = request.send().await.map_err(|e| format!("send: {e}"))?;
+    record.route = response
+        .headers()
+        .get(ROUTE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let status = response.status();
     if !status.is_success() {
         let text = response.text().await.unwrap_or_default();
@@ -570,6 +661,7 @@ mod tests {
             prompt_tokens: 10,
             output_tokens: tokens,
             error: None,
+            route: None,
         }
     }
 

@@ -198,7 +198,29 @@ fn curve_of(result: &CapacityResultRow) -> Result<Vec<LoadPoint>> {
         points.push(point.to_planner());
     }
     points.sort_by(|a, b| a.rate_rps.total_cmp(&b.rate_rps));
-    Ok(points)
+    Ok(merge_equal_rates(points))
+}
+
+/// One point per offered rate: probes repeated at a rate (with other seeds) merge into their worst
+/// latencies and mean throughputs, so that the curve's rates strictly increase. `points` are sorted.
+fn merge_equal_rates(points: Vec<LoadPoint>) -> Vec<LoadPoint> {
+    let mut merged: Vec<(LoadPoint, f64)> = Vec::with_capacity(points.len());
+    for p in points {
+        match merged.last_mut() {
+            Some((m, n)) if m.rate_rps == p.rate_rps => {
+                m.ttft_p99_s = m.ttft_p99_s.max(p.ttft_p99_s);
+                m.tpot_p99_s = m.tpot_p99_s.max(p.tpot_p99_s);
+                m.e2e_p99_s = m.e2e_p99_s.max(p.e2e_p99_s);
+                m.output_tokens_per_s =
+                    (m.output_tokens_per_s * *n + p.output_tokens_per_s) / (*n + 1.0);
+                m.total_tokens_per_s =
+                    (m.total_tokens_per_s * *n + p.total_tokens_per_s) / (*n + 1.0);
+                *n += 1.0;
+            }
+            _ => merged.push((p, 1.0)),
+        }
+    }
+    merged.into_iter().map(|(p, _)| p).collect()
 }
 
 /// One point per run, in increasing rate; `runs` newest first, so the newest run wins a tie.
@@ -215,6 +237,17 @@ fn curve_of_runs(runs: &[&ProfileRunRow]) -> Vec<LoadPoint> {
     }
     by_rate.sort_by(|a, b| a.rate_rps.total_cmp(&b.rate_rps));
     by_rate
+}
+
+/// The planner's id of a stored config's profile on a host: `MODEL-WEIGHTS-tTHREADS-bBATCH-hwHOST`.
+pub fn profile_id(
+    model: &str,
+    weights: &str,
+    threads: i64,
+    max_batch: i64,
+    host: HardwareId,
+) -> String {
+    format!("{model}-{weights}-t{threads}-b{max_batch}-hw{host}")
 }
 
 fn profile_of(
@@ -244,9 +277,12 @@ fn profile_of(
         .map(|p| (p.total_tokens_per_s - p.output_tokens_per_s).max(0.0))
         .sum();
     Ok(ConfigProfile {
-        id: format!(
-            "{}-{}-t{}-b{}-hw{}",
-            model.name, config.weight_type, config.threads, config.max_batch, host.id
+        id: profile_id(
+            &model.name,
+            &config.weight_type,
+            config.threads,
+            config.max_batch,
+            host.id,
         ),
         model: model.name.clone(),
         weights: config.weight_type.clone(),
@@ -363,7 +399,27 @@ pub async fn record_plan(
     let json = |what, value: Result<Value, serde_json::Error>| {
         value.map_err(|source| PlanningError::Json { what, source })
     };
-    let spec = json("workload", serde_json::to_value(workload))?;
+    let workload_row = ensure_workload(store, workload).await?;
+    let new = NewPlan {
+        workload_id: workload_row.id,
+        plan: json("plan", serde_json::to_value(plan))?,
+        total_cost_usd: plan.totals.cost_per_day,
+        total_output_tokens: plan_output_tokens(plan, workload),
+    };
+    let plan_row = store.insert_plan(&new).await?;
+    Ok((workload_row, plan_row))
+}
+
+/// The workload's row: the one of its name (with a warning when its spec differs), or a new one whose
+/// spec is the validated workload as JSON.
+///
+/// # Errors
+/// [`PlanningError::Store`], [`PlanningError::Json`].
+pub async fn ensure_workload(store: &dyn Store, workload: &Workload) -> Result<WorkloadRow> {
+    let spec = serde_json::to_value(workload).map_err(|source| PlanningError::Json {
+        what: "workload",
+        source,
+    })?;
     let workload_row = match store.find_workload_by_name(&workload.name).await? {
         Some(row) => {
             if row.spec != spec {
@@ -392,14 +448,7 @@ pub async fn record_plan(
             }
         }
     };
-    let new = NewPlan {
-        workload_id: workload_row.id,
-        plan: json("plan", serde_json::to_value(plan))?,
-        total_cost_usd: plan.totals.cost_per_day,
-        total_output_tokens: plan_output_tokens(plan, workload),
-    };
-    let plan_row = store.insert_plan(&new).await?;
-    Ok((workload_row, plan_row))
+    Ok(workload_row)
 }
 
 #[cfg(test)]

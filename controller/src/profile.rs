@@ -3,12 +3,7 @@
 //! shape (after a warm-up), watched for peak memory and CPU time, optionally searched for its
 //! capacity at an SLA, and recorded in the store with the host's fingerprint.
 
-use std::{
-    io::BufRead,
-    path::Path,
-    process::{Child, Command, Stdio},
-    time::Duration,
-};
+use std::{path::Path, process::Command, time::Duration};
 
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
@@ -17,6 +12,7 @@ use serde_json::{Value, json};
 use crate::{
     loadgen::{self, Api, Arrival, Lengths, LoadReport, LoadSpec, Shape, Sla},
     planning::StoredLoadPoint,
+    process::ChildServer,
     store::{
         ConfigRow, HardwareRow, ModelRow, NewCapacityResult, NewConfig, NewProfileRun,
         ProfileRunRow, Store, StoreError,
@@ -78,6 +74,21 @@ pub struct CapacitySearch {
     /// Bisection steps after bracketing.
     #[serde(default = "default_bisections")]
     pub bisections: usize,
+    /// Probes (different seeds) that must all meet the SLA for a rate to count as met.
+    #[serde(default = "default_confirmations")]
+    pub confirmations: usize,
+    /// Shortest probe, seconds of arrivals: faster probes send `rate x min_probe_s` requests, so that a
+    /// rate above capacity builds a queue long enough to show.
+    #[serde(default = "default_min_probe_s")]
+    pub min_probe_s: f64,
+}
+
+fn default_min_probe_s() -> f64 {
+    10.0
+}
+
+fn default_confirmations() -> usize {
+    2
 }
 
 fn default_probe_requests() -> usize {
@@ -249,7 +260,7 @@ impl Sweep {
 
 /// A running `strata serve` process, stopped when dropped.
 pub struct EngineProcess {
-    child: Child,
+    server: ChildServer,
     /// `http://127.0.0.1:PORT`.
     pub base_url: String,
     /// What `/health` reported at start.
@@ -266,7 +277,21 @@ impl EngineProcess {
     /// # Errors
     /// When the process does not start, exits, or does not answer.
     pub async fn start(exe: &Path, model: &Path, settings: &EngineSettings) -> Result<Self> {
-        let mut child = Command::new(exe)
+        Self::start_named(exe, model, settings, SERVED_NAME).await
+    }
+
+    /// As [`EngineProcess::start`], serving the model under `served_name`.
+    ///
+    /// # Errors
+    /// When the process does not start, exits, or does not answer.
+    pub async fn start_named(
+        exe: &Path,
+        model: &Path,
+        settings: &EngineSettings,
+        served_name: &str,
+    ) -> Result<Self> {
+        let mut command = Command::new(exe);
+        command
             .arg("serve")
             .arg("--model")
             .arg(model)
@@ -274,32 +299,11 @@ impl EngineProcess {
             .args(["--threads", &settings.threads.to_string()])
             .args(["--max-batch", &settings.max_batch.to_string()])
             .args(["--kv-mem", &settings.kv_mem_mib.to_string()])
-            .args(["--port", "0", "--served-model-name", SERVED_NAME])
-            .arg("--exit-with-stdin")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| ProfileError::Server(format!("cannot start {}: {e}", exe.display())))?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| ProfileError::Server("no stdout".into()))?;
-        let line = tokio::task::spawn_blocking(move || {
-            let mut line = String::new();
-            std::io::BufReader::new(stdout)
-                .read_line(&mut line)
-                .map(|_| line)
-        })
-        .await
-        .map_err(|e| ProfileError::Server(e.to_string()))?
-        .map_err(|e| ProfileError::Server(e.to_string()))?;
-        let Some(base_url) = line.trim().strip_prefix("listening on ").map(str::to_owned) else {
-            let _ = child.kill();
-            return Err(ProfileError::Server(format!(
-                "`strata serve` did not start for {settings} (its first line: {line:?})"
-            )));
-        };
+            .args(["--port", "0", "--served-model-name", served_name]);
+        let server = ChildServer::spawn(command, &format!("`strata serve` for {settings}"))
+            .await
+            .map_err(ProfileError::Server)?;
+        let base_url = server.base_url.clone();
         let health = reqwest::get(format!("{base_url}/health"))
             .await
             .map_err(|e| ProfileError::Server(e.to_string()))?
@@ -307,7 +311,7 @@ impl EngineProcess {
             .await
             .map_err(|e| ProfileError::Server(e.to_string()))?;
         Ok(Self {
-            child,
+            server,
             base_url,
             health,
         })
@@ -315,7 +319,7 @@ impl EngineProcess {
 
     /// Peak resident memory so far (VmHWM), bytes.
     pub fn peak_rss_bytes(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.server.id())).ok()?;
         let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
         let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
         Some(kib << 10)
@@ -324,20 +328,13 @@ impl EngineProcess {
     /// CPU time used so far (user + system), seconds; clock ticks taken as 100 per second, the
     /// Linux default.
     pub fn cpu_seconds(&self) -> Option<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.server.id())).ok()?;
         // Fields after the command name (which may hold spaces) start after the last ')'.
         let rest = &stat[stat.rfind(')')? + 2..];
         let fields: Vec<&str> = rest.split_whitespace().collect();
         let utime: f64 = fields.get(11)?.parse().ok()?;
         let stime: f64 = fields.get(12)?.parse().ok()?;
         Some((utime + stime) / 100.0)
-    }
-}
-
-impl Drop for EngineProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -564,8 +561,8 @@ pub async fn measure_shape(
 }
 
 /// Searches the highest Poisson rate whose p99 TTFT and TPOT meet `search`'s targets: doubles the
-/// rate from `start_rps` until a probe misses, then bisects; a rate counts as met only when two
-/// probes at it (different seeds) both meet the SLA. Records the result and the curve.
+/// rate from `start_rps` until a probe misses, then bisects; a rate counts as met only when
+/// `confirmations` probes at it (different seeds) all meet the SLA. Records the result and the curve.
 ///
 /// # Errors
 /// When the load generator cannot run or the store fails.
@@ -584,10 +581,17 @@ pub async fn capacity_search(
         e2e_ms: None,
     };
     let mut curve = Vec::new();
+    // Every probe draws fresh prompts: a repeated prompt would be answered from the prefix cache.
+    let mut probes = 0u64;
     let mut probe = async |rate: f64, seed: u64, curve: &mut Vec<CurvePoint>| -> Result<bool> {
+        probes += 1;
+        let seed = seed.wrapping_add(probes.wrapping_mul(0x9E37_79B9));
+        let requests = search
+            .probe_requests
+            .max((rate * search.min_probe_s).ceil() as usize);
         let probe_shape = NamedShape {
             arrival: Arrival::Poisson { rate },
-            requests: search.probe_requests,
+            requests,
             warmup: 0,
             ..shape.clone()
         };
@@ -600,8 +604,14 @@ pub async fn capacity_search(
         curve.push(point);
         Ok(met)
     };
+    let confirmations = search.confirmations.max(1) as u64;
     let mut met_twice = async |rate: f64, curve: &mut Vec<CurvePoint>| -> Result<bool> {
-        Ok(probe(rate, 11, curve).await? && probe(rate, 23, curve).await?)
+        for i in 0..confirmations {
+            if !probe(rate, 11 + 12 * i, curve).await? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     };
     let (mut low, mut high) = (0.0f64, start_rps.max(0.01));
     // Bracket: double until the SLA is missed (at most 8 doublings).
@@ -837,7 +847,8 @@ shape = "chat"
             sweep.shapes[0].output_tokens,
             Lengths::Uniform { min: 16, max: 64 }
         );
-        assert_eq!(sweep.capacity.expect("capacity").probe_requests, 24);
+        let capacity = sweep.capacity.expect("capacity");
+        assert_eq!((capacity.probe_requests, capacity.confirmations), (24, 2));
     }
 
     #[test]

@@ -13,12 +13,15 @@ use crate::error::{Result, invalid};
 use crate::plan::{Plan, r6};
 use crate::profile::{ConfigProfile, Scaling, ScalingRule};
 use crate::sim::{SimOptions, SimReport, exponential, simulate};
-use crate::workload::{Arrivals, DAYS_PER_MONTH, TraceRecord, Workload};
+use crate::workload::{Arrivals, DAYS_PER_MONTH, GpuFallbackSpec, TraceRecord, Workload};
 
 /// `[pilot]` of a workload file: what to try and how strict to be. Every key has a default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PilotSpec {
+    /// The model: a file, folder or cached model name (`strata pilot --model` overrides it).
+    #[serde(default)]
+    pub model: Option<String>,
     /// Runtime weight types to try.
     #[serde(default = "default_weights")]
     pub weights: Vec<String>,
@@ -82,6 +85,7 @@ fn default_seed() -> u64 {
 impl Default for PilotSpec {
     fn default() -> Self {
         PilotSpec {
+            model: None,
             weights: default_weights(),
             max_batch: default_max_batch(),
             threads: None,
@@ -295,6 +299,109 @@ pub fn gate_quality(q: &WeightQuality, t: &QualityThresholds) -> QualityGate {
         perplexity_increase: r6(increase.min(1e9)),
         measured: q.clone(),
         reasons,
+    }
+}
+
+/// The GPU baseline from `--baseline`: a catalog GPU instance type or token-priced endpoint by name, or a
+/// price per million tokens written `X/1M` (prompt and output alike) or `IN:OUT/1M`, which is added to
+/// `catalog` as the endpoint `baseline`. Latency (and an instance's throughput) come from the workload's
+/// `[gpu_fallback]`, which must then exist for a price or an endpoint with no figures of its own.
+///
+/// # Errors
+/// [`crate::PlannerError::InvalidField`] naming what is wrong with the value.
+pub fn baseline(
+    arg: &str,
+    workload: &Workload,
+    catalog: &mut crate::catalog::Catalog,
+) -> Result<GpuFallbackSpec> {
+    let bad = |problem: String| Err(invalid("baseline", arg, "--baseline", problem));
+    let latency = match &workload.gpu_fallback {
+        Some(GpuFallbackSpec::Instance {
+            ttft_p99_s,
+            tpot_p99_s,
+            basis,
+            output_tokens_per_s,
+            ..
+        }) => Some((
+            *ttft_p99_s,
+            *tpot_p99_s,
+            basis.clone(),
+            Some(*output_tokens_per_s),
+        )),
+        Some(GpuFallbackSpec::PerToken {
+            ttft_p99_s,
+            tpot_p99_s,
+            basis,
+            ..
+        }) => Some((*ttft_p99_s, *tpot_p99_s, basis.clone(), None)),
+        None => None,
+    };
+    let Some((ttft_p99_s, tpot_p99_s, basis, throughput)) = latency else {
+        return bad(format!(
+            "workload `{}` has no [gpu_fallback] giving the GPU's latency; add one",
+            workload.name
+        ));
+    };
+    if let Some(price) = arg.trim().strip_suffix("/1M") {
+        let parse = |x: &str| x.trim().trim_start_matches('$').parse::<f64>().ok();
+        let (input, output) = match price.split_once(':') {
+            Some((i, o)) => (parse(i), parse(o)),
+            None => (parse(price), parse(price)),
+        };
+        let (Some(input_per_million), Some(output_per_million)) = (input, output) else {
+            return bad("write a price as X/1M or IN:OUT/1M, in $ per million tokens".into());
+        };
+        if !(input_per_million >= 0.0 && output_per_million >= 0.0) {
+            return bad("prices must be 0 or more".into());
+        }
+        catalog.merge(crate::catalog::Catalog {
+            instances: Vec::new(),
+            token_priced: vec![crate::catalog::TokenPricedEndpoint {
+                provider: "command line".into(),
+                name: "baseline".into(),
+                input_per_million,
+                output_per_million,
+                source: "--baseline".into(),
+                price_date: "given".into(),
+            }],
+        });
+        return Ok(GpuFallbackSpec::PerToken {
+            endpoint: "baseline".into(),
+            ttft_p99_s,
+            tpot_p99_s,
+            basis,
+        });
+    }
+    if catalog.find_endpoint(arg).is_some() {
+        return Ok(GpuFallbackSpec::PerToken {
+            endpoint: arg.to_owned(),
+            ttft_p99_s,
+            tpot_p99_s,
+            basis,
+        });
+    }
+    match catalog.find(arg) {
+        Some(inst) if inst.is_gpu() => {
+            let Some(output_tokens_per_s) = throughput else {
+                return bad(format!(
+                    "the workload's [gpu_fallback] is per token, so it gives no throughput for instance `{arg}`"
+                ));
+            };
+            Ok(GpuFallbackSpec::Instance {
+                instance: arg.to_owned(),
+                region: None,
+                output_tokens_per_s,
+                ttft_p99_s,
+                tpot_p99_s,
+                basis,
+            })
+        }
+        Some(_) => bad(format!(
+            "`{arg}` is a CPU instance type, not a GPU baseline"
+        )),
+        None => bad(format!(
+            "`{arg}` is neither a catalog GPU instance type or endpoint nor a price like 0.20/1M"
+        )),
     }
 }
 
@@ -531,14 +638,7 @@ pub fn verdict(input: &VerdictInput<'_>) -> Verdict {
         .map(|g| g.weights.as_str())
         .collect();
     if passing.is_empty() {
-        let failed: Vec<String> = gates
-            .iter()
-            .map(|g| format!("{}: {}", g.weights, g.reasons.join("; ")))
-            .collect();
-        reasons.push(format!(
-            "no weight type passes the quality gate ({})",
-            failed.join(" | ")
-        ));
+        reasons.push(gate_failures(gates));
     } else if !passing.contains(&plan.chosen.weights.as_str()) {
         reasons.push(format!(
             "the plan's weight type {} did not pass the quality gate",
@@ -596,6 +696,45 @@ pub fn verdict(input: &VerdictInput<'_>) -> Verdict {
             r6(monthly_baseline - monthly_cost)
         },
         reasons,
+    }
+}
+
+/// "no weight type passes the quality gate (q8_0: ...)".
+fn gate_failures(gates: &[QualityGate]) -> String {
+    let failed: Vec<String> = gates
+        .iter()
+        .map(|g| format!("{}: {}", g.weights, g.reasons.join("; ")))
+        .collect();
+    format!(
+        "no weight type passes the quality gate ({})",
+        failed.join(" | ")
+    )
+}
+
+/// The verdict when nothing could be planned because no weight type passed the quality gate: every class
+/// stays on GPU, with the gate's reasons.
+pub fn stay_without_plan(workload: &Workload, gates: &[QualityGate]) -> Verdict {
+    let reason = gate_failures(gates);
+    Verdict {
+        kind: VerdictKind::Stay,
+        summary: "stay on GPU".into(),
+        classes: workload
+            .classes
+            .iter()
+            .map(|c| ClassVerdict {
+                class: c.name.clone(),
+                migrate: false,
+                cpu_share: 0.0,
+                attainment: 0.0,
+                attainment_2x: 0.0,
+                gpu_share_2x: 0.0,
+                reasons: vec![reason.clone()],
+            })
+            .collect(),
+        monthly_cost_usd: 0.0,
+        monthly_baseline_usd: 0.0,
+        monthly_savings_usd: 0.0,
+        reasons: vec![reason],
     }
 }
 
@@ -852,6 +991,64 @@ replay_s = 30
         assert!(v.classes[0].reasons[0].starts_with("risk: at twice the traffic"));
     }
 
+    /// The whole chain on synthetic profiles: plan, simulate at 1x and 2x, decide.
+    fn decide_by_simulation(workload_toml: &str, baseline_arg: Option<&str>) -> Verdict {
+        let mut input = PlanInput::from_texts(workload_toml, None, None, PROFILES).expect("input");
+        if let Some(arg) = baseline_arg {
+            input.gpu_fallback =
+                baseline(arg, &input.workload, &mut input.catalog).expect("baseline");
+            input.workload.gpu_fallback = Some(input.gpu_fallback.clone());
+        }
+        let p = plan(&input).expect("plan");
+        let planned = simulate(
+            &p,
+            &input.workload,
+            &input.profiles,
+            3,
+            &SimOptions::default(),
+        )
+        .expect("simulates");
+        let double = simulate(
+            &p,
+            &input.workload,
+            &input.profiles,
+            3,
+            &SimOptions {
+                traffic_scale: 2.0,
+                ..SimOptions::default()
+            },
+        )
+        .expect("simulates");
+        verdict(&VerdictInput {
+            plan: &p,
+            at_planned: &planned,
+            at_double: &double,
+            gates: &gates(10.1),
+            spec: &PilotSpec::default(),
+        })
+    }
+
+    #[test]
+    fn simulated_verdicts_follow_what_the_cpu_pool_can_do_and_what_it_costs() {
+        let migrate = decide_by_simulation(WORKLOAD, None);
+        assert_eq!(migrate.kind, VerdictKind::Migrate, "{migrate:#?}");
+        assert!(migrate.monthly_savings_usd > 0.0);
+
+        // A batch SLA no CPU prefill of 100-300 tokens meets: the plan sends that class to GPU.
+        let tight = WORKLOAD.replace("sla = { e2e_p99_s = 30.0 }", "sla = { e2e_p99_s = 0.3 }");
+        let partial = decide_by_simulation(&tight, None);
+        assert_eq!(partial.kind, VerdictKind::Partial, "{partial:#?}");
+        assert_eq!(partial.summary, "migrate chat; keep batch on GPU");
+
+        // A GPU baseline sold for almost nothing: the CPU pool saves no money.
+        let stay = decide_by_simulation(WORKLOAD, Some("0.0001/1M"));
+        assert_eq!(stay.kind, VerdictKind::Stay, "{stay:#?}");
+        assert!(
+            stay.reasons.iter().any(|r| r.contains("no less than")),
+            "{stay:#?}"
+        );
+    }
+
     #[test]
     fn the_gate_names_each_threshold_missed() {
         let t = QualityThresholds::default();
@@ -881,6 +1078,38 @@ replay_s = 30
         };
         assert!(task.passed_by("It is Paris."));
         assert!(!task.passed_by("Lyon"));
+    }
+
+    #[test]
+    fn a_baseline_is_an_instance_an_endpoint_or_a_price() {
+        let (_, w, _) = planned();
+        let mut catalog = crate::catalog::Catalog::builtin();
+        let spec = baseline("a2-highgpu-1g", &w, &mut catalog).expect("instance");
+        assert!(
+            matches!(spec, GpuFallbackSpec::Instance { ref instance, output_tokens_per_s, .. }
+            if instance == "a2-highgpu-1g" && output_tokens_per_s == 2000.0)
+        );
+        let spec = baseline("0.10:0.40/1M", &w, &mut catalog).expect("price");
+        assert!(
+            matches!(spec, GpuFallbackSpec::PerToken { ref endpoint, .. } if endpoint == "baseline")
+        );
+        let e = catalog.find_endpoint("baseline").expect("added");
+        assert_eq!((e.input_per_million, e.output_per_million), (0.10, 0.40));
+        for (arg, words) in [
+            ("c4-standard-8", "CPU instance"),
+            ("nope", "neither"),
+            ("cheap/1M", "X/1M"),
+            ("-1/1M", "0 or more"),
+        ] {
+            let err = baseline(arg, &w, &mut catalog).expect_err(arg).to_string();
+            assert!(err.contains(words), "{arg}: {err}");
+        }
+        let mut bare = w.clone();
+        bare.gpu_fallback = None;
+        let err = baseline("1/1M", &bare, &mut catalog)
+            .expect_err("no latency")
+            .to_string();
+        assert!(err.contains("[gpu_fallback]"), "{err}");
     }
 
     #[test]

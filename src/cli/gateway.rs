@@ -12,7 +12,10 @@ use strata_web::gateway::{
     config::{Env, GatewayConfig},
 };
 
-use super::{GlobalArgs, serve::shutdown_signal};
+use super::{
+    GlobalArgs,
+    serve::{exit_when_stdin_closes, shutdown_signal},
+};
 
 /// Arguments of `strata gateway`.
 #[derive(Debug, Args)]
@@ -29,6 +32,9 @@ pub(crate) struct GatewayArgs {
     /// Check the config and exit.
     #[arg(long)]
     check: bool,
+    /// Exit when standard input closes (for a supervising process such as the pilot).
+    #[arg(long, hide = true)]
+    exit_with_stdin: bool,
 }
 
 impl GatewayArgs {
@@ -50,6 +56,9 @@ impl GatewayArgs {
                 config.api_keys.len()
             );
             return Ok(());
+        }
+        if self.exit_with_stdin {
+            exit_when_stdin_closes();
         }
         let sink: Option<Arc<dyn Sink>> = if self.no_store {
             None

@@ -5,11 +5,14 @@ mod dashboard;
 mod gateway;
 mod generate;
 mod model;
+mod pilot;
 mod plan;
 mod profile;
 mod serve;
 mod store;
 mod worker;
+
+use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -54,6 +57,9 @@ pub(crate) enum Command {
     /// Fetch, list and locate model files in the local cache.
     #[command(subcommand)]
     Model(model::ModelCommand),
+    /// Evaluate moving a workload to CPU: profile, gate quality, plan, replay, and answer with a verdict
+    /// (exit status 0 migrate, 3 partial, 4 stay).
+    Pilot(pilot::PilotArgs),
     /// Plan CPU instances and GPU fallback hour by hour for a workload, and record the plan.
     Plan(plan::PlanArgs),
     /// Measure configs under load (a sweep of local engine configs, or any OpenAI endpoint) and store
@@ -69,9 +75,10 @@ pub(crate) enum Command {
 }
 
 impl Command {
-    /// Runs the subcommand.
-    pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
-        match self {
+    /// Runs the subcommand; its exit status on success (a pilot's is its verdict).
+    pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
+        let done = match self {
+            Command::Pilot(args) => return args.run(global),
             Command::Bench(args) => args.run(global),
             Command::Dashboard(args) => args.run(global),
             Command::Gateway(args) => args.run(global),
@@ -82,7 +89,8 @@ impl Command {
             Command::Serve(args) => args.run(global),
             Command::Store(cmd) => cmd.run(global),
             Command::Worker(args) => args.run(global),
-        }
+        };
+        done.map(|()| ExitCode::SUCCESS)
     }
 }
 

@@ -8,9 +8,10 @@ use clap::Args;
 use strata_controller::planning;
 use strata_planner::{
     catalog::{Catalog, PriceModel},
+    pilot::PilotSpec,
     plan::{PlanInput, plan},
     profile::ConfigProfile,
-    workload::WorkloadFile,
+    workload::{Workload, WorkloadFile},
 };
 
 use super::{GlobalArgs, store};
@@ -61,36 +62,8 @@ impl PlanArgs {
     }
 
     async fn run_async(self, global: &GlobalArgs) -> anyhow::Result<()> {
-        let workload_text = read(&self.workload, "workload")?;
-        let workload_file = WorkloadFile::from_toml_str(&workload_text)
-            .with_context(|| format!("{}: not a valid workload", self.workload.display()))?;
-        let trace_path = self.trace.clone().or_else(|| {
-            workload_file
-                .trace_file()
-                .map(|file| relative_to(&self.workload, file))
-        });
-        let trace = trace_path
-            .as_deref()
-            .map(|path| read(path, "trace"))
-            .transpose()?;
-        let workload = workload_file
-            .into_workload(trace.as_deref())
-            .with_context(|| match &trace_path {
-                Some(trace) => format!(
-                    "{} (trace {}): not a valid workload",
-                    self.workload.display(),
-                    trace.display()
-                ),
-                None => format!("{}: not a valid workload", self.workload.display()),
-            })?;
-
-        let mut catalog = Catalog::builtin();
-        if let Some(path) = &self.catalog {
-            let user = Catalog::from_toml_str(&read(path, "catalog")?)
-                .with_context(|| format!("{}: not a valid catalog", path.display()))?;
-            catalog.merge(user);
-        }
-
+        let (workload, _) = read_workload(&self.workload, self.trace.as_deref())?;
+        let catalog = read_catalog(self.catalog.as_deref())?;
         let (_, db) = store::open(global).await?;
         let profiles = match &self.profiles {
             Some(path) => read_profiles(path)?,
@@ -149,6 +122,49 @@ impl PlanArgs {
         db.close().await;
         Ok(())
     }
+}
+
+/// The workload of a file (with the trace it names, or `trace` instead) and its `[pilot]` table.
+pub(crate) fn read_workload(
+    path: &Path,
+    trace: Option<&Path>,
+) -> anyhow::Result<(Workload, Option<PilotSpec>)> {
+    let workload_text = read(path, "workload")?;
+    let workload_file = WorkloadFile::from_toml_str(&workload_text)
+        .with_context(|| format!("{}: not a valid workload", path.display()))?;
+    let pilot = workload_file.pilot.clone();
+    let trace_path = trace.map(Path::to_path_buf).or_else(|| {
+        workload_file
+            .trace_file()
+            .map(|file| relative_to(path, file))
+    });
+    let trace = trace_path
+        .as_deref()
+        .map(|trace| read(trace, "trace"))
+        .transpose()?;
+    let workload =
+        workload_file
+            .into_workload(trace.as_deref())
+            .with_context(|| match &trace_path {
+                Some(trace) => format!(
+                    "{} (trace {}): not a valid workload",
+                    path.display(),
+                    trace.display()
+                ),
+                None => format!("{}: not a valid workload", path.display()),
+            })?;
+    Ok((workload, pilot))
+}
+
+/// The builtin catalog with the user's catalog file (if any) merged over it.
+pub(crate) fn read_catalog(path: Option<&Path>) -> anyhow::Result<Catalog> {
+    let mut catalog = Catalog::builtin();
+    if let Some(path) = path {
+        let user = Catalog::from_toml_str(&read(path, "catalog")?)
+            .with_context(|| format!("{}: not a valid catalog", path.display()))?;
+        catalog.merge(user);
+    }
+    Ok(catalog)
 }
 
 /// The text of an input file, with an error naming it.

@@ -396,7 +396,11 @@ fn print_errors(report: &LoadReport) {
 }
 
 /// The model's row, recorded on first use (by the cache's checksum, or the file's own).
-async fn ensure_model(store: &dyn Store, name: &str, path: &Path) -> anyhow::Result<ModelRow> {
+pub(crate) async fn ensure_model(
+    store: &dyn Store,
+    name: &str,
+    path: &Path,
+) -> anyhow::Result<ModelRow> {
     let (display, sha256) = match model_cache::spec(name) {
         Ok(spec) => (spec.name.to_owned(), spec.sha256.to_owned()),
         Err(_) => (

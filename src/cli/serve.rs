@@ -74,12 +74,7 @@ impl ServeArgs {
     /// Runs the server until Ctrl-C or SIGTERM.
     pub(crate) fn run(self, _global: &GlobalArgs) -> anyhow::Result<()> {
         if self.exit_with_stdin {
-            std::thread::spawn(|| {
-                let mut sink = Vec::new();
-                let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
-                tracing::info!("standard input closed: the supervising process is gone; exiting");
-                std::process::exit(0);
-            });
+            exit_when_stdin_closes();
         }
         let path = resolve_model(&self.model)?;
         let options = LoadOptions {
@@ -135,6 +130,17 @@ impl ServeArgs {
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
+/// Exits the process once standard input closes: the supervising process (which holds the other end)
+/// is gone, so nothing outlives it.
+pub(crate) fn exit_when_stdin_closes() {
+    std::thread::spawn(|| {
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+        tracing::info!("standard input closed: the supervising process is gone; exiting");
+        std::process::exit(0);
+    });
+}
+
 pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;

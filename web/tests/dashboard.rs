@@ -281,10 +281,29 @@ async fn plans_pilots_and_gateway_pages_and_api() {
             "Evidence",
             "pending",
             "none yet",
+            // The structured report of `strata pilot`.
+            "class=\"verdict verdict-partial\"",
+            "(exit 3)",
+            "$410.50",
+            "class=\"pilot-classes\"",
+            "risk: at twice the traffic only 97.0% meet the SLA",
+            "class=\"pilot-quality\"",
+            "20.8% above f32",
+            "+0.4%",
+            "class=\"pilot-replay\"",
+            "-8.1%",
+            "Largest p99 E2E error: 8.3%",
+            "abc123",
         ],
     );
     let (_, json) = get_json(&app, "/api/pilots").await;
-    assert_eq!(json["pilots"].as_array().unwrap().len(), 2);
+    assert_eq!(json["pilots"].as_array().unwrap().len(), 3);
+    let partial = &json["pilots"][0];
+    assert_eq!(partial["detail"]["verdict"], "partial");
+    assert_eq!(
+        partial["detail"]["decision"]["classes"][1]["migrate"],
+        false
+    );
 
     let (status, _, body) = get(&app, "/gateway").await;
     assert_eq!(status, StatusCode::OK);

@@ -164,7 +164,12 @@ pub(super) fn best_hour_into(
     out: &mut Decision,
 ) -> f64 {
     let k = rates.len();
-    let min_pool = ctx.input.min_pool;
+    // A config that meets no class's SLA at any load is not worth keeping warm.
+    let min_pool = if c.cap.iter().all(|&cap| cap <= 0.0) {
+        0
+    } else {
+        ctx.input.min_pool
+    };
     out.n = min_pool;
     out.shed.iter_mut().for_each(|x| *x = 0.0);
     split(c, rates, 0, min_pool, &mut out.gpu);

@@ -120,7 +120,9 @@ pub(crate) fn document() -> Value {
                     "hours": {"type": "array"}, "keys": {"type": "array", "items": {"type": "string"}}, "plan": {}}}}}},
                 "Pilots": {"type": "object", "properties": {"pilots": {"type": "array", "items": {"type": "object", "properties": {
                     "id": {"type": "integer"}, "workload": {"type": "string"}, "status": {"type": "string"},
-                    "verdict": {"type": ["string", "null"]}, "evidence": {}, "report": {}}}}}},
+                    "verdict": {"type": ["string", "null"]}, "evidence": {},
+                    "detail": {"description": "The report of `strata pilot` (schema version 1) read field by field, or null for other reports."},
+                    "report": {}}}}}},
                 "Gateway": {"type": "object", "properties": {
                     "window_minutes": {"type": "integer"}, "generated_at": {"type": "string", "format": "date-time"},
                     "requests": {"type": "integer"},

@@ -555,7 +555,183 @@ struct PilotCells {
     updated: String,
     summary: Vec<(String, String)>,
     evidence: String,
+    detail: Option<PilotDetailCells>,
     report: String,
+}
+
+/// A `strata pilot` report, formatted.
+struct PilotDetailCells {
+    kind: String,
+    exit_code: String,
+    error: String,
+    monthly_cost: String,
+    monthly_baseline: String,
+    monthly_savings: String,
+    reasons: Vec<String>,
+    classes: Vec<PilotClassCells>,
+    gates: Vec<PilotGateCells>,
+    plan: Vec<(String, String)>,
+    plan_id: String,
+    replay: Option<PilotReplayCells>,
+    reproduce: String,
+}
+
+struct PilotClassCells {
+    class: String,
+    migrate: &'static str,
+    cpu_share: String,
+    attainment: String,
+    attainment_2x: String,
+    gpu_share_2x: String,
+    notes: String,
+}
+
+struct PilotGateCells {
+    weights: String,
+    result: &'static str,
+    perplexity: String,
+    increase: String,
+    top1: String,
+    tasks: String,
+    notes: String,
+}
+
+struct PilotReplayCells {
+    headline: String,
+    worst: String,
+    cost: String,
+    rows: Vec<PilotReplayRow>,
+}
+
+struct PilotReplayRow {
+    class: String,
+    requests: usize,
+    gpu_requests: usize,
+    e2e_observed: String,
+    e2e_predicted: String,
+    e2e_error: String,
+    ttft_observed: String,
+    ttft_predicted: String,
+    ttft_error: String,
+    attainment_observed: String,
+    attainment_predicted: String,
+}
+
+fn signed_percent(value: Option<f64>) -> String {
+    value.map_or_else(
+        || fmt::MISSING.to_owned(),
+        |v| format!("{:+.1}%", v * 100.0),
+    )
+}
+
+fn pilot_detail_cells(d: &view::PilotDetail) -> PilotDetailCells {
+    let dec = &d.decision;
+    let plan_text = |key: &str| match &d.plan[key] {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Null => fmt::MISSING.to_owned(),
+        other => other.to_string(),
+    };
+    let plan = if d.plan.is_object() {
+        vec![
+            ("config".to_owned(), plan_text("config")),
+            ("instance type".to_owned(), plan_text("instance_type")),
+            ("region".to_owned(), plan_text("region")),
+            (
+                "peak CPU instances".to_owned(),
+                plan_text("peak_cpu_instances"),
+            ),
+            (
+                "GPU share".to_owned(),
+                fmt::percent(d.plan["gpu_share"].as_f64(), 1),
+            ),
+            (
+                "cost per day".to_owned(),
+                fmt::usd(d.plan["cost_per_day_usd"].as_f64()),
+            ),
+        ]
+    } else {
+        Vec::new()
+    };
+    PilotDetailCells {
+        kind: d.verdict.clone(),
+        exit_code: d
+            .exit_code
+            .map_or_else(|| fmt::MISSING.to_owned(), |c| c.to_string()),
+        error: d.error.clone().unwrap_or_default(),
+        monthly_cost: fmt::usd(dec.monthly_cost_usd),
+        monthly_baseline: fmt::usd(dec.monthly_baseline_usd),
+        monthly_savings: fmt::usd(dec.monthly_savings_usd),
+        reasons: dec.reasons.clone(),
+        classes: dec
+            .classes
+            .iter()
+            .map(|c| PilotClassCells {
+                class: c.class.clone(),
+                migrate: if c.migrate { "yes" } else { "no" },
+                cpu_share: fmt::percent(c.cpu_share, 1),
+                attainment: fmt::percent(c.attainment, 2),
+                attainment_2x: fmt::percent(c.attainment_2x, 2),
+                gpu_share_2x: fmt::percent(c.gpu_share_2x, 1),
+                notes: c.reasons.join("; "),
+            })
+            .collect(),
+        gates: d
+            .quality
+            .iter()
+            .map(|g| PilotGateCells {
+                weights: g.weights.clone(),
+                result: if g.passed { "pass" } else { "fail" },
+                perplexity: fmt::opt(g.measured.perplexity, 3),
+                increase: signed_percent(g.perplexity_increase),
+                top1: fmt::percent(g.measured.top1_agreement, 1),
+                tasks: fmt::percent(g.measured.task_pass_rate, 0),
+                notes: g.reasons.join("; "),
+            })
+            .collect(),
+        plan,
+        plan_id: plan_text("id"),
+        replay: d.replay.as_ref().map(|r| PilotReplayCells {
+            headline: format!(
+                "{} requests over {} s at {} req/s on one host of {}{}, {} errors",
+                r.requests,
+                fmt::opt(r.duration_s, 0),
+                fmt::opt(r.load["rate_rps"].as_f64(), 2),
+                r.config,
+                if r.with_gpu {
+                    " with the GPU endpoint"
+                } else {
+                    ""
+                },
+                r.errors
+            ),
+            worst: signed_percent(r.worst_e2e_p99_error)
+                .trim_start_matches('+')
+                .to_owned(),
+            cost: format!(
+                "{} observed, {} predicted",
+                fmt::usd(r.observed_cost_usd),
+                fmt::usd(r.predicted_cost_usd)
+            ),
+            rows: r
+                .classes
+                .iter()
+                .map(|c| PilotReplayRow {
+                    class: c.class.clone(),
+                    requests: c.requests,
+                    gpu_requests: c.gpu_requests,
+                    e2e_observed: fmt::opt(c.observed_e2e_p99_s, 2),
+                    e2e_predicted: fmt::opt(c.predicted_e2e_p99_s, 2),
+                    e2e_error: signed_percent(c.e2e_p99_error),
+                    ttft_observed: fmt::opt(c.observed_ttft_p99_s, 2),
+                    ttft_predicted: fmt::opt(c.predicted_ttft_p99_s, 2),
+                    ttft_error: signed_percent(c.ttft_p99_error),
+                    attainment_observed: fmt::percent(c.observed_attainment, 1),
+                    attainment_predicted: fmt::percent(c.predicted_attainment, 1),
+                })
+                .collect(),
+        }),
+        reproduce: serde_json::to_string_pretty(&d.reproduce).unwrap_or_default(),
+    }
 }
 
 #[derive(Template)]
@@ -585,6 +761,7 @@ pub(crate) async fn pilots(State(store): State<Arc<dyn Store>>) -> PageResult {
             updated: when(p.updated_at),
             summary: p.summary.clone(),
             evidence: pretty(p.evidence.as_ref()),
+            detail: p.detail.as_ref().map(pilot_detail_cells),
             report: pretty(p.report.as_ref()),
         })
         .collect();

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Duration, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use strata_controller::store::{
     CapacityResultRow, CatalogPriceRow, ConfigRow, ConfigSort, ConfigSummaryQuery,
@@ -567,7 +567,110 @@ pub(crate) struct PilotView {
     pub(crate) summary: Vec<(String, String)>,
     /// The report's `evidence`, when it has one.
     pub(crate) evidence: Option<Value>,
+    /// The report read as `strata pilot` writes it (schema version 1), when it is one.
+    pub(crate) detail: Option<PilotDetail>,
     pub(crate) report: Option<Value>,
+}
+
+/// The parts of a `strata pilot` report (schema version 1) the page shows; missing keys read as empty.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PilotDetail {
+    pub(crate) verdict: String,
+    pub(crate) exit_code: Option<u8>,
+    pub(crate) summary: String,
+    pub(crate) error: Option<String>,
+    pub(crate) decision: PilotDecision,
+    pub(crate) quality: Vec<PilotGate>,
+    pub(crate) plan: Value,
+    pub(crate) replay: Option<PilotReplay>,
+    pub(crate) reproduce: Value,
+}
+
+/// The verdict's figures.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PilotDecision {
+    pub(crate) classes: Vec<PilotClass>,
+    pub(crate) monthly_cost_usd: Option<f64>,
+    pub(crate) monthly_baseline_usd: Option<f64>,
+    pub(crate) monthly_savings_usd: Option<f64>,
+    pub(crate) reasons: Vec<String>,
+}
+
+/// One class's finding.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PilotClass {
+    pub(crate) class: String,
+    pub(crate) migrate: bool,
+    pub(crate) cpu_share: Option<f64>,
+    pub(crate) attainment: Option<f64>,
+    pub(crate) attainment_2x: Option<f64>,
+    pub(crate) gpu_share_2x: Option<f64>,
+    pub(crate) reasons: Vec<String>,
+}
+
+/// One weight type's quality gate.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PilotGate {
+    pub(crate) weights: String,
+    pub(crate) passed: bool,
+    pub(crate) perplexity_increase: Option<f64>,
+    pub(crate) measured: PilotQuality,
+    pub(crate) reasons: Vec<String>,
+}
+
+/// A weight type's measured quality.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PilotQuality {
+    pub(crate) perplexity: Option<f64>,
+    pub(crate) reference_weights: String,
+    pub(crate) top1_agreement: Option<f64>,
+    pub(crate) task_pass_rate: Option<f64>,
+}
+
+/// The replay against its prediction.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PilotReplay {
+    pub(crate) duration_s: Option<f64>,
+    pub(crate) requests: usize,
+    pub(crate) errors: usize,
+    pub(crate) config: String,
+    pub(crate) with_gpu: bool,
+    pub(crate) load: Value,
+    pub(crate) classes: Vec<PilotReplayClass>,
+    pub(crate) worst_e2e_p99_error: Option<f64>,
+    pub(crate) observed_cost_usd: Option<f64>,
+    pub(crate) predicted_cost_usd: Option<f64>,
+}
+
+/// One class in the replay.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PilotReplayClass {
+    pub(crate) class: String,
+    pub(crate) requests: usize,
+    pub(crate) gpu_requests: usize,
+    pub(crate) observed_ttft_p99_s: Option<f64>,
+    pub(crate) predicted_ttft_p99_s: Option<f64>,
+    pub(crate) observed_e2e_p99_s: Option<f64>,
+    pub(crate) predicted_e2e_p99_s: Option<f64>,
+    pub(crate) e2e_p99_error: Option<f64>,
+    pub(crate) ttft_p99_error: Option<f64>,
+    pub(crate) observed_attainment: Option<f64>,
+    pub(crate) predicted_attainment: Option<f64>,
+}
+
+/// The structured report, when `report` carries `schema_version` 1.
+fn pilot_detail(report: Option<&Value>) -> Option<PilotDetail> {
+    let report = report?;
+    (report.get("schema_version").and_then(Value::as_u64) == Some(1))
+        .then(|| serde_json::from_value(report.clone()).ok())
+        .flatten()
 }
 
 /// Builds the pilots page.
@@ -606,6 +709,7 @@ pub(crate) async fn pilots(store: &dyn Store) -> Result<PilotsView, DashboardErr
                     .as_ref()
                     .and_then(|r| r.get("evidence"))
                     .cloned(),
+                detail: pilot_detail(pilot.report.as_ref()),
                 report: pilot.report,
             });
         }

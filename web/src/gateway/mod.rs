@@ -22,6 +22,7 @@ pub mod accounting;
 pub mod config;
 pub mod health;
 pub mod metrics;
+mod prompt;
 pub mod upstream;
 
 use std::{
@@ -64,9 +65,9 @@ use health::{Breaker, EndpointHealth};
 use upstream::{ErrorSource, Relay, StreamEnd, StreamSummary, UpstreamError};
 
 /// The request header that names the SLA class.
-pub const SLA_HEADER: &str = "x-strata-sla";
+pub const SLA_HEADER: &str = strata_controller::loadgen::SLA_CLASS_HEADER;
 /// The response header that says where a request went and why.
-pub const ROUTE_HEADER: &str = "x-strata-route";
+pub const ROUTE_HEADER: &str = strata_controller::loadgen::ROUTE_HEADER;
 /// The request/response header carrying the request id.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
@@ -759,6 +760,8 @@ struct StreamOptions {
 struct Peek {
     model: Option<String>,
     #[serde(default)]
+    prompt: prompt::TokenIds,
+    #[serde(default)]
     stream: bool,
     max_tokens: Option<u32>,
     max_completion_tokens: Option<u32>,
@@ -849,7 +852,7 @@ fn prepare(
         .or(peek.max_tokens)
         .unwrap_or(default_out)
         .max(1);
-    let prompt_tokens = u32::try_from(body.len() / 4).unwrap_or(u32::MAX).max(1);
+    let prompt_tokens = peek.prompt.tokens_or_estimate(body.len());
     let body = if peek.stream && !client_usage {
         // Ask the upstream for usage so the ledger gets real token counts; the relay drops that event.
         match (&peek.stream_options, with_usage_option(&body)) {

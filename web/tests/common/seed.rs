@@ -258,6 +258,68 @@ pub(crate) async fn demo(store: &dyn Store) -> Seeded {
         .await
         .unwrap();
     store.insert_pilot(workload.id).await.unwrap();
+    let pilot = store.insert_pilot(workload.id).await.unwrap();
+    store
+        .update_pilot(
+            pilot.id,
+            &PilotUpdate {
+                status: PilotStatus::Done,
+                verdict: Some("migrate chat; keep extract on GPU".to_owned()),
+                report: Some(json!({
+                    "schema_version": 1,
+                    "workload": "support",
+                    "verdict": "partial",
+                    "exit_code": 3,
+                    "summary": "migrate chat; keep extract on GPU",
+                    "monthly_savings_usd": 410.5,
+                    "decision": {
+                        "kind": "partial",
+                        "summary": "migrate chat; keep extract on GPU",
+                        "monthly_cost_usd": 300.0,
+                        "monthly_baseline_usd": 710.5,
+                        "monthly_savings_usd": 410.5,
+                        "reasons": [],
+                        "classes": [
+                            {"class": "chat", "migrate": true, "cpu_share": 1.0, "attainment": 0.998,
+                             "attainment_2x": 0.97, "gpu_share_2x": 0.2,
+                             "reasons": ["risk: at twice the traffic only 97.0% meet the SLA"]},
+                            {"class": "extract", "migrate": false, "cpu_share": 0.1, "attainment": 0.999,
+                             "attainment_2x": 0.99, "gpu_share_2x": 0.95,
+                             "reasons": ["the plan serves only 10% of it on CPU (50% needed)"]}
+                        ]
+                    },
+                    "quality": [
+                        {"weights": "q8_0", "passed": true, "perplexity_increase": 0.004,
+                         "measured": {"weights": "q8_0", "reference_weights": "f32", "perplexity": 12.05,
+                                      "reference_perplexity": 12.0, "top1_agreement": 0.97,
+                                      "task_pass_rate": 1.0, "reference_task_pass_rate": 1.0},
+                         "reasons": []},
+                        {"weights": "q4_0", "passed": false, "perplexity_increase": 0.21,
+                         "measured": {"weights": "q4_0", "reference_weights": "f32", "perplexity": 14.5,
+                                      "reference_perplexity": 12.0, "top1_agreement": 0.81},
+                         "reasons": ["perplexity 14.500 is 20.8% above f32's 12.000 (at most 10.0% allowed)"]}
+                    ],
+                    "plan": {"id": 1, "config": "m-q8_0-t8-b8-hw1", "instance_type": "c4-standard-8",
+                             "region": "us-central1", "peak_cpu_instances": 3, "gpu_share": 0.12,
+                             "cost_per_day_usd": 9.86},
+                    "replay": {
+                        "duration_s": 60.0, "requests": 91, "errors": 0, "config": "q8_0 t8 b8 kv128 numa=none",
+                        "with_gpu": false, "load": {"hour": 11, "rate_rps": 1.52},
+                        "worst_e2e_p99_error": 0.083, "observed_cost_usd": 0.0066, "predicted_cost_usd": 0.0066,
+                        "classes": [
+                            {"class": "chat", "requests": 80, "gpu_requests": 0, "observed_ttft_p99_s": 0.91,
+                             "predicted_ttft_p99_s": 0.84, "observed_e2e_p99_s": 3.1, "predicted_e2e_p99_s": 2.85,
+                             "e2e_p99_error": -0.0806, "ttft_p99_error": -0.077, "observed_attainment": 1.0,
+                             "predicted_attainment": 1.0},
+                            {"class": "extract", "requests": 11, "gpu_requests": 0}
+                        ]
+                    },
+                    "reproduce": {"seed": 1, "engine_version": "0.1.0", "hardware": {"fingerprint": "abc123"}}
+                })),
+            },
+        )
+        .await
+        .unwrap();
 
     let now = Utc::now();
     for i in 0..40i64 {

@@ -1,0 +1,228 @@
+//! `strata pilot` on the real model: quality gate with a task, a capacity search, the plan, a short replay
+//! through a real gateway in front of a real engine, and the verdict, whose exit status matches the
+//! report; the report is stored and shown by the dashboard. Bad input is refused with a clear error.
+
+use std::{path::Path, process::Command};
+
+use serde_json::Value;
+use strata_controller::store::{self, PilotStatus};
+
+use crate::common::smollm2_path;
+
+const WORKLOAD: &str = r#"
+name = "pilot-e2e"
+
+[[class]]
+name = "chat"
+share = 0.7
+priority = 1
+prompt_tokens = { dist = "uniform", min = 24, max = 48 }
+output_tokens = { dist = "uniform", min = 4, max = 8 }
+sla = { ttft_p99_s = 5.0, e2e_p99_s = 10.0 }
+
+[[class]]
+name = "extract"
+share = 0.3
+prompt_tokens = { dist = "uniform", min = 40, max = 64 }
+output_tokens = { dist = "fixed", tokens = 4 }
+sla = { e2e_p99_s = 10.0 }
+
+[arrivals]
+hourly_rps = [0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.4, 0.6, 0.8, 1.0, 1.0, 1.0,
+              1.0, 1.0, 1.0, 1.0, 0.8, 0.6, 0.4, 0.3, 0.2, 0.2, 0.2, 0.2]
+
+[gpu_fallback]
+kind = "instance"
+instance = "g2-standard-8"
+output_tokens_per_s = 2000.0
+ttft_p99_s = 0.25
+tpot_p99_s = 0.012
+basis = "assumed for the test"
+
+[pilot]
+model = "MODEL"
+weights = ["q8_0"]
+max_batch = [4]
+kv_mem_mib = 32
+probe_requests = 6
+replay_s = 8
+seed = 5
+
+[[pilot.task]]
+prompt = "What is the capital of France? Answer in one word."
+expect = "Paris"
+"#;
+
+fn write_workload(dir: &Path, text: &str) -> std::path::PathBuf {
+    let path = dir.join("workload.toml");
+    let model = smollm2_path();
+    std::fs::write(&path, text.replace("MODEL", &model.display().to_string())).expect("write");
+    path
+}
+
+fn pilot(url: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["--database-url", url, "pilot"])
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("strata pilot runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pilot_runs_end_to_end_and_its_exit_status_is_its_verdict() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = store::sqlite_url(&dir.path().join("strata.db"));
+    let workload = write_workload(dir.path(), WORKLOAD);
+    let output = pilot(
+        &url,
+        &["--workload", workload.to_str().expect("utf-8"), "--json"],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let report: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("not a JSON report ({e}):\n{stdout}\n{stderr}"));
+    let code = output.status.code().expect("exit status");
+    let expected = match report["verdict"].as_str() {
+        Some("migrate") => 0,
+        Some("partial") => 3,
+        Some("stay") => 4,
+        other => panic!("unknown verdict {other:?}"),
+    };
+    assert_eq!(code, expected, "{stdout}\n{stderr}");
+    assert_eq!(report["exit_code"], expected);
+    assert_eq!(report["schema_version"], 1);
+
+    // Quality: q8_0 against f32, with the task answered by both.
+    let gate = &report["quality"][0];
+    assert_eq!(gate["weights"], "q8_0");
+    let ppl = gate["measured"]["perplexity"].as_f64().expect("perplexity");
+    let reference = gate["measured"]["reference_perplexity"]
+        .as_f64()
+        .expect("f32");
+    assert!(ppl > 1.0 && reference > 1.0, "{gate}");
+    assert!(gate["measured"]["task_pass_rate"].is_number(), "{gate}");
+
+    // Capacity was searched, the plan recorded and simulated.
+    assert!(
+        report["configs"][0]["capacity_rps"].is_number(),
+        "{}",
+        report["configs"]
+    );
+    assert!(report["plan"]["id"].is_number(), "{}", report["plan"]);
+    assert_eq!(
+        report["simulation"]["double"]["classes"]
+            .as_array()
+            .map(Vec::len),
+        Some(2)
+    );
+
+    // The replay went through the gateway to the engine and was predicted.
+    let replay = &report["replay"];
+    let sent = replay["requests"].as_u64().expect("requests");
+    assert!(sent > 0, "{replay}");
+    assert_eq!(replay["errors"], 0, "{replay}");
+    let classes = replay["classes"].as_array().expect("classes");
+    let by_class: u64 = classes
+        .iter()
+        .map(|c| c["requests"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(by_class, sent);
+    for c in classes.iter().filter(|c| c["requests"].as_u64() > Some(0)) {
+        assert!(c["observed_e2e_p99_s"].as_f64() > Some(0.0), "{c}");
+        assert!(c["predicted_e2e_p99_s"].as_f64() > Some(0.0), "{c}");
+        assert!(c["e2e_p99_error"].is_number(), "{c}");
+    }
+
+    // Stored with its verdict; reproducible settings are part of it.
+    let db = store::open(&url).await.expect("store");
+    let workload_row = db
+        .find_workload_by_name("pilot-e2e")
+        .await
+        .expect("query")
+        .expect("workload recorded");
+    let pilots = db
+        .list_pilots_for_workload(workload_row.id)
+        .await
+        .expect("pilots");
+    assert_eq!(pilots.len(), 1);
+    assert_eq!(pilots[0].status, PilotStatus::Done);
+    assert_eq!(pilots[0].verdict.as_deref(), report["summary"].as_str());
+    let stored = pilots[0].report.as_ref().expect("report");
+    assert_eq!(stored["reproduce"]["seed"], 5);
+    assert!(stored["reproduce"]["hardware"]["fingerprint"].is_string());
+    db.close().await;
+
+    // The dashboard shows it.
+    let page = dashboard_pilots_page(&url).await;
+    assert!(page.contains("class=\"pilot-replay\""), "{page}");
+    assert!(page.contains("pilot-e2e"), "{page}");
+}
+
+/// `/pilots` of a `strata dashboard` started on the store at `url`.
+async fn dashboard_pilots_page(url: &str) -> String {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["dashboard", "--bind", "127.0.0.1:0", "--database-url", url])
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the dashboard starts");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut line = String::new();
+    std::io::BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("reads the listening line");
+    let base = line
+        .trim()
+        .strip_prefix("dashboard listening on ")
+        .map(str::to_owned);
+    let page = match &base {
+        Some(base) => reqwest::get(format!("{base}/pilots"))
+            .await
+            .expect("answers")
+            .text()
+            .await
+            .expect("body"),
+        None => String::new(),
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(base.is_some(), "unexpected first line: {line:?}");
+    page
+}
+
+#[test]
+fn bad_pilot_input_is_refused_with_the_key_at_fault() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = store::sqlite_url(&dir.path().join("strata.db"));
+    for (text, extra, words) in [
+        (
+            WORKLOAD.replace("replay_s = 8", "replay_s = 0"),
+            None,
+            "pilot.replay_s",
+        ),
+        (
+            WORKLOAD.replace("probe_requests", "probe_requets"),
+            None,
+            "probe_requets",
+        ),
+        (
+            WORKLOAD.to_owned(),
+            Some("c4-standard-8"),
+            "not a GPU baseline",
+        ),
+        (WORKLOAD.to_owned(), Some("cheap"), "neither"),
+    ] {
+        let workload = write_workload(dir.path(), &text);
+        let mut args = vec!["--workload", workload.to_str().expect("utf-8")];
+        if let Some(b) = extra {
+            args.extend(["--baseline", b]);
+        }
+        let output = pilot(&url, &args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{words}: {stderr}");
+        assert!(stderr.contains(words), "{words}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
