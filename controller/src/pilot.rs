@@ -210,6 +210,8 @@ pub struct ReplayReport {
     pub config: String,
     /// True when a GPU endpoint took part.
     pub with_gpu: bool,
+    /// Every request together, observed against predicted.
+    pub all: Comparison,
     /// Per class, observed against predicted.
     pub classes: Vec<ClassComparison>,
     /// The largest |relative error| of a class's p99 E2E (classes with at least 20 requests).
@@ -218,6 +220,25 @@ pub struct ReplayReport {
     pub observed_cost_usd: f64,
     /// The same from the simulation's routing, $.
     pub predicted_cost_usd: f64,
+}
+
+/// p99s of a set of replayed requests, observed against predicted.
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    /// Requests.
+    pub requests: usize,
+    /// Observed p99 TTFT, s.
+    pub observed_ttft_p99_s: f64,
+    /// Predicted p99 TTFT, s.
+    pub predicted_ttft_p99_s: f64,
+    /// Observed p99 E2E, s.
+    pub observed_e2e_p99_s: f64,
+    /// Predicted p99 E2E, s.
+    pub predicted_e2e_p99_s: f64,
+    /// (predicted - observed) / observed of p99 E2E.
+    pub e2e_p99_error: Option<f64>,
+    /// (predicted - observed) / observed of p99 TTFT.
+    pub ttft_p99_error: Option<f64>,
 }
 
 /// One class in the replay.
@@ -418,6 +439,8 @@ fn stay_without_plan(
         cpu_cost: 0.0,
         gpu_cost: 0.0,
         cost_per_day: 0.0,
+        ttft_p99_s: 0.0,
+        e2e_p99_s: 0.0,
         classes: Vec::new(),
     };
     PilotReport {
@@ -834,6 +857,21 @@ fn compare(
         .filter_map(|c| c.e2e_p99_error)
         .map(f64::abs)
         .reduce(f64::max);
+    let ok: Vec<&ReplayRecord> = records
+        .iter()
+        .filter(|r| r.record.error.is_none())
+        .collect();
+    let observed_ttft = Percentiles::of(ok.iter().map(|r| r.record.ttft_s)).p99 / 1000.0;
+    let observed_e2e = Percentiles::of(ok.iter().map(|r| r.record.e2e_s)).p99 / 1000.0;
+    let all = Comparison {
+        requests: records.len(),
+        observed_ttft_p99_s: observed_ttft,
+        predicted_ttft_p99_s: predicted.ttft_p99_s,
+        observed_e2e_p99_s: observed_e2e,
+        predicted_e2e_p99_s: predicted.e2e_p99_s,
+        e2e_p99_error: decide::relative_error(predicted.e2e_p99_s, observed_e2e),
+        ttft_p99_error: decide::relative_error(predicted.ttft_p99_s, observed_ttft),
+    };
     let cpu_cost = host_hourly * pilot.spec.replay_s / 3600.0;
     let observed_gpu: f64 = records
         .iter()
@@ -854,6 +892,7 @@ fn compare(
         errors: records.iter().filter(|r| r.record.error.is_some()).count(),
         config: settings.to_string(),
         with_gpu: pilot.gpu_endpoint.is_some(),
+        all,
         classes,
         worst_e2e_p99_error: worst,
         observed_cost_usd: cpu_cost + observed_gpu,
@@ -1093,10 +1132,10 @@ basis = "assumed"
         );
         assert_eq!(pools[1]["kind"].as_str(), Some("gpu"));
         assert_eq!(pools[1]["ttft_p99_ms"].as_float(), Some(250.0));
-        assert_eq!(
-            pools[1]["price_per_million_tokens_usd"].as_float(),
-            Some(0.1)
-        );
+        let per_million = pools[1]["price_per_million_tokens_usd"]
+            .as_float()
+            .expect("price");
+        assert!((per_million - 0.1).abs() < 1e-12, "{per_million}");
         assert_eq!(pools[0]["tokens_per_s"].as_float(), Some(80.0));
         assert_eq!(
             pools[1]["endpoint"][0]["api_key_env"].as_str(),

@@ -83,6 +83,12 @@ pub struct StoredLoadPoint {
     pub output_tokens_per_s: f64,
     /// Prompt and output tokens/s achieved.
     pub total_tokens_per_s: f64,
+    /// Median time to first token, ms (absent from curves stored before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_p50_ms: Option<f64>,
+    /// Median time per output token, ms (likewise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot_p50_ms: Option<f64>,
 }
 
 impl StoredLoadPoint {
@@ -95,6 +101,8 @@ impl StoredLoadPoint {
             e2e_p99_s: self.e2e_p99_ms / 1000.0,
             output_tokens_per_s: self.output_tokens_per_s,
             total_tokens_per_s: self.total_tokens_per_s,
+            ttft_p50_s: self.ttft_p50_ms.map(|ms| ms / 1000.0),
+            tpot_p50_s: self.tpot_p50_ms.map(|ms| ms / 1000.0),
         }
     }
 
@@ -111,6 +119,8 @@ impl StoredLoadPoint {
             e2e_p99_ms: run.e2e_p99_ms,
             output_tokens_per_s: run.output_tokens_per_s,
             total_tokens_per_s: run.total_tokens_per_s,
+            ttft_p50_ms: Some(run.ttft_p50_ms),
+            tpot_p50_ms: Some(run.tpot_p50_ms),
         }
     }
 }
@@ -201,6 +211,14 @@ fn curve_of(result: &CapacityResultRow) -> Result<Vec<LoadPoint>> {
     Ok(merge_equal_rates(points))
 }
 
+/// The larger of two optional figures (either alone when the other is missing).
+fn max_of(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// One point per offered rate: probes repeated at a rate (with other seeds) merge into their worst
 /// latencies and mean throughputs, so that the curve's rates strictly increase. `points` are sorted.
 fn merge_equal_rates(points: Vec<LoadPoint>) -> Vec<LoadPoint> {
@@ -211,6 +229,8 @@ fn merge_equal_rates(points: Vec<LoadPoint>) -> Vec<LoadPoint> {
                 m.ttft_p99_s = m.ttft_p99_s.max(p.ttft_p99_s);
                 m.tpot_p99_s = m.tpot_p99_s.max(p.tpot_p99_s);
                 m.e2e_p99_s = m.e2e_p99_s.max(p.e2e_p99_s);
+                m.ttft_p50_s = max_of(m.ttft_p50_s, p.ttft_p50_s);
+                m.tpot_p50_s = max_of(m.tpot_p50_s, p.tpot_p50_s);
                 m.output_tokens_per_s =
                     (m.output_tokens_per_s * *n + p.output_tokens_per_s) / (*n + 1.0);
                 m.total_tokens_per_s =

@@ -368,6 +368,8 @@ fn curve_point(rate: f64, r: &LoadReport) -> CurvePoint {
         e2e_p99_ms: r.e2e_ms.p99,
         output_tokens_per_s: r.output_tokens_per_s,
         total_tokens_per_s: r.total_tokens_per_s,
+        ttft_p50_ms: Some(r.ttft_ms.p50),
+        tpot_p50_ms: Some(r.tpot_ms.p50),
     }
 }
 

@@ -130,6 +130,8 @@ pub fn estimate_profile(
                 e2e_p99_s: ttft + (l.e2e_p99_s - l.ttft_p99_s).max(0.0) * decode_ratio,
                 output_tokens_per_s: l.output_tokens_per_s * speed,
                 total_tokens_per_s: l.total_tokens_per_s * speed,
+                ttft_p50_s: l.ttft_p50_s.map(|t| t * prefill_ratio),
+                tpot_p50_s: l.tpot_p50_s.map(|t| t * decode_ratio),
             }
         })
         .collect();

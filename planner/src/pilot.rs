@@ -870,6 +870,8 @@ replay_s = 30
             cpu_cost: 1.0,
             gpu_cost: 0.0,
             cost_per_day: 1.0,
+            ttft_p99_s: 0.5,
+            e2e_p99_s: 3.0,
             classes,
         }
     }
@@ -1030,13 +1032,14 @@ replay_s = 30
 
     #[test]
     fn simulated_verdicts_follow_what_the_cpu_pool_can_do_and_what_it_costs() {
-        let migrate = decide_by_simulation(WORKLOAD, None);
+        // A hosted GPU API billed per token: each class's GPU cost is its own.
+        let migrate = decide_by_simulation(WORKLOAD, Some("0.50/1M"));
         assert_eq!(migrate.kind, VerdictKind::Migrate, "{migrate:#?}");
         assert!(migrate.monthly_savings_usd > 0.0);
 
         // A batch SLA no CPU prefill of 100-300 tokens meets: the plan sends that class to GPU.
         let tight = WORKLOAD.replace("sla = { e2e_p99_s = 30.0 }", "sla = { e2e_p99_s = 0.3 }");
-        let partial = decide_by_simulation(&tight, None);
+        let partial = decide_by_simulation(&tight, Some("0.50/1M"));
         assert_eq!(partial.kind, VerdictKind::Partial, "{partial:#?}");
         assert_eq!(partial.summary, "migrate chat; keep batch on GPU");
 

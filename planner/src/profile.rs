@@ -60,6 +60,24 @@ pub struct LoadPoint {
     pub output_tokens_per_s: f64,
     /// Prompt + output tokens/s achieved.
     pub total_tokens_per_s: f64,
+    /// Median time to first token, seconds, when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_p50_s: Option<f64>,
+    /// Median time per output token, seconds, when measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot_p50_s: Option<f64>,
+}
+
+impl LoadPoint {
+    /// The time per output token of a typical request: the median when measured, else the p99.
+    pub fn typical_tpot_s(&self) -> f64 {
+        self.tpot_p50_s.unwrap_or(self.tpot_p99_s)
+    }
+
+    /// The time to first token of a typical request: the median when measured, else the p99.
+    pub fn typical_ttft_s(&self) -> f64 {
+        self.ttft_p50_s.unwrap_or(self.ttft_p99_s)
+    }
 }
 
 fn default_prompt_token_weight() -> f64 {
@@ -292,12 +310,13 @@ impl ConfigProfile {
             / (w * self.mean_prompt_tokens + self.mean_output_tokens)
     }
 
-    /// Prefill tokens/s of one request (see [`ConfigProfile::prefill_tokens_per_s`]).
+    /// Prefill tokens/s of one request (see [`ConfigProfile::prefill_tokens_per_s`]); derived from the
+    /// lightest load's typical TTFT when not given.
     pub fn prefill_rate(&self) -> f64 {
         let derived = || {
             self.load_curve
                 .first()
-                .map_or(1.0, |p| self.mean_prompt_tokens / p.ttft_p99_s)
+                .map_or(1.0, |p| self.mean_prompt_tokens / p.typical_ttft_s())
         };
         self.prefill_tokens_per_s.unwrap_or_else(derived)
     }
@@ -426,6 +445,8 @@ pub(crate) mod tests {
             e2e_p99_s: ttft + tpot * 127.0,
             output_tokens_per_s: rate_rps * 128.0,
             total_tokens_per_s: rate_rps * 384.0,
+            ttft_p50_s: None,
+            tpot_p50_s: None,
         };
         ConfigProfile {
             id: "smol-q8".into(),

@@ -21,16 +21,16 @@ pub struct ServiceCurve {
 
 impl ServiceCurve {
     /// Derives the model: concurrency at each load point by Little's law on decoding streams
-    /// (output tokens/s x TPOT), slots = max batch x scaling factor.
+    /// (output tokens/s x TPOT), slots = max batch x scaling factor. TPOT is the typical request's (the
+    /// median where the curve has it, else the p99): the simulator draws the tail from arrivals, lengths
+    /// and queueing rather than giving every request the p99 pace.
     pub fn from_profile(p: &ConfigProfile, scaling: Scaling) -> ServiceCurve {
         let mut pts: Vec<(f64, f64)> = p
             .load_curve
             .iter()
             .map(|l| {
-                (
-                    (l.output_tokens_per_s * l.tpot_p99_s).max(1.0),
-                    l.tpot_p99_s,
-                )
+                let tpot = l.typical_tpot_s();
+                ((l.output_tokens_per_s * tpot).max(1.0), tpot)
             })
             .collect();
         pts.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -56,9 +56,16 @@ impl ServiceCurve {
         }
     }
 
-    /// Seconds to prefill `prompt_tokens`.
+    /// Prompts an instance prefills at a time: one per whole copy of the measured host (at least 1).
+    pub fn prefill_lanes(&self) -> u32 {
+        self.copies.round().clamp(1.0, 1e6) as u32
+    }
+
+    /// Seconds to prefill `prompt_tokens` on one lane: the measured host's speed, adjusted so that the
+    /// lanes together prefill as fast as `copies` hosts.
     pub fn prefill_s(&self, prompt_tokens: f64) -> f64 {
-        prompt_tokens / self.prefill_tokens_per_s
+        let lanes = f64::from(self.prefill_lanes());
+        prompt_tokens / self.prefill_tokens_per_s * lanes / self.copies.max(1e-9)
     }
 
     /// TPOT when `busy` requests decode on the instance: interpolated on the per-host curve at
@@ -82,6 +89,11 @@ impl ServiceCurve {
                 yl * b / xl
             }
         }
+    }
+
+    /// Seconds to decode the output tokens after the first while `busy` requests decode together.
+    pub fn decode_s(&self, output_tokens: f64, busy: f64) -> f64 {
+        (output_tokens - 1.0).max(0.0) * self.tpot_s(busy)
     }
 
     /// Service time of a request starting when `busy` slots (itself included) are in use.

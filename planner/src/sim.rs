@@ -90,16 +90,26 @@ pub struct SimReport {
     pub gpu_cost: f64,
     /// (CPU + GPU) / days, $.
     pub cost_per_day: f64,
+    /// p99 TTFT of every served request, all classes together, seconds.
+    #[serde(default)]
+    pub ttft_p99_s: f64,
+    /// p99 E2E of every served request, all classes together, seconds.
+    #[serde(default)]
+    pub e2e_p99_s: f64,
     /// Per class.
     pub classes: Vec<ClassSim>,
 }
 
 /// An FCFS station with `slots` servers (one CPU instance's continuous-batching slots). Each request takes
 /// the slot that frees first (the Kiefer-Wolfowitz recursion), so waiting times are exact for FCFS G/G/c.
+/// Prompts are prefilled one after another on the instance's compute ([`Station::admit_prefill_first`]):
+/// prefill is compute-bound, so two prompts arriving together do not both prefill at full speed.
 #[derive(Debug, Clone)]
 pub struct Station {
     /// Slot free times, sorted ascending.
     free: VecDeque<f64>,
+    /// When each prefill lane (one per copy of the measured host in the instance) is next free.
+    prefill_free: Vec<f64>,
     /// Finish times of admitted requests, as a min-heap.
     finishing: std::collections::BinaryHeap<std::cmp::Reverse<OrdF64>>,
 }
@@ -123,8 +133,47 @@ impl Station {
     pub fn new(slots: u32) -> Station {
         Station {
             free: std::iter::repeat_n(0.0, slots.max(1) as usize).collect(),
+            prefill_free: vec![0.0],
             finishing: Default::default(),
         }
+    }
+
+    /// A station with `slots` servers and `lanes` (at least 1) prompts prefilled at a time.
+    pub fn with_prefill_lanes(slots: u32, lanes: u32) -> Station {
+        Station {
+            prefill_free: vec![0.0; lanes.max(1) as usize],
+            ..Station::new(slots)
+        }
+    }
+
+    /// Admits a request arriving at `t` that needs `prefill_s` of the instance's prefill compute (shared,
+    /// first come first served) once it holds a slot, then decodes for `decode(busy)` seconds, `busy`
+    /// being the slots in use (itself included) when its prefill ends. Returns (first token, finish).
+    pub fn admit_prefill_first(
+        &mut self,
+        t: f64,
+        prefill_s: f64,
+        decode: impl FnOnce(f64) -> f64,
+    ) -> (f64, f64) {
+        let first = self.free.pop_front().unwrap_or(0.0);
+        let slot = first.max(t);
+        let (lane, lane_free) = self
+            .prefill_free
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap_or((0, 0.0));
+        let prefilled = slot.max(lane_free) + prefill_s;
+        if let Some(free) = self.prefill_free.get_mut(lane) {
+            *free = prefilled;
+        }
+        let others_busy = self.free.len() - self.free.partition_point(|&f| f <= prefilled);
+        let finish = prefilled + decode(others_busy as f64 + 1.0);
+        let at = self.free.partition_point(|&f| f <= finish);
+        self.free.insert(at, finish);
+        self.finishing.push(std::cmp::Reverse(OrdF64(finish)));
+        (prefilled, finish)
     }
 
     /// Admits a request arriving at `t`; `service(busy)` gives its service time when `busy` slots (itself
@@ -291,7 +340,9 @@ impl<'a> Run<'a> {
             curve,
             rules,
             opts,
-            stations: (0..max_n).map(|_| Station::new(curve.slots)).collect(),
+            stations: (0..max_n)
+                .map(|_| Station::with_prefill_lanes(curve.slots, curve.prefill_lanes()))
+                .collect(),
             loads: vec![InstanceLoad::default(); max_n],
             samples: workload
                 .classes
@@ -449,9 +500,10 @@ impl<'a> Run<'a> {
             }
             Target::Cpu { instance, .. } => {
                 let curve = self.curve;
-                let (start, finish) =
-                    self.stations[instance].admit(t, |busy| curve.service_s(p, o, busy));
-                (start - t + curve.prefill_s(p), finish - t)
+                let (first_token, finish) =
+                    self.stations[instance]
+                        .admit_prefill_first(t, curve.prefill_s(p), |busy| curve.decode_s(o, busy));
+                (first_token - t, finish - t)
             }
             Target::Gpu { .. } => {
                 s.gpu += 1;
@@ -489,6 +541,16 @@ impl<'a> Run<'a> {
         let gpu: u64 = self.samples.iter().map(|s| s.gpu).sum();
         let rejected: u64 = self.samples.iter().map(|s| s.rejected).sum();
         let share = |x: u64, n: u64| if n > 0 { r6(x as f64 / n as f64) } else { 0.0 };
+        let mut all_ttft: Vec<f32> = self
+            .samples
+            .iter()
+            .flat_map(|s| s.ttft.iter().copied())
+            .collect();
+        let mut all_e2e: Vec<f32> = self
+            .samples
+            .iter()
+            .flat_map(|s| s.e2e.iter().copied())
+            .collect();
         let classes = self
             .samples
             .iter_mut()
@@ -518,6 +580,8 @@ impl<'a> Run<'a> {
             cpu_cost: r6(cpu_cost),
             gpu_cost: r6(gpu_cost),
             cost_per_day: r6((cpu_cost + gpu_cost) / whole_days),
+            ttft_p99_s: r6(p99(&mut all_ttft)),
+            e2e_p99_s: r6(p99(&mut all_e2e)),
             classes,
         }
     }
