@@ -264,7 +264,8 @@ pub fn gate_quality(q: &WeightQuality, t: &QualityThresholds) -> QualityGate {
         f64::INFINITY
     };
     let mut reasons = Vec::new();
-    if !(increase <= t.max_perplexity_increase) {
+    // NaN measurements fail the gate.
+    if increase.is_nan() || increase > t.max_perplexity_increase {
         reasons.push(format!(
             "perplexity {:.3} is {:.1}% above {}'s {:.3} (at most {:.1}% allowed)",
             q.perplexity,
@@ -274,7 +275,7 @@ pub fn gate_quality(q: &WeightQuality, t: &QualityThresholds) -> QualityGate {
             t.max_perplexity_increase * 100.0
         ));
     }
-    if !(q.top1_agreement >= t.min_top1_agreement) {
+    if q.top1_agreement.is_nan() || q.top1_agreement < t.min_top1_agreement {
         reasons.push(format!(
             "top-1 agreement with {} is {:.1}% (at least {:.1}% required)",
             q.reference_weights,
