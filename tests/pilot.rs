@@ -7,7 +7,7 @@ use std::{path::Path, process::Command};
 use serde_json::Value;
 use strata_controller::store::{self, PilotStatus};
 
-use crate::common::smollm2_path;
+use crate::common::{SMOLLM2, ServerProcess, smollm2_path};
 
 const WORKLOAD: &str = r#"
 name = "pilot-e2e"
@@ -190,6 +190,52 @@ async fn dashboard_pilots_page(url: &str) -> String {
     let _ = child.wait();
     assert!(base.is_some(), "unexpected first line: {line:?}");
     page
+}
+
+/// With `--gpu-endpoint`, the replay's gateway has a GPU pool: a chat SLA the CPU engine cannot meet sends
+/// chat there (here a second engine stands in for the GPU baseline, serving the same model name).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pilot_replays_through_the_gpu_endpoint_when_one_is_given() {
+    let gpu = ServerProcess::start(&["--threads", "1", "--max-batch", "4", "--kv-mem", "32"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = store::sqlite_url(&dir.path().join("strata.db"));
+    let tight = WORKLOAD
+        .replace(
+            "sla = { ttft_p99_s = 5.0, e2e_p99_s = 10.0 }",
+            "sla = { ttft_p99_s = 0.001, e2e_p99_s = 10.0 }",
+        )
+        .replace("[[pilot.task]]\nprompt = \"What is the capital of France? Answer in one word.\"\nexpect = \"Paris\"\n", "");
+    let workload = write_workload(dir.path(), &tight);
+    let output = pilot(
+        &url,
+        &[
+            "--workload",
+            workload.to_str().expect("utf-8"),
+            "--gpu-endpoint",
+            &gpu.base,
+            "--gpu-model",
+            SMOLLM2,
+            "--json",
+            "--exit-zero",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let report: Value = serde_json::from_str(&stdout).expect("a JSON report");
+    let replay = &report["replay"];
+    assert_eq!(replay["with_gpu"], true, "{replay}");
+    assert_eq!(replay["load"]["includes_gpu_traffic"], true, "{replay}");
+    assert_eq!(replay["errors"], 0, "{replay}");
+    let chat = &replay["classes"][0];
+    assert_eq!(chat["class"], "chat");
+    if chat["requests"].as_u64() > Some(0) {
+        assert_eq!(chat["gpu_requests"], chat["requests"], "{chat}");
+    }
+    assert!(report["quality"][0]["measured"]["task_pass_rate"].is_null());
+    // The chat class cannot meet a 1 ms TTFT on CPU: it does not migrate.
+    let classes = report["decision"]["classes"].as_array().expect("classes");
+    assert_eq!(classes[0]["migrate"], false, "{}", report["decision"]);
 }
 
 #[test]

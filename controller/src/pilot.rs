@@ -709,6 +709,19 @@ async fn replay(
         numa: "none".into(),
         kv_mem_mib: spec.kv_mem_mib as usize,
     };
+    if trace.is_empty() {
+        // The plan serves nothing on CPU (and there is no GPU endpoint): nothing to replay.
+        return Ok(compare(
+            pilot,
+            plan,
+            load,
+            &trace,
+            &[],
+            &predicted,
+            settings,
+            0.0,
+        ));
+    }
     let served = pilot
         .gpu_endpoint
         .map_or(profile::SERVED_NAME, |g| g.model.as_str());

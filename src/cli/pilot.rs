@@ -293,7 +293,18 @@ fn render(r: &PilotReport, id: i64, workload: &Path) -> String {
             r.plan["gpu_share"].as_f64().unwrap_or(0.0) * 100.0
         );
     }
-    if let Some(replay) = &r.replay {
+    if let Some(replay) = r.replay.as_ref().filter(|r| r.requests == 0) {
+        let _ = writeln!(
+            out,
+            "\nreplay: nothing to replay, the plan serves no traffic on CPU{}",
+            if replay.with_gpu {
+                ""
+            } else {
+                " (and no --gpu-endpoint was given)"
+            }
+        );
+    }
+    if let Some(replay) = r.replay.as_ref().filter(|r| r.requests > 0) {
         let _ = writeln!(
             out,
             "\nreplay: {} requests over {:.0} s at {:.2} req/s (plan hour {}, one host of {}), {} errors",
