@@ -74,6 +74,7 @@ fn open(path: &Path) -> LoadedModel {
     let options = LoadOptions {
         weights: Some(WeightType::F32),
         threads: 0,
+        placement: Default::default(),
     };
     LoadedModel::open(path, options).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

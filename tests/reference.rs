@@ -41,6 +41,7 @@ fn load(weights: Option<WeightType>) -> LoadedModel {
         LoadOptions {
             weights,
             threads: 0,
+            placement: Default::default(),
         },
     )
     .expect("model loads")

@@ -194,3 +194,37 @@ fn the_official_openai_python_client_works() {
     );
     assert!(out.contains("openai client: ok"), "{out}");
 }
+
+/// `--numa` applies a placement policy and `/health` reports it with the host's node count; a node the
+/// host lacks is refused at start with a message naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn numa_placement_is_applied_reported_and_checked() {
+    let nodes = strata_engine::placement::Topology::host().nodes.len();
+    for policy in ["pin", "node=0", "interleave"] {
+        let server = ServerProcess::start(&["--numa", policy, "--threads", "2", "--kv-mem", "16"]);
+        let health: Value = client()
+            .get(format!("{}/health", server.base))
+            .send()
+            .await
+            .expect("health answers")
+            .json()
+            .await
+            .expect("JSON");
+        let expected = format!(
+            "{policy} ({nodes} NUMA node{})",
+            if nodes == 1 { "" } else { "s" }
+        );
+        assert_eq!(health["placement"], expected.as_str(), "{health}");
+    }
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["serve", "--model"])
+        .arg(crate::common::smollm2_path())
+        .args(["--numa", "node=4096", "--port", "0"])
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("strata serve runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("NUMA node 4096 does not exist"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

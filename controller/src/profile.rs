@@ -8,6 +8,7 @@ use std::{path::Path, process::Command, time::Duration};
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use strata_engine::placement::Placement;
 
 use crate::{
     loadgen::{self, Api, Arrival, Lengths, LoadReport, LoadSpec, Shape, Sla},
@@ -203,11 +204,8 @@ impl Sweep {
                 WEIGHT_TYPES.join(", ")
             ));
         }
-        if let Some(n) = self.numa.iter().find(|n| n.as_str() != "none") {
-            return bad(format!(
-                "numa: policy `{n}` is not available yet; use `none` (placement is recorded as the \
-                 OS schedules threads)"
-            ));
+        if let Some(e) = self.numa.iter().find_map(|n| n.parse::<Placement>().err()) {
+            return bad(format!("numa: {e}"));
         }
         for (key, values) in [
             ("threads", &self.threads),
@@ -299,6 +297,7 @@ impl EngineProcess {
             .args(["--threads", &settings.threads.to_string()])
             .args(["--max-batch", &settings.max_batch.to_string()])
             .args(["--kv-mem", &settings.kv_mem_mib.to_string()])
+            .args(["--numa", &settings.numa])
             .args(["--port", "0", "--served-model-name", served_name]);
         let server = ChildServer::spawn(command, &format!("`strata serve` for {settings}"))
             .await
@@ -538,16 +537,8 @@ pub async fn measure_shape(
             .as_str()
             .unwrap_or("unknown")
             .to_owned(),
-        placement: format!(
-            "{} ({} NUMA node{})",
-            health["placement"].as_str().unwrap_or("none"),
-            ctx.hardware.numa_nodes,
-            if ctx.hardware.numa_nodes == 1 {
-                ""
-            } else {
-                "s"
-            }
-        ),
+        // As the server applied it, with the host's node count: `pin (1 NUMA node)`.
+        placement: health["placement"].as_str().unwrap_or("unknown").to_owned(),
         engine_version: ctx.engine_version.to_owned(),
     };
     let row = ctx.store.insert_profile_run(&new).await?;
@@ -870,7 +861,7 @@ shape = "chat"
                 SWEEP.replace("requests = 16", "requests = \"many\""),
                 "requests",
             ),
-            (format!("numa = [\"interleave\"]\n{SWEEP}"), "numa"),
+            (format!("numa = [\"spread\"]\n{SWEEP}"), "numa"),
         ];
         for (text, key) in cases {
             let err = Sweep::from_toml_str(&text).expect_err(key).to_string();

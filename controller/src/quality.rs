@@ -67,6 +67,7 @@ fn run(
         LoadOptions {
             weights: Some(weights),
             threads,
+            placement: Default::default(),
         },
     )
     .map_err(engine_error)?;
@@ -111,6 +112,7 @@ pub fn score(
         LoadOptions {
             weights: Some(WeightType::Q8_0),
             threads: 1,
+            placement: Default::default(),
         },
     )
     .map_err(|source| QualityError::Engine {

@@ -11,6 +11,7 @@ pub mod generate;
 pub mod kernels;
 pub mod loader;
 pub mod model;
+pub mod placement;
 pub mod quant;
 pub mod sampling;
 pub mod serve;

@@ -533,6 +533,7 @@ fn open_model(
         LoadOptions {
             weights: None,
             threads: 1,
+            placement: Default::default(),
         },
     );
     (dir, path, model)
@@ -717,6 +718,7 @@ fn exercise(bytes: Vec<u8>) -> bool {
             LoadOptions {
                 weights: None,
                 threads: 1,
+                placement: Default::default(),
             },
         );
     }

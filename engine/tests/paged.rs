@@ -20,6 +20,7 @@ fn tiny(kind: WeightType) -> Llama {
         LoadOptions {
             weights: None,
             threads: 2,
+            placement: Default::default(),
         },
     )
     .expect("loads")

@@ -34,6 +34,7 @@ fn tiny() -> Arc<LoadedModel> {
         LoadOptions {
             weights: None,
             threads: 2,
+            placement: Default::default(),
         },
     )
     .expect("loads");

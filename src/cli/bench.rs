@@ -102,6 +102,7 @@ impl BenchArgs {
                     LoadOptions {
                         weights: w,
                         threads,
+                        placement: Default::default(),
                     },
                 )
                 .with_context(|| format!("loading {}", path.display()))?;

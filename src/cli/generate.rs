@@ -73,6 +73,7 @@ impl GenerateArgs {
         let options = LoadOptions {
             weights: self.weights,
             threads: self.threads,
+            placement: Default::default(),
         };
         let loaded = LoadedModel::open(&path, options)
             .with_context(|| format!("loading {}", path.display()))?;

@@ -7,6 +7,7 @@ use clap::Args;
 use strata_engine::{
     loader::LoadedModel,
     model::{KvType, LoadOptions},
+    placement::Placement,
     serve::{Engine, ServeConfig},
     weights::WeightType,
 };
@@ -26,6 +27,10 @@ pub(crate) struct ServeArgs {
     /// Engine threads [default: one per core].
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// NUMA placement: none, pin (each worker on one CPU), interleave (memory over every node) or
+    /// node=N (workers and memory on node N).
+    #[arg(long, value_name = "POLICY", default_value = "none")]
+    numa: Placement,
     /// Sequences decoded together at most.
     #[arg(long, default_value_t = 16)]
     max_batch: usize,
@@ -80,6 +85,7 @@ impl ServeArgs {
         let options = LoadOptions {
             weights: self.weights,
             threads: self.threads,
+            placement: self.numa,
         };
         let loaded = LoadedModel::open(&path, options)
             .with_context(|| format!("loading {}", path.display()))?;
@@ -99,6 +105,7 @@ impl ServeArgs {
         let engine = Arc::new(Engine::start(Arc::new(loaded), config)?);
         let mut server_options = ServerOptions::new(served.clone());
         server_options.api_key = self.api_key.clone();
+        server_options.placement = engine.model().model.placement().to_string();
         let router = server::router(engine.clone(), server_options)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -116,6 +123,7 @@ impl ServeArgs {
                 model = %served,
                 weights = %model.weight_type(),
                 threads = model.threads(),
+                placement = %model.placement(),
                 kv_blocks = engine.kv_blocks(),
                 "serving on http://{bound}"
             );

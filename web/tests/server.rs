@@ -30,6 +30,7 @@ fn engine(config: ServeConfig) -> Arc<Engine> {
         LoadOptions {
             weights: None,
             threads: 1,
+            placement: Default::default(),
         },
     )
     .expect("loads");

@@ -715,6 +715,7 @@ mod tests {
         LoadOptions {
             weights: Some(WeightType::F32),
             threads: 1,
+            placement: Default::default(),
         }
     }
 

@@ -707,6 +707,7 @@ mod tests {
                 LoadOptions {
                     weights: None,
                     threads: 1,
+                    placement: Default::default(),
                 },
             )
             .expect("loads");

@@ -951,6 +951,7 @@ mod tests {
         let options = LoadOptions {
             weights: Some(WeightType::F32),
             threads: 1,
+            placement: Default::default(),
         };
         let tokens = [1, 2, 3, 100, 200, 256];
         let run = |dir: &Path| {

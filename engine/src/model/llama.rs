@@ -12,6 +12,7 @@ use crate::{
         config::{LlamaConfig, RopeStyle},
         kv::{KvCache, KvStorage, KvType, PagedKv, SeqLayout},
     },
+    placement::{self, Applied, Placement, Topology},
     quant::{self, GgmlType},
     weights::{Weight, WeightType},
 };
@@ -23,6 +24,8 @@ pub struct LoadOptions {
     pub weights: Option<WeightType>,
     /// Worker threads of the engine's pool (0 = one per available core).
     pub threads: usize,
+    /// Where the pool's workers run and where memory is taken from.
+    pub placement: Placement,
 }
 
 /// Which positions of a forward pass need logits.
@@ -124,6 +127,7 @@ pub struct Llama {
     /// Inverse frequency of each RoPE pair.
     inv_freq: Vec<f64>,
     pool: rayon::ThreadPool,
+    placement: Applied,
 }
 
 /// One sequence's part of [`Llama::forward_batch`].
@@ -219,6 +223,9 @@ impl Llama {
         source: &dyn TensorSource,
         options: LoadOptions,
     ) -> Result<Self> {
+        // First, so that the weights (re-quantized or copied below) follow the memory policy.
+        let placement = placement::apply(options.placement, &Topology::host())
+            .map_err(|e| Error::model(source.origin(), e.to_string()))?;
         let loader = Loader {
             source,
             config: &config,
@@ -247,9 +254,15 @@ impl Llama {
         let inv_freq = (0..half)
             .map(|i| (config.rope_theta as f64).powf(-2.0 * i as f64 / config.head_dim as f64))
             .collect();
+        let binding = placement.clone();
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(options.threads)
             .thread_name(|i| format!("strata-engine-{i}"))
+            .start_handler(move |i| {
+                if let Err(e) = placement::bind_worker(&binding, i) {
+                    tracing::warn!(worker = i, error = %e, "could not bind an engine worker to its CPU");
+                }
+            })
             .build()
             .map_err(|e| {
                 Error::model(
@@ -265,7 +278,13 @@ impl Llama {
             layers,
             inv_freq,
             pool,
+            placement,
         })
+    }
+
+    /// The placement policy in effect for this model's workers and memory.
+    pub fn placement(&self) -> &Applied {
+        &self.placement
     }
 
     /// The model's hyperparameters.
