@@ -20,8 +20,8 @@ use strata_planner::{
     PlannerError,
     catalog::Catalog,
     pilot::{
-        self as decide, PilotSpec, QualityGate, ReplayLoad, TaskCheck, Verdict, VerdictInput,
-        WeightQuality,
+        self as decide, PilotSpec, QualityGate, ReplayEvidence, ReplayLoad, TaskCheck, Verdict,
+        VerdictInput, WeightQuality,
     },
     plan::{Plan, PlanInput, plan},
     profile::{ConfigProfile, Scaling, ScalingRule},
@@ -387,14 +387,26 @@ async fn evaluate(pilot: &Pilot<'_>, on_step: &mut impl FnMut(Step)) -> Result<P
             ..SimOptions::default()
         },
     )?;
+    let replay = replay(pilot, &plan, &input.profiles, on_step).await?;
+    let evidence: Vec<ReplayEvidence> = replay
+        .classes
+        .iter()
+        .map(|c| ReplayEvidence {
+            class: c.class.clone(),
+            requests: c.requests - c.gpu_requests,
+            observed_attainment: c.observed_attainment,
+            observed_e2e_p99_s: c.observed_e2e_p99_s,
+            rate_rps: replay.load.rate_rps,
+        })
+        .collect();
     let decision = decide::verdict(&VerdictInput {
         plan: &plan,
         at_planned: &planned,
         at_double: &double,
         gates: &gates,
         spec,
+        replay: &evidence,
     });
-    let replay = replay(pilot, &plan, &input.profiles, on_step).await?;
     Ok(PilotReport {
         schema_version: REPORT_SCHEMA_VERSION,
         workload: pilot.workload.name.clone(),

@@ -617,7 +617,27 @@ pub struct VerdictInput<'a> {
     pub gates: &'a [QualityGate],
     /// The settings.
     pub spec: &'a PilotSpec,
+    /// What the replay of the busiest hour observed, per class (empty without a replay).
+    pub replay: &'a [ReplayEvidence],
 }
+
+/// One class in the replay of the plan's busiest hour on one host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayEvidence {
+    /// Class name.
+    pub class: String,
+    /// Requests replayed.
+    pub requests: usize,
+    /// Share that met the class SLA.
+    pub observed_attainment: f64,
+    /// Observed p99 E2E, seconds.
+    pub observed_e2e_p99_s: f64,
+    /// Requests/s offered to the host.
+    pub rate_rps: f64,
+}
+
+/// Replayed requests a class needs before its replay can keep it from migrating.
+pub const MIN_REPLAY_EVIDENCE: usize = 20;
 
 /// Decides. A class migrates when at least `min_cpu_share` of it runs on CPU in the simulated plan and
 /// it meets its SLA there with at least `attainment_target` of its requests; nothing migrates when no
@@ -629,6 +649,7 @@ pub fn verdict(input: &VerdictInput<'_>) -> Verdict {
         at_double,
         gates,
         spec,
+        replay,
     } = *input;
     let monthly_cost = plan.totals.cost_per_day * DAYS_PER_MONTH;
     let monthly_baseline = plan.totals.all_gpu_cost_per_day * DAYS_PER_MONTH;
@@ -658,7 +679,8 @@ pub fn verdict(input: &VerdictInput<'_>) -> Verdict {
         .iter()
         .map(|c| {
             let double = at_double.classes.iter().find(|d| d.class == c.class);
-            class_verdict(c, double, spec, blocked)
+            let observed = replay.iter().find(|r| r.class == c.class);
+            class_verdict(c, double, observed, spec, blocked)
         })
         .collect();
     let moving: Vec<&str> = classes
@@ -742,6 +764,7 @@ pub fn stay_without_plan(workload: &Workload, gates: &[QualityGate]) -> Verdict 
 fn class_verdict(
     c: &crate::sim::ClassSim,
     double: Option<&crate::sim::ClassSim>,
+    observed: Option<&ReplayEvidence>,
     spec: &PilotSpec,
     blocked: bool,
 ) -> ClassVerdict {
@@ -766,6 +789,18 @@ fn class_verdict(
         reasons.push(format!(
             "simulated p99 TTFT {:.2} s / E2E {:.2} s miss its SLA",
             c.ttft_p99_s, c.e2e_p99_s
+        ));
+    }
+    if let Some(r) = observed.filter(|r| {
+        r.requests >= MIN_REPLAY_EVIDENCE && r.observed_attainment < spec.attainment_target
+    }) {
+        reasons.push(format!(
+            "in the replay of the busiest hour ({:.2} req/s per host) {:.1}% of its {} requests met the \
+             SLA (p99 E2E {:.2} s)",
+            r.rate_rps,
+            r.observed_attainment * 100.0,
+            r.requests,
+            r.observed_e2e_p99_s
         ));
     }
     let migrate = !blocked && reasons.is_empty();
@@ -908,6 +943,7 @@ replay_s = 30
             at_double: double,
             gates,
             spec: &PilotSpec::default(),
+            replay: &[],
         })
     }
 
@@ -983,6 +1019,40 @@ replay_s = 30
     }
 
     #[test]
+    fn a_class_missing_its_sla_in_the_replay_stays_when_the_replay_has_enough_requests() {
+        let (p, _, _) = planned();
+        let ok = sim(vec![class("chat", 0.0, 1.0), class("batch", 0.0, 1.0)]);
+        let evidence = |requests| ReplayEvidence {
+            class: "chat".into(),
+            requests,
+            observed_attainment: 0.88,
+            observed_e2e_p99_s: 12.5,
+            rate_rps: 1.05,
+        };
+        let gates = gates(10.1);
+        let spec = PilotSpec::default();
+        let decide_with = |replay: &[ReplayEvidence]| {
+            verdict(&VerdictInput {
+                plan: &p,
+                at_planned: &ok,
+                at_double: &ok,
+                gates: &gates,
+                spec: &spec,
+                replay,
+            })
+        };
+        let v = decide_with(&[evidence(59)]);
+        assert_eq!(v.kind, VerdictKind::Partial);
+        assert_eq!(v.summary, "migrate batch; keep chat on GPU");
+        assert!(
+            v.classes[0].reasons[0].contains("88.0% of its 59 requests"),
+            "{v:?}"
+        );
+        // Too few requests to outweigh the simulation.
+        assert_eq!(decide_with(&[evidence(5)]).kind, VerdictKind::Migrate);
+    }
+
+    #[test]
     fn risk_at_double_traffic_is_reported_without_blocking() {
         let (p, _, _) = planned();
         let ok = sim(vec![class("chat", 0.0, 1.0), class("batch", 0.0, 1.0)]);
@@ -1028,6 +1098,7 @@ replay_s = 30
             at_double: &double,
             gates: &gates(10.1),
             spec: &PilotSpec::default(),
+            replay: &[],
         })
     }
 

@@ -293,6 +293,8 @@ async fn plans_pilots_and_gateway_pages_and_api() {
             "class=\"pilot-replay\"",
             "-8.1%",
             "Largest p99 E2E error: 8.3%",
+            "all requests",
+            "-9.1%",
             "abc123",
         ],
     );

@@ -713,10 +713,15 @@ fn pilot_detail_cells(d: &view::PilotDetail) -> PilotDetailCells {
                 fmt::usd(r.predicted_cost_usd)
             ),
             rows: r
-                .classes
+                .all
                 .iter()
+                .chain(&r.classes)
                 .map(|c| PilotReplayRow {
-                    class: c.class.clone(),
+                    class: if c.class.is_empty() {
+                        "all requests".to_owned()
+                    } else {
+                        c.class.clone()
+                    },
                     requests: c.requests,
                     gpu_requests: c.gpu_requests,
                     e2e_observed: fmt::opt(c.observed_e2e_p99_s, 2),

@@ -642,6 +642,8 @@ pub(crate) struct PilotReplay {
     pub(crate) config: String,
     pub(crate) with_gpu: bool,
     pub(crate) load: Value,
+    /// Every request together (its `class` is empty).
+    pub(crate) all: Option<PilotReplayClass>,
     pub(crate) classes: Vec<PilotReplayClass>,
     pub(crate) worst_e2e_p99_error: Option<f64>,
     pub(crate) observed_cost_usd: Option<f64>,

@@ -305,7 +305,10 @@ pub(crate) async fn demo(store: &dyn Store) -> Seeded {
                     "replay": {
                         "duration_s": 60.0, "requests": 91, "errors": 0, "config": "q8_0 t8 b8 kv128 numa=none",
                         "with_gpu": false, "load": {"hour": 11, "rate_rps": 1.52},
-                        "worst_e2e_p99_error": 0.083, "observed_cost_usd": 0.0066, "predicted_cost_usd": 0.0066,
+                        "worst_e2e_p99_error": 0.083,
+                        "all": {"requests": 91, "observed_e2e_p99_s": 3.3, "predicted_e2e_p99_s": 3.0,
+                                "e2e_p99_error": -0.0909, "observed_ttft_p99_s": 0.95,
+                                "predicted_ttft_p99_s": 0.9, "ttft_p99_error": -0.0526}, "observed_cost_usd": 0.0066, "predicted_cost_usd": 0.0066,
                         "classes": [
                             {"class": "chat", "requests": 80, "gpu_requests": 0, "observed_ttft_p99_s": 0.91,
                              "predicted_ttft_p99_s": 0.84, "observed_e2e_p99_s": 3.1, "predicted_e2e_p99_s": 2.85,
