@@ -161,35 +161,15 @@ async fn a_pilot_runs_end_to_end_and_its_exit_status_is_its_verdict() {
 
 /// `/pilots` of a `strata dashboard` started on the store at `url`.
 async fn dashboard_pilots_page(url: &str) -> String {
-    use std::io::BufRead;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
-        .args(["dashboard", "--bind", "127.0.0.1:0", "--database-url", url])
-        .env_remove("RUST_LOG")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("the dashboard starts");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut line = String::new();
-    std::io::BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("reads the listening line");
-    let base = line
-        .trim()
-        .strip_prefix("dashboard listening on ")
-        .map(str::to_owned);
-    let page = match &base {
-        Some(base) => reqwest::get(format!("{base}/pilots"))
-            .await
-            .expect("answers")
-            .text()
-            .await
-            .expect("body"),
-        None => String::new(),
-    };
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(base.is_some(), "unexpected first line: {line:?}");
-    page
+    let mut command = Command::new(env!("CARGO_BIN_EXE_strata"));
+    command.args(["dashboard", "--bind", "127.0.0.1:0", "--database-url", url]);
+    let dashboard = ServerProcess::announcing(command, "dashboard listening on ");
+    reqwest::get(format!("{}/pilots", dashboard.base))
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("body")
 }
 
 /// With `--gpu-endpoint`, the replay's gateway has a GPU pool: a chat SLA the CPU engine cannot meet sends

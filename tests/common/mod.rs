@@ -47,7 +47,12 @@ impl ServerProcess {
     }
 
     /// Spawns `command` (a `strata` server) and waits for its `listening on URL` line.
-    pub(crate) fn listening(mut command: std::process::Command) -> Self {
+    pub(crate) fn listening(command: std::process::Command) -> Self {
+        Self::announcing(command, "listening on ")
+    }
+
+    /// Spawns `command` and waits for its first line, `PREFIX URL`.
+    pub(crate) fn announcing(mut command: std::process::Command, prefix: &str) -> Self {
         use std::io::BufRead;
         let mut child = command
             .env_remove("RUST_LOG")
@@ -62,7 +67,7 @@ impl ServerProcess {
             .expect("reads the listening line");
         let base = line
             .trim()
-            .strip_prefix("listening on ")
+            .strip_prefix(prefix)
             .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
             .to_owned();
         Self { child, base }
