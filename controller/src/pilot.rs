@@ -241,6 +241,24 @@ pub struct Comparison {
     pub ttft_p99_error: Option<f64>,
 }
 
+impl Comparison {
+    /// Observed p99s of `records` (failed ones left out) against the predicted ones, seconds.
+    fn of(records: &[&ReplayRecord], predicted_ttft_s: f64, predicted_e2e_s: f64) -> Self {
+        let ok = || records.iter().filter(|r| r.record.error.is_none());
+        let ttft = Percentiles::of(ok().map(|r| r.record.ttft_s)).p99 / 1000.0;
+        let e2e = Percentiles::of(ok().map(|r| r.record.e2e_s)).p99 / 1000.0;
+        Comparison {
+            requests: records.len(),
+            observed_ttft_p99_s: ttft,
+            predicted_ttft_p99_s: predicted_ttft_s,
+            observed_e2e_p99_s: e2e,
+            predicted_e2e_p99_s: predicted_e2e_s,
+            e2e_p99_error: decide::relative_error(predicted_e2e_s, e2e),
+            ttft_p99_error: decide::relative_error(predicted_ttft_s, ttft),
+        }
+    }
+}
+
 /// One class in the replay.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClassComparison {
@@ -851,22 +869,21 @@ fn compare(
                 .copied()
                 .filter(|r| r.record.error.is_none())
                 .collect();
-            let ttft = Percentiles::of(ok.iter().map(|r| r.record.ttft_s)).p99 / 1000.0;
-            let e2e = Percentiles::of(ok.iter().map(|r| r.record.e2e_s)).p99 / 1000.0;
             let good = ok
                 .iter()
                 .filter(|r| class.sla.met_by(r.record.ttft_s, r.record.e2e_s))
                 .count();
+            let p99 = Comparison::of(&mine, p.ttft_p99_s, p.e2e_p99_s);
             ClassComparison {
                 class: class.name.clone(),
                 requests: mine.len(),
                 gpu_requests: mine.iter().filter(|r| is_gpu(r)).count(),
-                observed_ttft_p99_s: ttft,
-                predicted_ttft_p99_s: p.ttft_p99_s,
-                observed_e2e_p99_s: e2e,
-                predicted_e2e_p99_s: p.e2e_p99_s,
-                e2e_p99_error: decide::relative_error(p.e2e_p99_s, e2e),
-                ttft_p99_error: decide::relative_error(p.ttft_p99_s, ttft),
+                observed_ttft_p99_s: p99.observed_ttft_p99_s,
+                predicted_ttft_p99_s: p99.predicted_ttft_p99_s,
+                observed_e2e_p99_s: p99.observed_e2e_p99_s,
+                predicted_e2e_p99_s: p99.predicted_e2e_p99_s,
+                e2e_p99_error: p99.e2e_p99_error,
+                ttft_p99_error: p99.ttft_p99_error,
                 observed_attainment: if mine.is_empty() {
                     0.0
                 } else {
@@ -882,21 +899,8 @@ fn compare(
         .filter_map(|c| c.e2e_p99_error)
         .map(f64::abs)
         .reduce(f64::max);
-    let ok: Vec<&ReplayRecord> = records
-        .iter()
-        .filter(|r| r.record.error.is_none())
-        .collect();
-    let observed_ttft = Percentiles::of(ok.iter().map(|r| r.record.ttft_s)).p99 / 1000.0;
-    let observed_e2e = Percentiles::of(ok.iter().map(|r| r.record.e2e_s)).p99 / 1000.0;
-    let all = Comparison {
-        requests: records.len(),
-        observed_ttft_p99_s: observed_ttft,
-        predicted_ttft_p99_s: predicted.ttft_p99_s,
-        observed_e2e_p99_s: observed_e2e,
-        predicted_e2e_p99_s: predicted.e2e_p99_s,
-        e2e_p99_error: decide::relative_error(predicted.e2e_p99_s, observed_e2e),
-        ttft_p99_error: decide::relative_error(predicted.ttft_p99_s, observed_ttft),
-    };
+    let everything: Vec<&ReplayRecord> = records.iter().collect();
+    let all = Comparison::of(&everything, predicted.ttft_p99_s, predicted.e2e_p99_s);
     let cpu_cost = host_hourly * pilot.spec.replay_s / 3600.0;
     let observed_gpu: f64 = records
         .iter()
