@@ -300,3 +300,66 @@ async fn two_workers_split_a_sweep_and_a_killed_one_loses_nothing() {
     })
     .await;
 }
+
+/// `strata profile --endpoint` against a real engine server, for a fixed duration: the figures are
+/// printed and recorded as an endpoint run (not as an engine config), under the endpoint's URL and model.
+#[tokio::test]
+async fn an_endpoint_profiled_for_a_duration_is_recorded_apart_from_configs() {
+    let server = crate::common::ServerProcess::start(&["--threads", "2", "--max-batch", "4"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("store.db").display());
+    let output = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([
+            "--database-url",
+            &url,
+            "profile",
+            "--endpoint",
+            &server.base,
+        ])
+        .args(["--model", crate::common::SMOLLM2, "--token-prompts"])
+        .args(["--prompt-tokens", "16", "--output-tokens", "8"])
+        .args([
+            "--concurrency",
+            "2",
+            "--duration",
+            "3",
+            "--warmup",
+            "1",
+            "--json",
+        ])
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("strata profile runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("the report is JSON");
+    let requests = report["requests"].as_u64().expect("a request count");
+    assert!(requests >= 2, "{report}");
+    assert_eq!(report["errors"], 0, "{report}");
+    assert!(report["duration_s"].as_f64().expect("duration") >= 3.0);
+    assert!(stderr.contains("recorded as endpoint run"), "{stderr}");
+
+    let store = store::open(&url).await.expect("store opens");
+    let endpoints = store.list_endpoints().await.expect("endpoints");
+    assert_eq!(endpoints.len(), 1);
+    assert_eq!(endpoints[0].base_url, server.base);
+    assert_eq!(endpoints[0].model_name, crate::common::SMOLLM2);
+    let runs = store
+        .list_endpoint_runs(endpoints[0].id)
+        .await
+        .expect("endpoint runs");
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].request_count as u64, requests);
+    assert_eq!(runs[0].workload_shape["duration_s"], 3.0);
+    assert!(runs[0].output_tokens_per_s > 0.0 && runs[0].ttft_p99_ms > 0.0);
+    assert!(
+        runs[0].report["records"].is_null(),
+        "per-request records stay out"
+    );
+    assert!(
+        store.list_models().await.expect("models").is_empty(),
+        "no engine config recorded"
+    );
+    store.close().await;
+}

@@ -119,8 +119,13 @@ pub struct Shape {
     pub output_tokens: Lengths,
     /// Arrival process.
     pub arrival: Arrival,
-    /// Measured requests.
+    /// Measured requests; with `duration_s`, the most sent (0: no limit but the duration).
+    #[serde(default)]
     pub requests: usize,
+    /// Send for this many seconds instead of a request count (closed loop: clients start no request
+    /// after it; Poisson: arrivals stop at it). Requests in flight at the end are completed and counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<f64>,
     /// Requests sent first and not measured.
     #[serde(default)]
     pub warmup: usize,
@@ -403,41 +408,54 @@ fn draw_prompt(token_prompts: bool, len: usize, rng: &mut StdRng) -> Value {
     }
 }
 
-fn plan_requests(spec: &LoadSpec, count: usize) -> Vec<Planned> {
+/// The run's requests, drawn one after another from its seed: the same seed gives the same sequence
+/// however many are taken.
+fn draw_requests(spec: &LoadSpec) -> impl Iterator<Item = Planned> + Send + '_ {
     let mut rng = StdRng::seed_from_u64(spec.seed);
-    (0..count)
-        .map(|_| {
-            let prompt_len = spec.shape.prompt_tokens.draw(&mut rng).max(1);
-            let max_tokens = spec.shape.output_tokens.draw(&mut rng).max(1);
-            Planned {
-                prompt: draw_prompt(spec.token_prompts, prompt_len, &mut rng),
-                prompt_len,
-                max_tokens,
-                class: None,
-            }
-        })
-        .collect()
+    std::iter::repeat_with(move || {
+        let prompt_len = spec.shape.prompt_tokens.draw(&mut rng).max(1);
+        let max_tokens = spec.shape.output_tokens.draw(&mut rng).max(1);
+        Planned {
+            prompt: draw_prompt(spec.token_prompts, prompt_len, &mut rng),
+            prompt_len,
+            max_tokens,
+            class: None,
+        }
+    })
 }
 
-fn arrival_offsets(spec: &LoadSpec, count: usize) -> Vec<f64> {
+#[cfg(test)]
+fn plan_requests(spec: &LoadSpec, count: usize) -> Vec<Planned> {
+    draw_requests(spec).take(count).collect()
+}
+
+/// Poisson arrival offsets in seconds from the start, for at most `limit` requests (0: no limit)
+/// and before `duration_s` when given; all zeros (closed loop) otherwise.
+fn arrival_offsets(spec: &LoadSpec, limit: usize, duration_s: Option<f64>) -> Vec<f64> {
+    let cap = if limit == 0 { usize::MAX } else { limit };
     let Arrival::Poisson { rate } = spec.shape.arrival else {
-        return vec![0.0; count];
+        return vec![0.0; limit];
     };
     let mut rng = StdRng::seed_from_u64(spec.seed ^ 0xA5A5_5A5A);
     let mut t = 0.0;
-    (0..count)
-        .map(|_| {
-            let u: f64 = rng.random_range(f64::EPSILON..1.0);
-            t += -u.ln() / rate;
-            t
-        })
-        .collect()
+    std::iter::repeat_with(|| {
+        let u: f64 = rng.random_range(f64::EPSILON..1.0);
+        t += -u.ln() / rate;
+        t
+    })
+    .take(cap)
+    .take_while(|&at| duration_s.is_none_or(|d| at < d))
+    .collect()
 }
 
 fn validate(spec: &LoadSpec) -> Result<(), LoadError> {
     let bad = |m: &str| Err(LoadError::Spec(m.to_owned()));
-    if spec.shape.requests == 0 {
-        return bad("requests must be at least 1");
+    match spec.shape.duration_s {
+        None if spec.shape.requests == 0 => return bad("requests must be at least 1"),
+        Some(d) if !(d.is_finite() && d > 0.0) => {
+            return bad("the duration must be a positive number of seconds");
+        }
+        _ => {}
     }
     match spec.shape.arrival {
         Arrival::Closed { concurrency: 0 } => return bad("concurrency must be at least 1"),
@@ -455,7 +473,7 @@ fn validate(spec: &LoadSpec) -> Result<(), LoadError> {
     Ok(())
 }
 
-/// Runs the warm-up, then the measured requests, and reports.
+/// Runs the warm-up, then the measured requests (a count, or for a duration), and reports.
 ///
 /// # Errors
 /// When the spec is invalid or the HTTP client cannot be built; failed requests are counted instead.
@@ -470,34 +488,36 @@ pub async fn run(spec: &LoadSpec) -> Result<LoadReport, LoadError> {
             seed: spec.seed.wrapping_add(1),
             shape: Shape {
                 requests: spec.shape.warmup,
+                duration_s: None,
                 warmup: 0,
                 ..spec.shape.clone()
             },
             ..spec.clone()
         };
-        let planned = plan_requests(&warm, warm.shape.requests);
-        run_planned(&client, &warm, planned).await;
+        run_measured(&client, &warm).await;
     }
-    let planned = plan_requests(spec, spec.shape.requests);
-    let (records, duration) = run_planned(&client, spec, planned).await;
+    let (records, duration) = run_measured(&client, spec).await;
     Ok(LoadReport::from_records(records, duration, &spec.sla))
 }
 
-async fn run_planned(
-    client: &reqwest::Client,
-    spec: &LoadSpec,
-    planned: Vec<Planned>,
-) -> (Vec<RequestRecord>, f64) {
+/// Sends the spec's requests with its arrival process until its count or duration is reached; the
+/// records in the order the requests were drawn, and the seconds from the first send to the last answer.
+async fn run_measured(client: &reqwest::Client, spec: &LoadSpec) -> (Vec<RequestRecord>, f64) {
+    let (limit, duration_s) = (spec.shape.requests, spec.shape.duration_s);
     let start = Instant::now();
     let records = match spec.shape.arrival {
         Arrival::Closed { concurrency } => {
-            let queue = std::sync::Mutex::new(planned.into_iter().enumerate());
+            let cap = if limit == 0 { usize::MAX } else { limit };
+            let queue = std::sync::Mutex::new(draw_requests(spec).take(cap).enumerate());
             let clients = (0..concurrency).map(|_| async {
                 let mut out = Vec::new();
                 loop {
+                    let arrival = start.elapsed().as_secs_f64();
+                    if duration_s.is_some_and(|d| arrival >= d) {
+                        break;
+                    }
                     let next = queue.lock().map(|mut q| q.next()).ok().flatten();
                     let Some((i, p)) = next else { break };
-                    let arrival = start.elapsed().as_secs_f64();
                     out.push((i, send(client, spec, &p, arrival).await));
                 }
                 out
@@ -511,8 +531,8 @@ async fn run_planned(
             all.into_iter().map(|(_, r)| r).collect()
         }
         Arrival::Poisson { .. } => {
-            let offsets = arrival_offsets(spec, planned.len());
-            let tasks = planned.into_iter().zip(offsets).map(|(p, at)| async move {
+            let offsets = arrival_offsets(spec, limit, duration_s);
+            let tasks = draw_requests(spec).zip(offsets).map(|(p, at)| async move {
                 let due = start + Duration::from_secs_f64(at);
                 tokio::time::sleep_until(due.into()).await;
                 send(client, spec, &p, at).await
@@ -705,6 +725,7 @@ mod tests {
                 output_tokens: Lengths::Fixed(4),
                 arrival: Arrival::Poisson { rate: 20.0 },
                 requests: 4000,
+                duration_s: None,
                 warmup: 0,
             },
             token_prompts: true,
@@ -720,11 +741,72 @@ mod tests {
             a.iter()
                 .all(|p| (5..=9).contains(&p.prompt_len) && p.max_tokens == 4)
         );
-        let offsets = arrival_offsets(&spec, 4000);
+        let offsets = arrival_offsets(&spec, 4000, None);
         let rate = 4000.0 / offsets.last().expect("offsets");
         assert!((rate - 20.0).abs() < 1.0, "{rate}");
         let mut bad = spec.clone();
         bad.shape.arrival = Arrival::Closed { concurrency: 0 };
         assert!(validate(&bad).is_err());
+
+        let until = arrival_offsets(&spec, 0, Some(50.0));
+        assert!(until.iter().all(|&at| at < 50.0));
+        assert_eq!(
+            until[..],
+            offsets[..until.len()],
+            "the same seed, cut at the duration"
+        );
+        assert!(
+            (until.len() as f64 - 1000.0).abs() < 120.0,
+            "{}",
+            until.len()
+        );
+        assert_eq!(
+            arrival_offsets(&spec, 10, Some(50.0)).len(),
+            10,
+            "a count caps it"
+        );
+        let mut timed = spec.clone();
+        timed.shape.requests = 0;
+        assert!(validate(&timed).is_err(), "neither a count nor a duration");
+        timed.shape.duration_s = Some(f64::NAN);
+        assert!(validate(&timed).is_err());
+    }
+
+    /// A closed loop run for a duration starts no request after it, whatever the answers (here, refused
+    /// connections), and counts every request it sent.
+    #[tokio::test]
+    async fn a_timed_closed_loop_stops_sending_at_its_duration() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        drop(listener);
+        let spec = LoadSpec {
+            base_url: format!("http://127.0.0.1:{port}"),
+            model: "m".into(),
+            api_key: None,
+            api: Api::Completions,
+            shape: Shape {
+                prompt_tokens: Lengths::Fixed(4),
+                output_tokens: Lengths::Fixed(4),
+                arrival: Arrival::Closed { concurrency: 2 },
+                requests: 0,
+                duration_s: Some(0.4),
+                warmup: 0,
+            },
+            token_prompts: true,
+            ignore_eos: true,
+            sla: Sla::default(),
+            seed: 3,
+            timeout: Duration::from_secs(1),
+        };
+        let report = run(&spec).await.expect("runs");
+        assert!(report.requests >= 2, "{}", report.requests);
+        assert_eq!(report.errors, report.requests);
+        assert_eq!(report.records.len(), report.requests);
+        assert!(report.records.iter().all(|r| r.arrival_s < 0.4));
+        assert!(
+            report.duration_s >= 0.4 && report.duration_s < 2.0,
+            "{}",
+            report.duration_s
+        );
     }
 }

@@ -544,6 +544,7 @@ fn profiling_sweep(pilot: &Pilot<'_>) -> Sweep {
         output_tokens: Lengths::Fixed(output),
         arrival: Arrival::Closed { concurrency: batch },
         requests: 2 * batch,
+        duration_s: None,
         warmup: 2,
     };
     Sweep {
@@ -796,6 +797,7 @@ async fn replay(
             output_tokens: Lengths::Fixed(1),
             arrival: Arrival::Closed { concurrency: 1 },
             requests: 1,
+            duration_s: None,
             warmup: 0,
         },
         token_prompts: true,

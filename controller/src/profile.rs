@@ -52,8 +52,12 @@ pub struct NamedShape {
     pub output_tokens: Lengths,
     /// Arrival process.
     pub arrival: Arrival,
-    /// Measured requests.
+    /// Measured requests; with `duration_s`, the most sent (0 or absent: no limit but the duration).
+    #[serde(default)]
     pub requests: usize,
+    /// Send for this many seconds instead of a request count.
+    #[serde(default)]
+    pub duration_s: Option<f64>,
     /// Unmeasured warm-up requests.
     #[serde(default)]
     pub warmup: usize,
@@ -220,8 +224,20 @@ impl Sweep {
             return bad("shape: give at least one [[shape]]".into());
         }
         for s in &self.shapes {
-            if s.requests == 0 {
-                return bad(format!("shape `{}`: requests must be at least 1", s.name));
+            match s.duration_s {
+                None if s.requests == 0 => {
+                    return bad(format!(
+                        "shape `{}`: give requests (at least 1) or duration_s",
+                        s.name
+                    ));
+                }
+                Some(d) if !(d.is_finite() && d > 0.0) => {
+                    return bad(format!(
+                        "shape `{}`: duration_s must be a positive number of seconds",
+                        s.name
+                    ));
+                }
+                _ => {}
             }
         }
         if let Some(c) = &self.capacity
@@ -446,7 +462,7 @@ pub async fn find_existing(
 
 /// The JSON that identifies a shape in stored runs.
 pub fn shape_json(shape: &NamedShape, sla: &Sla) -> Value {
-    json!({
+    let mut identity = json!({
         "name": shape.name,
         "prompt_tokens": shape.prompt_tokens,
         "output_tokens": shape.output_tokens,
@@ -454,7 +470,12 @@ pub fn shape_json(shape: &NamedShape, sla: &Sla) -> Value {
         "requests": shape.requests,
         "warmup": shape.warmup,
         "sla": sla,
-    })
+    });
+    // Count-only shapes keep the identity their runs were stored under before durations existed.
+    if let (Some(duration), Some(fields)) = (shape.duration_s, identity.as_object_mut()) {
+        fields.insert("duration_s".into(), json!(duration));
+    }
+    identity
 }
 
 /// The load spec for `shape` against a profiled server.
@@ -469,6 +490,7 @@ pub fn load_spec(base_url: &str, shape: &NamedShape, sla: Sla, seed: u64) -> Loa
             output_tokens: shape.output_tokens,
             arrival: shape.arrival,
             requests: shape.requests,
+            duration_s: shape.duration_s,
             warmup: shape.warmup,
         },
         token_prompts: true,
@@ -585,6 +607,7 @@ pub async fn capacity_search(
         let probe_shape = NamedShape {
             arrival: Arrival::Poisson { rate },
             requests,
+            duration_s: None,
             warmup: 0,
             ..shape.clone()
         };
@@ -845,6 +868,25 @@ shape = "chat"
     }
 
     #[test]
+    fn a_shape_may_run_for_a_duration_and_keeps_it_in_its_identity() {
+        let text = SWEEP.replace("requests = 16", "duration_s = 30.0");
+        let sweep = Sweep::from_toml_str(&text).expect("parses");
+        let shape = &sweep.shapes[0];
+        assert_eq!((shape.requests, shape.duration_s), (0, Some(30.0)));
+        let identity = shape_json(shape, &sweep.sla);
+        assert_eq!(identity["duration_s"], 30.0);
+        let counted = Sweep::from_toml_str(SWEEP).expect("parses");
+        let identity = shape_json(&counted.shapes[0], &counted.sla);
+        assert!(identity.get("duration_s").is_none(), "{identity}");
+        assert_eq!(
+            load_spec("http://127.0.0.1:1", shape, Sla::default(), 1)
+                .shape
+                .duration_s,
+            Some(30.0)
+        );
+    }
+
+    #[test]
     fn bad_sweeps_name_the_key() {
         let cases = [
             (SWEEP.replace("\"f16\"", "\"q3_k\""), "weights"),
@@ -862,6 +904,11 @@ shape = "chat"
                 "requests",
             ),
             (format!("numa = [\"spread\"]\n{SWEEP}"), "numa"),
+            (SWEEP.replace("requests = 16", "requests = 0"), "duration_s"),
+            (
+                SWEEP.replace("requests = 16", "duration_s = -3.0"),
+                "duration_s must be a positive",
+            ),
         ];
         for (text, key) in cases {
             let err = Sweep::from_toml_str(&text).expect_err(key).to_string();

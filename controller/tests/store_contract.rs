@@ -179,6 +179,7 @@ store_tests!(
     profile_jobs_move_through_their_states,
     an_expired_lease_hands_the_job_to_another_worker,
     concurrent_claimers_never_share_a_job,
+    endpoint_runs_round_trip_newest_first_per_endpoint,
 );
 
 // Fixtures.
@@ -1514,4 +1515,105 @@ async fn concurrent_claimers_never_share_a_job(store: Arc<dyn Store>) {
         .unwrap();
     assert_eq!(running.len(), JOBS);
     assert!(running.iter().all(|job| job.attempts == 1));
+}
+
+fn new_endpoint_run(endpoint_id: EndpointId, started_at: DateTime<Utc>) -> NewEndpointRun {
+    NewEndpointRun {
+        endpoint_id,
+        started_at,
+        finished_at: started_at + Duration::seconds(30),
+        api: "chat".into(),
+        workload_shape: json!({"arrival": {"closed": {"concurrency": 4}}}),
+        request_count: 32,
+        error_count: 1,
+        ttft_p50_ms: 120.5,
+        ttft_p99_ms: 410.25,
+        tpot_p50_ms: 9.5,
+        tpot_p99_ms: 14.75,
+        e2e_p50_ms: 1300.0,
+        e2e_p99_ms: 2100.5,
+        output_tokens_per_s: 410.0,
+        requests_per_s: 3.25,
+        goodput_requests_per_s: 3.0,
+        sla_attainment: 0.96875,
+        report: json!({"requests": 32, "ttft_ms": {"p90": 300.0}}),
+        client_version: "0.1.0".into(),
+    }
+}
+
+/// Endpoints are recorded once per URL and model, found again, and keep their runs apart, newest first.
+async fn endpoint_runs_round_trip_newest_first_per_endpoint(store: Arc<dyn Store>) {
+    let gpu = NewEndpoint {
+        base_url: "http://gpu.internal:8000".into(),
+        model_name: "smollm2".into(),
+    };
+    let endpoint = store.insert_endpoint(&gpu).await.unwrap();
+    assert_eq!(endpoint.base_url, gpu.base_url);
+    assert_eq!(endpoint.model_name, gpu.model_name);
+    assert_eq!(
+        store.find_endpoint(&gpu).await.unwrap(),
+        Some(endpoint.clone())
+    );
+    assert_conflict(
+        store.insert_endpoint(&gpu).await,
+        constraint::ENDPOINTS_URL_MODEL,
+    );
+    let other_model = NewEndpoint {
+        model_name: "llama".into(),
+        ..gpu.clone()
+    };
+    assert_eq!(store.find_endpoint(&other_model).await.unwrap(), None);
+    let other = store.insert_endpoint(&other_model).await.unwrap();
+    let listed: Vec<_> = store
+        .list_endpoints()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(listed, vec![other.id, endpoint.id]);
+
+    let new = new_endpoint_run(endpoint.id, at(1, 10, 0));
+    let row = store.insert_endpoint_run(&new).await.unwrap();
+    let expected = EndpointRunRow {
+        id: row.id,
+        endpoint_id: new.endpoint_id,
+        started_at: micros(new.started_at),
+        finished_at: micros(new.finished_at),
+        api: new.api.clone(),
+        workload_shape: new.workload_shape.clone(),
+        request_count: new.request_count,
+        error_count: new.error_count,
+        ttft_p50_ms: new.ttft_p50_ms,
+        ttft_p99_ms: new.ttft_p99_ms,
+        tpot_p50_ms: new.tpot_p50_ms,
+        tpot_p99_ms: new.tpot_p99_ms,
+        e2e_p50_ms: new.e2e_p50_ms,
+        e2e_p99_ms: new.e2e_p99_ms,
+        output_tokens_per_s: new.output_tokens_per_s,
+        requests_per_s: new.requests_per_s,
+        goodput_requests_per_s: new.goodput_requests_per_s,
+        sla_attainment: new.sla_attainment,
+        report: new.report.clone(),
+        client_version: new.client_version.clone(),
+    };
+    assert_eq!(row, expected);
+    let later = store
+        .insert_endpoint_run(&new_endpoint_run(endpoint.id, at(2, 8, 0)))
+        .await
+        .unwrap();
+    store
+        .insert_endpoint_run(&new_endpoint_run(other.id, at(3, 8, 0)))
+        .await
+        .unwrap();
+    let ids: Vec<_> = store
+        .list_endpoint_runs(endpoint.id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(ids, vec![later.id, row.id]);
+    let missing = new_endpoint_run(EndpointId(9_999), at(1, 0, 0));
+    assert!(store.insert_endpoint_run(&missing).await.is_err());
 }

@@ -17,7 +17,7 @@ use strata_controller::{
     model_cache,
     profile::{self, Progress, RunContext, Sweep},
     quality,
-    store::{ModelRow, NewModel, Store},
+    store::{EndpointRunRow, ModelRow, NewEndpoint, NewEndpointRun, NewModel, Store},
 };
 
 use super::{GlobalArgs, generate::resolve_model};
@@ -58,9 +58,15 @@ pub(crate) struct ProfileArgs {
     /// Poisson arrival rate in requests/s, open loop (endpoint mode).
     #[arg(long)]
     rate: Option<f64>,
-    /// Measured requests (endpoint mode).
-    #[arg(long, default_value_t = 32)]
-    requests: usize,
+    /// Measured requests (endpoint mode; 32 unless --duration is given, then the most sent).
+    #[arg(long)]
+    requests: Option<usize>,
+    /// Send load for this many seconds instead of a request count (endpoint mode).
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+    /// Print the endpoint's figures without recording them in the store (endpoint mode).
+    #[arg(long)]
+    no_store: bool,
     /// Warm-up requests (endpoint mode).
     #[arg(long, default_value_t = 2)]
     warmup: usize,
@@ -88,12 +94,12 @@ impl ProfileArgs {
             .context("starting the async runtime")?;
         match (&self.sweep, &self.endpoint) {
             (Some(path), _) => runtime.block_on(self.run_sweep(global, path)),
-            (None, Some(url)) => runtime.block_on(self.run_endpoint(url)),
+            (None, Some(url)) => runtime.block_on(self.run_endpoint(global, url)),
             (None, None) => anyhow::bail!("give --sweep SWEEP.toml or --endpoint URL --model NAME"),
         }
     }
 
-    async fn run_endpoint(&self, url: &str) -> anyhow::Result<()> {
+    async fn run_endpoint(&self, global: &GlobalArgs, url: &str) -> anyhow::Result<()> {
         let api_key = match &self.api_key_env {
             Some(var) => Some(std::env::var(var).with_context(|| format!("reading ${var}"))?),
             None => None,
@@ -116,7 +122,10 @@ impl ProfileArgs {
                         concurrency: self.concurrency,
                     },
                 },
-                requests: self.requests,
+                requests: self
+                    .requests
+                    .unwrap_or(if self.duration.is_some() { 0 } else { 32 }),
+                duration_s: self.duration,
                 warmup: self.warmup,
             },
             token_prompts: self.token_prompts,
@@ -129,13 +138,25 @@ impl ProfileArgs {
             seed: 0,
             timeout: Duration::from_secs(600),
         };
-        let spinner = ProgressBar::new_spinner().with_message(format!(
-            "{} requests to {url} ({:?})",
-            spec.shape.requests, spec.shape.arrival
-        ));
+        let amount = match spec.shape.duration_s {
+            Some(seconds) => format!("{seconds} s of requests"),
+            None => format!("{} requests", spec.shape.requests),
+        };
+        let spinner = ProgressBar::new_spinner()
+            .with_message(format!("{amount} to {url} ({:?})", spec.shape.arrival));
         spinner.enable_steady_tick(Duration::from_millis(200));
+        let started_at = chrono::Utc::now();
         let report = loadgen::run(&spec).await?;
         spinner.finish_and_clear();
+        if !self.no_store {
+            let (shown, store) = super::store::open(global).await?;
+            let run = record_endpoint_run(store.as_ref(), &spec, &report, started_at).await?;
+            store.close().await;
+            eprintln!(
+                "recorded as endpoint run {} of {} ({}) in {shown}",
+                run.id, spec.base_url, spec.model
+            );
+        }
         if self.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
@@ -281,6 +302,59 @@ impl ProfileArgs {
         );
         Ok(())
     }
+}
+
+/// Records an endpoint run: the endpoint (by base URL and served model) on first use, then the run's
+/// headline figures and whole report in one row.
+async fn record_endpoint_run(
+    store: &dyn Store,
+    spec: &LoadSpec,
+    report: &LoadReport,
+    started_at: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<EndpointRunRow> {
+    let endpoint = NewEndpoint {
+        base_url: spec.base_url.clone(),
+        model_name: spec.model.clone(),
+    };
+    let endpoint = match store.find_endpoint(&endpoint).await? {
+        Some(row) => row,
+        None => store.insert_endpoint(&endpoint).await?,
+    };
+    let finished_at = started_at
+        + chrono::Duration::from_std(Duration::from_secs_f64(report.duration_s.max(0.0)))
+            .unwrap_or_default();
+    let mut whole = serde_json::to_value(report)?;
+    if let Some(fields) = whole.as_object_mut() {
+        // Per-request records make the row large; the percentiles already summarize them.
+        fields.remove("records");
+    }
+    Ok(store
+        .insert_endpoint_run(&NewEndpointRun {
+            endpoint_id: endpoint.id,
+            started_at,
+            finished_at,
+            api: match spec.api {
+                Api::Chat => "chat",
+                Api::Completions => "completions",
+            }
+            .into(),
+            workload_shape: serde_json::to_value(&spec.shape)?,
+            request_count: i64::try_from(report.requests)?,
+            error_count: i64::try_from(report.errors)?,
+            ttft_p50_ms: report.ttft_ms.p50,
+            ttft_p99_ms: report.ttft_ms.p99,
+            tpot_p50_ms: report.tpot_ms.p50,
+            tpot_p99_ms: report.tpot_ms.p99,
+            e2e_p50_ms: report.e2e_ms.p50,
+            e2e_p99_ms: report.e2e_ms.p99,
+            output_tokens_per_s: report.output_tokens_per_s,
+            requests_per_s: report.requests_per_s,
+            goodput_requests_per_s: report.goodput_requests_per_s,
+            sla_attainment: report.sla_attainment,
+            report: whole,
+            client_version: env!("CARGO_PKG_VERSION").into(),
+        })
+        .await?)
 }
 
 /// Scores every weight type of the sweep and records the scores for each config of that type,

@@ -61,6 +61,7 @@ async fn status(global: &GlobalArgs) -> anyhow::Result<()> {
     println!("workloads {}", workloads.len());
     println!("plans     {plans}");
     println!("prices    {}", store.list_catalog_prices(None).await?.len());
+    println!("endpoints {}", store.list_endpoints().await?.len());
     println!(
         "jobs      {} queued",
         store

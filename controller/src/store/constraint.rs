@@ -19,6 +19,8 @@ pub const CONFIGS_SETTINGS: &str = "configs_settings_key";
 pub const CATALOG_PRICES_INSTANCE_DATE: &str = "catalog_prices_instance_date_key";
 /// A workload name is recorded once.
 pub const WORKLOADS_NAME: &str = "workloads_name_key";
+/// An endpoint (base URL and served model name) is recorded once.
+pub const ENDPOINTS_URL_MODEL: &str = "endpoints_url_model_key";
 
 /// Every unique constraint: its name, its table and its columns in declaration order.
 pub(crate) const UNIQUE: &[(&str, &str, &[&str])] = &[
@@ -43,6 +45,11 @@ pub(crate) const UNIQUE: &[(&str, &str, &[&str])] = &[
         &["provider", "region", "instance_type", "price_date"],
     ),
     (WORKLOADS_NAME, "workloads", &["name"]),
+    (
+        ENDPOINTS_URL_MODEL,
+        "endpoints",
+        &["base_url", "model_name"],
+    ),
 ];
 
 /// The constraint name for a SQLite unique-violation message, or the message's column list when no known

@@ -266,6 +266,17 @@ pub trait Store: Send + Sync + fmt::Debug {
     async fn get_profile_job(&self, id: ProfileJobId) -> Result<ProfileJobRow>;
     /// The jobs with a status, or all, oldest first.
     async fn list_profile_jobs(&self, status: Option<JobStatus>) -> Result<Vec<ProfileJobRow>>;
+
+    /// Records an endpoint.
+    async fn insert_endpoint(&self, new: &NewEndpoint) -> Result<EndpointRow>;
+    /// The endpoint with this base URL and served model name, if recorded.
+    async fn find_endpoint(&self, new: &NewEndpoint) -> Result<Option<EndpointRow>>;
+    /// Every endpoint, by base URL and model name.
+    async fn list_endpoints(&self) -> Result<Vec<EndpointRow>>;
+    /// Records one measured run against an endpoint.
+    async fn insert_endpoint_run(&self, new: &NewEndpointRun) -> Result<EndpointRunRow>;
+    /// An endpoint's runs, newest first.
+    async fn list_endpoint_runs(&self, endpoint_id: EndpointId) -> Result<Vec<EndpointRunRow>>;
 }
 
 #[cfg(test)]

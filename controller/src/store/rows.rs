@@ -56,6 +56,10 @@ id_type! {
     LedgerEntryId;
     /// The id of a [`ProfileJobRow`].
     ProfileJobId;
+    /// The id of an [`EndpointRow`].
+    EndpointId;
+    /// The id of an [`EndpointRunRow`].
+    EndpointRunId;
 }
 
 /// A half-open span of time, `start <= t < end`.
@@ -1026,4 +1030,116 @@ mod tests {
         assert_eq!(window.start.to_rfc3339(), "2026-03-01T00:00:00+00:00");
         assert_eq!(window.end.to_rfc3339(), "2026-03-02T00:00:00+00:00");
     }
+}
+
+/// An OpenAI-compatible endpoint measured from outside, to record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewEndpoint {
+    /// Its base URL, without `/v1`.
+    pub base_url: String,
+    /// The model name it serves.
+    pub model_name: String,
+}
+
+/// A recorded endpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, FromRow)]
+pub struct EndpointRow {
+    /// Its id.
+    pub id: EndpointId,
+    /// See [`NewEndpoint::base_url`].
+    pub base_url: String,
+    /// See [`NewEndpoint::model_name`].
+    pub model_name: String,
+    /// When it was first measured.
+    pub created_at: DateTime<Utc>,
+}
+
+/// One measured run against an endpoint, to record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewEndpointRun {
+    /// The endpoint measured.
+    pub endpoint_id: EndpointId,
+    /// When the load started.
+    pub started_at: DateTime<Utc>,
+    /// When the last request finished.
+    pub finished_at: DateTime<Utc>,
+    /// The API called: `completions` or `chat`.
+    pub api: String,
+    /// The shape of the offered load (arrival process, prompt and output lengths), as JSON.
+    pub workload_shape: Value,
+    /// Requests sent.
+    pub request_count: i64,
+    /// Requests that failed.
+    pub error_count: i64,
+    /// Time to first token, p50.
+    pub ttft_p50_ms: f64,
+    /// Time to first token, p99.
+    pub ttft_p99_ms: f64,
+    /// Mean time per output token, p50 over requests.
+    pub tpot_p50_ms: f64,
+    /// Mean time per output token, p99 over requests.
+    pub tpot_p99_ms: f64,
+    /// Arrival to last token, p50.
+    pub e2e_p50_ms: f64,
+    /// Arrival to last token, p99.
+    pub e2e_p99_ms: f64,
+    /// Output tokens per second.
+    pub output_tokens_per_s: f64,
+    /// Completed requests per second.
+    pub requests_per_s: f64,
+    /// Requests per second that met the SLA.
+    pub goodput_requests_per_s: f64,
+    /// The fraction of requests that met the SLA, 0 to 1.
+    pub sla_attainment: f64,
+    /// The load generator's whole report (every percentile, ITL, error samples), as JSON.
+    pub report: Value,
+    /// The version of the load generator that measured it.
+    pub client_version: String,
+}
+
+/// A recorded endpoint run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, FromRow)]
+pub struct EndpointRunRow {
+    /// Its id.
+    pub id: EndpointRunId,
+    /// See [`NewEndpointRun::endpoint_id`].
+    pub endpoint_id: EndpointId,
+    /// See [`NewEndpointRun::started_at`].
+    pub started_at: DateTime<Utc>,
+    /// See [`NewEndpointRun::finished_at`].
+    pub finished_at: DateTime<Utc>,
+    /// See [`NewEndpointRun::api`].
+    pub api: String,
+    /// See [`NewEndpointRun::workload_shape`].
+    #[sqlx(json)]
+    pub workload_shape: Value,
+    /// See [`NewEndpointRun::request_count`].
+    pub request_count: i64,
+    /// See [`NewEndpointRun::error_count`].
+    pub error_count: i64,
+    /// See [`NewEndpointRun::ttft_p50_ms`].
+    pub ttft_p50_ms: f64,
+    /// See [`NewEndpointRun::ttft_p99_ms`].
+    pub ttft_p99_ms: f64,
+    /// See [`NewEndpointRun::tpot_p50_ms`].
+    pub tpot_p50_ms: f64,
+    /// See [`NewEndpointRun::tpot_p99_ms`].
+    pub tpot_p99_ms: f64,
+    /// See [`NewEndpointRun::e2e_p50_ms`].
+    pub e2e_p50_ms: f64,
+    /// See [`NewEndpointRun::e2e_p99_ms`].
+    pub e2e_p99_ms: f64,
+    /// See [`NewEndpointRun::output_tokens_per_s`].
+    pub output_tokens_per_s: f64,
+    /// See [`NewEndpointRun::requests_per_s`].
+    pub requests_per_s: f64,
+    /// See [`NewEndpointRun::goodput_requests_per_s`].
+    pub goodput_requests_per_s: f64,
+    /// See [`NewEndpointRun::sla_attainment`].
+    pub sla_attainment: f64,
+    /// See [`NewEndpointRun::report`].
+    #[sqlx(json)]
+    pub report: Value,
+    /// See [`NewEndpointRun::client_version`].
+    pub client_version: String,
 }

@@ -847,6 +847,86 @@ macro_rules! impl_store {
                     .await?;
                     Ok(rows)
                 }
+
+                async fn insert_endpoint(&self, new: &NewEndpoint) -> Result<EndpointRow> {
+                    let row = query_as::<Db, EndpointRow>(
+                        "INSERT INTO endpoints (base_url, model_name, created_at) VALUES ($1, $2, $3) \
+                         RETURNING *",
+                    )
+                    .bind(&new.base_url)
+                    .bind(&new.model_name)
+                    .bind(now())
+                    .fetch_one(&self.pool)
+                    .await?;
+                    Ok(row)
+                }
+
+                async fn find_endpoint(&self, new: &NewEndpoint) -> Result<Option<EndpointRow>> {
+                    let row = query_as::<Db, EndpointRow>(
+                        "SELECT * FROM endpoints WHERE base_url = $1 AND model_name = $2",
+                    )
+                    .bind(&new.base_url)
+                    .bind(&new.model_name)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                    Ok(row)
+                }
+
+                async fn list_endpoints(&self) -> Result<Vec<EndpointRow>> {
+                    let rows = query_as::<Db, EndpointRow>(
+                        "SELECT * FROM endpoints ORDER BY base_url, model_name",
+                    )
+                    .fetch_all(&self.pool)
+                    .await?;
+                    Ok(rows)
+                }
+
+                async fn insert_endpoint_run(&self, new: &NewEndpointRun) -> Result<EndpointRunRow> {
+                    let row = query_as::<Db, EndpointRunRow>(
+                        "INSERT INTO endpoint_runs (endpoint_id, started_at, finished_at, api, \
+                         workload_shape, request_count, error_count, ttft_p50_ms, ttft_p99_ms, \
+                         tpot_p50_ms, tpot_p99_ms, e2e_p50_ms, e2e_p99_ms, output_tokens_per_s, \
+                         requests_per_s, goodput_requests_per_s, sla_attainment, report, client_version) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
+                         $17, $18, $19) RETURNING *",
+                    )
+                    .bind(new.endpoint_id)
+                    .bind(stored(new.started_at))
+                    .bind(stored(new.finished_at))
+                    .bind(&new.api)
+                    .bind(Json(&new.workload_shape))
+                    .bind(new.request_count)
+                    .bind(new.error_count)
+                    .bind(new.ttft_p50_ms)
+                    .bind(new.ttft_p99_ms)
+                    .bind(new.tpot_p50_ms)
+                    .bind(new.tpot_p99_ms)
+                    .bind(new.e2e_p50_ms)
+                    .bind(new.e2e_p99_ms)
+                    .bind(new.output_tokens_per_s)
+                    .bind(new.requests_per_s)
+                    .bind(new.goodput_requests_per_s)
+                    .bind(new.sla_attainment)
+                    .bind(Json(&new.report))
+                    .bind(&new.client_version)
+                    .fetch_one(&self.pool)
+                    .await?;
+                    Ok(row)
+                }
+
+                async fn list_endpoint_runs(
+                    &self,
+                    endpoint_id: EndpointId,
+                ) -> Result<Vec<EndpointRunRow>> {
+                    let rows = query_as::<Db, EndpointRunRow>(
+                        "SELECT * FROM endpoint_runs WHERE endpoint_id = $1 \
+                         ORDER BY started_at DESC, id DESC",
+                    )
+                    .bind(endpoint_id)
+                    .fetch_all(&self.pool)
+                    .await?;
+                    Ok(rows)
+                }
             }
         };
     };
