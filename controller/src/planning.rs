@@ -13,7 +13,8 @@ use strata_planner::{
     PlannerError,
     catalog::{Catalog, HOURS_PER_MONTH, InstanceType},
     plan::Plan,
-    profile::{ConfigProfile, LoadPoint, MeasuredOn, Provenance},
+    profile::{ConfigProfile, LoadPoint, MeasuredOn, Provenance, Scaling, ScalingRule},
+    service::ServiceCurve,
     workload::Workload,
 };
 
@@ -52,6 +53,24 @@ pub enum PlanningError {
     /// The profile built from stored rows does not validate.
     #[error("profile built from the store: {0}")]
     Profile(#[source] PlannerError),
+    /// No stored profile matches what a gateway pool asked for.
+    #[error(
+        "no stored profile of {wanted} (profile it with `strata profile` or `strata pilot` first)"
+    )]
+    NoProfile {
+        /// The selector, as `MODEL WEIGHTS tTHREADS bBATCH [on hardware N]`.
+        wanted: String,
+    },
+    /// Profiles of the selected config exist on several hosts and none was chosen.
+    #[error(
+        "{wanted} was profiled on several hosts (hardware {hosts}): choose one with `hardware = N`"
+    )]
+    SeveralHosts {
+        /// The selector.
+        wanted: String,
+        /// The hardware ids, comma separated.
+        hosts: String,
+    },
     /// A plan or workload could not be turned into JSON.
     #[error("cannot encode the {what} as JSON: {source}")]
     Json {
@@ -188,6 +207,81 @@ pub async fn profiles_from_store(
         }
     }
     Ok(profiles)
+}
+
+/// Which stored profile a gateway pool's service model comes from: a model's config by its settings,
+/// on one host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileSelector {
+    /// The model's name in the store.
+    pub model: String,
+    /// Runtime weight type.
+    pub weights: String,
+    /// Engine threads.
+    pub threads: u32,
+    /// Most sequences per batch.
+    pub max_batch: u32,
+    /// The host (hardware id) it was measured on; needed only when several hosts measured it.
+    #[serde(default)]
+    pub hardware: Option<i64>,
+}
+
+impl std::fmt::Display for ProfileSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {} t{} b{}",
+            self.model, self.weights, self.threads, self.max_batch
+        )?;
+        if let Some(host) = self.hardware {
+            write!(f, " on hardware {host}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The service model of one engine of the selected config, as measured (no scaling: the endpoint is
+/// taken to run on the host type it was measured on): its slots, prefill rate and TPOT by batch from the
+/// newest capacity curve (or runs) in the store.
+///
+/// # Errors
+/// [`PlanningError::NoProfile`] when nothing matches, [`PlanningError::SeveralHosts`] when several hosts
+/// match and none was chosen, and the errors of [`profiles_from_store`].
+pub async fn stored_service_curve(
+    store: &dyn Store,
+    selector: &ProfileSelector,
+) -> Result<ServiceCurve> {
+    let wanted = selector.to_string();
+    let suffix = selector.hardware.map(|h| format!("-hw{h}"));
+    let matching: Vec<ConfigProfile> = profiles_from_store(store, Some(&selector.model))
+        .await?
+        .into_iter()
+        .filter(|p| {
+            p.weights == selector.weights
+                && p.threads == selector.threads
+                && p.max_batch == selector.max_batch
+                && suffix.as_ref().is_none_or(|s| p.id.ends_with(s.as_str()))
+        })
+        .collect();
+    match matching.as_slice() {
+        [] => Err(PlanningError::NoProfile { wanted }),
+        [profile] => Ok(ServiceCurve::from_profile(
+            profile,
+            Scaling {
+                rule: ScalingRule::MeasuredOnType,
+                factor: 1.0,
+            },
+        )),
+        several => Err(PlanningError::SeveralHosts {
+            wanted,
+            hosts: several
+                .iter()
+                .filter_map(|p| p.id.rsplit_once("-hw").map(|(_, host)| host.to_owned()))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
 }
 
 /// A capacity result's points, in increasing rate.
@@ -641,6 +735,64 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    /// A gateway pool's service model comes from the selected config's stored curve; a selector that
+    /// matches nothing, or several hosts, is refused naming what it asked for.
+    #[tokio::test]
+    async fn a_stored_service_curve_is_found_by_settings_and_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = temp_store(&dir).await;
+        let (_, config, host) = seed(&*store).await;
+        for (minute, rate) in [(0, 0.5), (5, 1.0)] {
+            store
+                .insert_profile_run(&run(config.id, host.id, rate, minute))
+                .await
+                .unwrap();
+        }
+        let mut selector = ProfileSelector {
+            model: "smollm2-135m-instruct".into(),
+            weights: "q8_0".into(),
+            threads: 2,
+            max_batch: 8,
+            hardware: None,
+        };
+        let curve = stored_service_curve(&*store, &selector).await.unwrap();
+        assert_eq!(curve.slots, 8);
+        assert_eq!(curve.copies, 1.0);
+        // Median TPOT 10 ms at 50 and 100 output tokens/s: 0.5 and 1 streams decode together, so the
+        // first point is lifted to one stream.
+        assert_eq!(curve.tpot_by_batch, vec![(1.0, 0.01)]);
+        assert!(curve.prefill_tokens_per_s > 0.0);
+
+        selector.weights = "q4_1".into();
+        let err = stored_service_curve(&*store, &selector)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("no stored profile of smollm2-135m-instruct q4_1 t2 b8"),
+            "{err}"
+        );
+
+        selector.weights = "q8_0".into();
+        let mut other = hardware();
+        other.fingerprint_hash = "fp-other".into();
+        let other = store.insert_hardware(&other).await.unwrap();
+        store
+            .insert_profile_run(&run(config.id, other.id, 0.5, 30))
+            .await
+            .unwrap();
+        let err = stored_service_curve(&*store, &selector)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("several hosts") && err.contains("hardware = N"),
+            "{err}"
+        );
+        selector.hardware = Some(other.id.0);
+        assert!(stored_service_curve(&*store, &selector).await.is_ok());
     }
 
     #[tokio::test]

@@ -48,8 +48,10 @@ impl GatewayArgs {
             config.listen = listen;
         }
         if self.check {
+            let stored = config.pools.iter().filter(|p| p.profile.is_some()).count();
             println!(
-                "{}: {} pools, {} SLA classes, {} keys: valid",
+                "{}: {} pools ({stored} with service models read from the store at start), {} SLA \
+                 classes, {} keys: valid",
                 self.config.display(),
                 config.pools.len(),
                 config.classes.len(),

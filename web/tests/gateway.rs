@@ -23,12 +23,21 @@ use axum::{
 };
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use strata_controller::store::{NewGatewayDecision, NewLedgerEntry, TimeWindow};
+use strata_controller::{
+    planning::{ProfileSelector, stored_service_curve},
+    store::{
+        self, NewConfig, NewGatewayDecision, NewLedgerEntry, NewModel, NewPlan, NewWorkload, Store,
+        TimeWindow,
+    },
+};
 use strata_web::gateway::{
     self, GatewayState,
-    accounting::Sink,
+    accounting::{Sink, StoreSink},
     config::{GatewayConfig, Source},
 };
+
+#[path = "common/seed.rs"]
+mod seed;
 
 /// How a mock upstream behaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,7 +277,11 @@ impl Gateway {
             ("SLOW_KEY".to_owned(), "slow-key".to_owned()),
         ]
         .into();
-        let config = GatewayConfig::from_toml(toml, &env as &dyn Source).expect("valid config");
+        let mut config = GatewayConfig::from_toml(toml, &env as &dyn Source).expect("valid config");
+        config
+            .resolve_stored_profiles(sink.as_deref())
+            .await
+            .expect("stored profiles resolve");
         let state = GatewayState::new(config, sink, None).expect("state");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -924,4 +937,194 @@ priority = 1
     assert_eq!(seen["status"], 429);
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// A measured q8_0 t2 b4 profile of SmolLM2 on one host, in `store`.
+async fn store_a_profile(store: &dyn Store) -> ProfileSelector {
+    let host = store
+        .insert_hardware(&seed::hardware("fp-gateway"))
+        .await
+        .unwrap();
+    let model = store
+        .insert_model(&NewModel {
+            name: "smollm2-135m-instruct".to_owned(),
+            path: "smollm2.gguf".to_owned(),
+            format: "gguf".to_owned(),
+            sha256: "cc33".to_owned(),
+            size_bytes: 94 << 20,
+            parameters: None,
+        })
+        .await
+        .unwrap();
+    let config = store
+        .insert_config(&NewConfig {
+            model_id: model.id,
+            weight_type: "q8_0".to_owned(),
+            threads: 2,
+            max_batch: 4,
+            numa_policy: "none".to_owned(),
+            kv_memory_mib: 256,
+        })
+        .await
+        .unwrap();
+    for (minutes_ago, slow, tokens_per_s) in [(20, 1.0, 100.0), (10, 1.5, 300.0)] {
+        store
+            .insert_profile_run(&seed::run(
+                config.id,
+                host.id,
+                minutes_ago,
+                slow,
+                tokens_per_s,
+                "avx512_vnni",
+            ))
+            .await
+            .unwrap();
+    }
+    ProfileSelector {
+        model: model.name,
+        weights: "q8_0".to_owned(),
+        threads: 2,
+        max_batch: 4,
+        hardware: None,
+    }
+}
+
+/// A real plan (the planner's golden example) recorded for workload `w`, whose first class is renamed
+/// `cheap` and sent to the GPU in full during `gpu_hours` only.
+async fn store_a_plan(store: &dyn Store, gpu_hours: &[u32]) {
+    let mut plan: Value =
+        serde_json::from_str(include_str!("../../planner/tests/golden/example.json")).unwrap();
+    for hour in plan["hours"].as_array_mut().unwrap() {
+        let h = hour["hour"].as_u64().unwrap() as u32;
+        let class = &mut hour["classes"][0];
+        class["class"] = json!("cheap");
+        class["gpu_share"] = json!(if gpu_hours.contains(&h) { 1.0 } else { 0.0 });
+    }
+    let workload = match store.find_workload_by_name("w").await.unwrap() {
+        Some(w) => w,
+        None => store
+            .insert_workload(&NewWorkload {
+                name: "w".to_owned(),
+                spec: json!({"name": "w"}),
+            })
+            .await
+            .unwrap(),
+    };
+    store
+        .insert_plan(&NewPlan {
+            workload_id: workload.id,
+            plan,
+            total_cost_usd: 1.0,
+            total_output_tokens: 1,
+        })
+        .await
+        .unwrap();
+}
+
+/// `toml` with the CPU pool's service model replaced by the stored profile of SmolLM2 `weights` t2 b4.
+fn with_stored_profile(toml: &str, weights: &str) -> String {
+    let profile = format!(
+        r#"profile = {{ model = "smollm2-135m-instruct", weights = "{weights}", threads = 2, max_batch = 4 }}"#
+    );
+    toml.lines()
+        .map(|line| {
+            if line.starts_with("service = ") {
+                profile.as_str()
+            } else {
+                line
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+/// Polls the dry run of `class` until it targets `target` (the plan is re-read every 100 ms).
+async fn wait_for_target(c: &reqwest::Client, base: &str, class: &str, target: &str) -> Value {
+    let mut seen = Value::Null;
+    for _ in 0..60 {
+        seen = dry_run(c, base, class).await;
+        if seen["target"] == target {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    seen
+}
+
+/// The CPU pool's service model comes from the profile stored for its config, and the plan's GPU share
+/// for the current UTC hour (not another hour's) comes from the latest plan in the same store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_models_and_the_current_plan_hour_are_read_from_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store::open(&store::sqlite_url(&dir.path().join("strata.db")))
+        .await
+        .unwrap();
+    let selector = store_a_profile(store.as_ref()).await;
+    let hour = chrono::Timelike::hour(&chrono::Utc::now());
+    // This hour and the next, so that the test holds across an hour boundary.
+    store_a_plan(store.as_ref(), &[hour, (hour + 1) % 24]).await;
+
+    let cpu = MockServer::start(Mode::Fast, Duration::ZERO);
+    let gpu = MockServer::start(Mode::Fast, Duration::ZERO);
+    let toml = with_stored_profile(&config(&[&cpu.url], &[&gpu.url], 4, ""), "q8_0")
+        .replace("[store]\n", "[store]\nworkload = \"w\"\nrefresh_ms = 100\n");
+    let sink: Arc<dyn Sink> = Arc::new(StoreSink(store.clone()));
+    let gw = Gateway::start(&toml, Some(sink)).await;
+    let expected = stored_service_curve(store.as_ref(), &selector)
+        .await
+        .unwrap();
+    assert_eq!(
+        gw.state.table().pools[0].config.service.as_ref(),
+        Some(&expected)
+    );
+    assert_eq!(expected.slots, 4);
+
+    let c = client();
+    let planned = wait_for_target(&c, &gw.base, "cheap", "gpu").await;
+    assert_eq!(planned["target"], "gpu", "{planned}");
+    assert!(planned.to_string().contains("plan_gpu_share"), "{planned}");
+    assert_eq!(dry_run(&c, &gw.base, "lax").await["target"], "cpu");
+
+    // A newer plan that sends `cheap` to the GPU only in other hours: back on CPU.
+    let elsewhere: Vec<u32> = (2..23).map(|d| (hour + d) % 24).collect();
+    store_a_plan(store.as_ref(), &elsewhere).await;
+    let unplanned = wait_for_target(&c, &gw.base, "cheap", "cpu").await;
+    assert_eq!(unplanned["target"], "cpu", "{unplanned}");
+    gw.shutdown().await;
+}
+
+/// A pool that names a profile the store does not hold, or a store-less gateway, is refused at start
+/// naming the pool's key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_stored_profile_is_refused_naming_the_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store::open(&store::sqlite_url(&dir.path().join("strata.db")))
+        .await
+        .unwrap();
+    store_a_profile(store.as_ref()).await;
+    let toml = with_stored_profile(&config(&["http://127.0.0.1:9"], &[], 4, ""), "q4_1");
+    let env: HashMap<String, String> =
+        [("ADMIN".to_owned(), "admin-token-0123456789".to_owned())].into();
+    let mut config = GatewayConfig::from_toml(&toml, &env as &dyn Source).expect("valid config");
+    let sink = StoreSink(store.clone());
+    let err = config
+        .resolve_stored_profiles(Some(&sink))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("pool[0].profile: ")
+            && err.contains("no stored profile of smollm2-135m-instruct q4_1 t2 b4"),
+        "{err}"
+    );
+    let err = config
+        .resolve_stored_profiles(None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("pool[0].profile") && err.contains("needs the store"),
+        "{err}"
+    );
 }

@@ -18,7 +18,11 @@ use std::{
 
 use async_trait::async_trait;
 use chrono::{DateTime, Datelike, NaiveDate, Utc};
-use strata_controller::store::{NewGatewayDecision, NewLedgerEntry, Store, TimeWindow};
+use strata_controller::{
+    planning::{self, ProfileSelector},
+    store::{NewGatewayDecision, NewLedgerEntry, Store, TimeWindow},
+};
+use strata_planner::service::ServiceCurve;
 
 /// Where accounting rows go and totals come from.
 #[async_trait]
@@ -31,6 +35,12 @@ pub trait Sink: Send + Sync {
     async fn spent(&self, window: TimeWindow) -> Result<f64, String>;
     /// The latest plan of `workload`, as JSON.
     async fn plan(&self, workload: &str) -> Result<Option<serde_json::Value>, String>;
+    /// The service model of one engine of a stored profile.
+    async fn service_curve(&self, selector: &ProfileSelector) -> Result<ServiceCurve, String> {
+        Err(format!(
+            "{selector}: this gateway's store keeps no profiles"
+        ))
+    }
 }
 
 /// The store as a sink.
@@ -78,6 +88,12 @@ impl Sink for StoreSink {
             .map(|p| p.map(|p| p.plan))
             .map_err(|e| e.to_string())
     }
+
+    async fn service_curve(&self, selector: &ProfileSelector) -> Result<ServiceCurve, String> {
+        planning::stored_service_curve(self.0.as_ref(), selector)
+            .await
+            .map_err(|e| e.to_string())
+    }
 }
 
 /// A store opened on first use and retried on each use until it opens, so that a gateway started while
@@ -122,6 +138,10 @@ impl Sink for LazyStore {
 
     async fn plan(&self, workload: &str) -> Result<Option<serde_json::Value>, String> {
         self.get().await?.plan(workload).await
+    }
+
+    async fn service_curve(&self, selector: &ProfileSelector) -> Result<ServiceCurve, String> {
+        self.get().await?.service_curve(selector).await
     }
 }
 

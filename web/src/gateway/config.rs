@@ -8,6 +8,9 @@
 use std::{collections::HashMap, fmt, net::SocketAddr, time::Duration};
 
 use serde::Deserialize;
+use strata_controller::planning::ProfileSelector;
+
+use super::accounting::Sink;
 use strata_planner::{
     route::{BudgetRules, PoolKind},
     service::ServiceCurve,
@@ -229,6 +232,10 @@ pub struct PoolFile {
     /// Service model of one CPU endpoint (slots, prefill tokens/s, TPOT by batch).
     #[serde(default)]
     pub service: Option<ServiceCurve>,
+    /// Or the stored profile the CPU service model is read from at start and on reload
+    /// (`{ model, weights, threads, max_batch, hardware }`).
+    #[serde(default)]
+    pub profile: Option<ProfileSelector>,
     /// GPU: p99 TTFT, ms.
     #[serde(default)]
     pub ttft_p99_ms: Option<f64>,
@@ -393,8 +400,10 @@ pub struct PoolConfig {
     pub max_concurrency: u32,
     /// Price.
     pub price: Price,
-    /// CPU: service model of one endpoint.
+    /// CPU: service model of one endpoint (from the file, or from the store once resolved).
     pub service: Option<ServiceCurve>,
+    /// CPU: the stored profile the service model comes from, when the file names one.
+    pub profile: Option<ProfileSelector>,
     /// GPU: p99 TTFT.
     pub gpu_ttft: Duration,
     /// GPU: p99 TPOT.
@@ -489,6 +498,43 @@ pub struct GatewayConfig {
 }
 
 impl GatewayConfig {
+    /// Whether some CPU pool reads its service model from a stored profile.
+    pub fn has_stored_profiles(&self) -> bool {
+        self.pools.iter().any(|p| p.profile.is_some())
+    }
+
+    /// Reads the service model of every pool that names a stored profile from `sink` (the store).
+    ///
+    /// # Errors
+    /// A [`ConfigError`] on `pool[i].profile` when there is no store, the profile is not found, or its
+    /// curve is not usable.
+    pub async fn resolve_stored_profiles(
+        &mut self,
+        sink: Option<&dyn Sink>,
+    ) -> Result<(), ConfigError> {
+        for (i, pool) in self.pools.iter_mut().enumerate() {
+            let Some(selector) = &pool.profile else {
+                continue;
+            };
+            let key = format!("pool[{i}].profile");
+            let sink = sink.ok_or_else(|| {
+                err(
+                    &key,
+                    "a stored profile needs the store: give the pool a service model instead to run \
+                     without one",
+                )
+            })?;
+            let service = sink
+                .service_curve(selector)
+                .await
+                .map_err(|problem| err(&key, problem))?;
+            check_service(&format!("pool[{i}]"), &service)
+                .map_err(|e| err(&key, format!("the stored curve is unusable: {}", e.problem)))?;
+            pool.service = Some(service);
+        }
+        Ok(())
+    }
+
     /// Parses and validates TOML `text`, reading secrets from `env`.
     ///
     /// # Errors
@@ -503,6 +549,25 @@ impl GatewayConfig {
         })?;
         file.validate(env)
     }
+}
+
+/// A CPU service model the router can use: `slots >= 1`, a positive prefill rate and copy count, and TPOT
+/// points with increasing positive batch sizes.
+fn check_service(key: &str, s: &ServiceCurve) -> Result<(), ConfigError> {
+    let bad = s.slots == 0
+        || !is_positive(s.prefill_tokens_per_s)
+        || s.tpot_by_batch.is_empty()
+        || s.tpot_by_batch.iter().any(|&(b, t)| !(b > 0.0 && t >= 0.0))
+        || s.tpot_by_batch.windows(2).any(|w| w[1].0 <= w[0].0)
+        || !is_positive(s.copies);
+    if bad {
+        return Err(err(
+            format!("{key}.service"),
+            "slots >= 1, prefill_tokens_per_s > 0, copies > 0, and tpot_by_batch non-empty with batch \
+             sizes > 0 in increasing order",
+        ));
+    }
+    Ok(())
 }
 
 fn is_positive(x: f64) -> bool {
@@ -627,30 +692,28 @@ impl GatewayConfigFile {
                     ));
                 }
             };
-            if p.kind == PoolKind::Cpu {
-                match &p.service {
-                    None => {
-                        return Err(err(
-                            format!("{key}.service"),
-                            "a CPU pool needs its service model (slots, prefill_tokens_per_s, tpot_by_batch, copies)",
-                        ));
-                    }
-                    Some(s) => {
-                        let bad = s.slots == 0
-                            || !is_positive(s.prefill_tokens_per_s)
-                            || s.tpot_by_batch.is_empty()
-                            || s.tpot_by_batch.iter().any(|&(b, t)| !(b > 0.0 && t >= 0.0))
-                            || s.tpot_by_batch.windows(2).any(|w| w[1].0 <= w[0].0)
-                            || !is_positive(s.copies);
-                        if bad {
-                            return Err(err(
-                                format!("{key}.service"),
-                                "slots >= 1, prefill_tokens_per_s > 0, copies > 0, and tpot_by_batch non-empty \
-                                 with batch sizes > 0 in increasing order",
-                            ));
-                        }
-                    }
+            match (p.kind, &p.service, &p.profile) {
+                (PoolKind::Cpu, None, None) => {
+                    return Err(err(
+                        format!("{key}.service"),
+                        "a CPU pool needs its service model (slots, prefill_tokens_per_s, tpot_by_batch, \
+                         copies) or a stored profile (profile = { model, weights, threads, max_batch })",
+                    ));
                 }
+                (PoolKind::Cpu, Some(_), Some(_)) => {
+                    return Err(err(
+                        format!("{key}.profile"),
+                        "give service or profile, not both",
+                    ));
+                }
+                (PoolKind::Cpu, Some(service), None) => check_service(&key, service)?,
+                (PoolKind::Gpu, _, Some(_)) => {
+                    return Err(err(
+                        format!("{key}.profile"),
+                        "only CPU pools take a stored profile",
+                    ));
+                }
+                _ => {}
             }
             let ms = |k: &str, v: u64| {
                 if v == 0 {
@@ -710,6 +773,7 @@ impl GatewayConfigFile {
                 max_concurrency: p.max_concurrency,
                 price,
                 service: p.service.clone(),
+                profile: p.profile.clone(),
                 gpu_ttft: gpu_ms("ttft_p99_ms", p.ttft_p99_ms)?,
                 gpu_tpot: gpu_ms("tpot_p99_ms", p.tpot_p99_ms)?,
                 connect_timeout: ms("connect_timeout_ms", p.connect_timeout_ms)?,
@@ -886,6 +950,37 @@ url = "http://127.0.0.1:8000"
         assert_eq!(e.key, "budget.action[0].class");
         let e = parse("bogus = 1\n").unwrap_err();
         assert!(e.problem.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn a_cpu_pool_takes_a_service_model_or_a_stored_profile() {
+        let profile = r#"profile = { model = "m", weights = "q8_0", threads = 2, max_batch = 4 }"#;
+        let stored = BASE.replace(
+            "service = { slots = 4, prefill_tokens_per_s = 1000.0, tpot_by_batch = [[1.0, 0.01], [4.0, 0.02]], copies = 1.0 }",
+            profile,
+        );
+        let env: HashMap<String, String> = HashMap::new();
+        let c = GatewayConfig::from_toml(&stored, &env).expect("valid");
+        assert!(c.has_stored_profiles());
+        assert_eq!(c.pools[0].service, None, "read from the store at start");
+        assert_eq!(
+            c.pools[0].profile.as_ref().map(|p| p.to_string()),
+            Some("m q8_0 t2 b4".to_owned())
+        );
+        let both = BASE.replace(
+            "tokens_per_s = 100\n",
+            &format!("tokens_per_s = 100\n{profile}\n"),
+        );
+        let e = GatewayConfig::from_toml(&both, &env).unwrap_err();
+        assert_eq!(e.key, "pool[0].profile");
+        let gpu = format!(
+            "[[pool]]\nname = \"gpu\"\nkind = \"gpu\"\nmodels = [\"m\"]\nprice_per_million_tokens_usd = 1.0\n\
+             ttft_p99_ms = 100\ntpot_p99_ms = 10\n{profile}\n[[pool.endpoint]]\nurl = \"http://x\"\n"
+        );
+        assert_eq!(parse(&gpu).unwrap_err().key, "pool[1].profile");
+        let typo = stored.replace("max_batch = 4", "max_bach = 4");
+        let e = GatewayConfig::from_toml(&typo, &env).unwrap_err();
+        assert!(e.problem.contains("max_bach"), "{e}");
     }
 
     #[test]

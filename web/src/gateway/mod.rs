@@ -378,11 +378,11 @@ impl GatewayState {
         }
     }
 
-    /// Reloads the configuration file.
+    /// Reloads the configuration file, reading stored profiles again.
     ///
     /// # Errors
     /// When there is no file, it cannot be read, or it is invalid; the running config stays.
-    pub fn reload(&self) -> Result<(), GatewayError> {
+    pub async fn reload(&self) -> Result<(), GatewayError> {
         let Some(path) = &self.config_path else {
             return Err(GatewayError::Config(config::ConfigError {
                 key: "(file)".into(),
@@ -393,7 +393,8 @@ impl GatewayState {
             path: path.clone(),
             source,
         })?;
-        let config = GatewayConfig::from_toml(&text, &Env)?;
+        let mut config = GatewayConfig::from_toml(&text, &Env)?;
+        config.resolve_stored_profiles(self.sink.as_deref()).await?;
         let old = self.table();
         let table = self.build_table(config, Some(&old))?;
         *self.table.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(table);
@@ -504,6 +505,8 @@ pub async fn run(
 ) -> Result<(), GatewayError> {
     let addr = config.listen;
     let sink = store;
+    let mut config = config;
+    config.resolve_stored_profiles(sink.as_deref()).await?;
     let state = GatewayState::new(config, sink, config_path)?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -596,7 +599,7 @@ async fn admin_auth(
 }
 
 async fn admin_reload(State(state): State<Arc<GatewayState>>) -> Response {
-    match state.reload() {
+    match state.reload().await {
         Ok(()) => Json(json!({"reloaded": true})).into_response(),
         Err(e) => ApiError::invalid(e.to_string()).into_response(),
     }
