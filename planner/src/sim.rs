@@ -1,8 +1,8 @@
 //! Seeded discrete-event simulation of a plan: Poisson arrivals per hour (or a trace), lengths drawn from
-//! the classes, [`route`](crate::route::route()) deciding each request, CPU instances as FCFS multi-slot
-//! stations whose service times come from the measured curve, GPU fallback at its stated p99s.
-//! Deterministic per seed; separate random streams for arrivals, lengths and routing draws keep common
-//! random numbers across plans. O(requests x log slots).
+//! the classes, [`route`](crate::route::route()) deciding each request, CPU instances as continuously
+//! batching hosts ([`BatchingHost`]: slots, serial prefill, a shared decode pace from the measured curve),
+//! GPU fallback at its stated p99s. Deterministic per seed; separate random streams for arrivals, lengths
+//! and routing draws keep common random numbers across plans. O(requests x slots).
 
 use std::collections::VecDeque;
 
@@ -100,32 +100,12 @@ pub struct SimReport {
     pub classes: Vec<ClassSim>,
 }
 
-/// An FCFS station with `slots` servers (one CPU instance's continuous-batching slots). Each request takes
-/// the slot that frees first (the Kiefer-Wolfowitz recursion), so waiting times are exact for FCFS G/G/c.
-/// Prompts are prefilled one after another on the instance's compute ([`Station::admit_prefill_first`]):
-/// prefill is compute-bound, so two prompts arriving together do not both prefill at full speed.
+/// An FCFS station with `slots` servers. Each request takes the slot that frees first (the Kiefer-Wolfowitz
+/// recursion), so waiting times are exact for FCFS G/G/c; the queueing checks against Erlang C use it.
 #[derive(Debug, Clone)]
 pub struct Station {
     /// Slot free times, sorted ascending.
     free: VecDeque<f64>,
-    /// When each prefill lane (one per copy of the measured host in the instance) is next free.
-    prefill_free: Vec<f64>,
-    /// Finish times of admitted requests, as a min-heap.
-    finishing: std::collections::BinaryHeap<std::cmp::Reverse<OrdF64>>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct OrdF64(f64);
-impl Eq for OrdF64 {}
-impl PartialOrd for OrdF64 {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for OrdF64 {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&o.0)
-    }
 }
 
 impl Station {
@@ -133,47 +113,7 @@ impl Station {
     pub fn new(slots: u32) -> Station {
         Station {
             free: std::iter::repeat_n(0.0, slots.max(1) as usize).collect(),
-            prefill_free: vec![0.0],
-            finishing: Default::default(),
         }
-    }
-
-    /// A station with `slots` servers and `lanes` (at least 1) prompts prefilled at a time.
-    pub fn with_prefill_lanes(slots: u32, lanes: u32) -> Station {
-        Station {
-            prefill_free: vec![0.0; lanes.max(1) as usize],
-            ..Station::new(slots)
-        }
-    }
-
-    /// Admits a request arriving at `t` that needs `prefill_s` of the instance's prefill compute (shared,
-    /// first come first served) once it holds a slot, then decodes for `decode(busy)` seconds, `busy`
-    /// being the slots in use (itself included) when its prefill ends. Returns (first token, finish).
-    pub fn admit_prefill_first(
-        &mut self,
-        t: f64,
-        prefill_s: f64,
-        decode: impl FnOnce(f64) -> f64,
-    ) -> (f64, f64) {
-        let first = self.free.pop_front().unwrap_or(0.0);
-        let slot = first.max(t);
-        let (lane, lane_free) = self
-            .prefill_free
-            .iter()
-            .copied()
-            .enumerate()
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-            .unwrap_or((0, 0.0));
-        let prefilled = slot.max(lane_free) + prefill_s;
-        if let Some(free) = self.prefill_free.get_mut(lane) {
-            *free = prefilled;
-        }
-        let others_busy = self.free.len() - self.free.partition_point(|&f| f <= prefilled);
-        let finish = prefilled + decode(others_busy as f64 + 1.0);
-        let at = self.free.partition_point(|&f| f <= finish);
-        self.free.insert(at, finish);
-        self.finishing.push(std::cmp::Reverse(OrdF64(finish)));
-        (prefilled, finish)
     }
 
     /// Admits a request arriving at `t`; `service(busy)` gives its service time when `busy` slots (itself
@@ -185,19 +125,194 @@ impl Station {
         let finish = start + service(others_busy as f64 + 1.0);
         let at = self.free.partition_point(|&f| f <= finish);
         self.free.insert(at, finish);
-        self.finishing.push(std::cmp::Reverse(OrdF64(finish)));
         (start, finish)
     }
+}
 
-    /// Load at `now` (finished requests are forgotten).
-    pub fn load(&mut self, now: f64) -> InstanceLoad {
-        while self.finishing.peek().is_some_and(|r| r.0.0 <= now) {
-            self.finishing.pop();
+/// A request on a [`BatchingHost`].
+#[derive(Debug, Clone, Copy)]
+struct Job {
+    class: usize,
+    arrival: f64,
+    prompt_tokens: f64,
+    /// When its prefill ends (set when it gets a slot).
+    first_token: f64,
+    /// Output tokens still to decode after the first.
+    remaining: f64,
+}
+
+/// A request a [`BatchingHost`] has finished.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Finished {
+    /// Its class index.
+    pub class: usize,
+    /// When it arrived.
+    pub arrival: f64,
+    /// When its first token came out (end of prefill).
+    pub first_token: f64,
+    /// When its last token came out.
+    pub finish: f64,
+}
+
+/// Remaining tokens below this count as none (floating-point dust from advancing in steps).
+const TOKEN_DUST: f64 = 1e-9;
+
+/// One CPU instance's continuous batching, run event by event: a request holds one of the `slots` batch
+/// slots from its admission (FCFS while all are taken) to its last token; prompts prefill one after
+/// another per lane (prefill is compute-bound, one lane per copy of the measured host); every decoding
+/// request advances together, one token each `tpot_s(n)` seconds while `n` decode, so a request slows down
+/// when others join its batch and speeds up when they leave, as in the engine's step loop.
+#[derive(Debug, Clone)]
+pub struct BatchingHost {
+    curve: ServiceCurve,
+    now: f64,
+    /// When each prefill lane is next free.
+    lanes: Vec<f64>,
+    waiting: VecDeque<Job>,
+    prefilling: Vec<Job>,
+    decoding: Vec<Job>,
+    finished: Vec<Finished>,
+}
+
+impl BatchingHost {
+    /// An idle host serving with `curve`.
+    pub fn new(curve: &ServiceCurve) -> BatchingHost {
+        BatchingHost {
+            curve: curve.clone(),
+            now: 0.0,
+            lanes: vec![0.0; curve.prefill_lanes() as usize],
+            waiting: VecDeque::new(),
+            prefilling: Vec::new(),
+            decoding: Vec::new(),
+            finished: Vec::new(),
         }
-        let in_flight = self.finishing.len() as u32;
+    }
+
+    /// Admits a request of `class` arriving at `t` (not before the last time the host was run to).
+    pub fn admit(&mut self, t: f64, class: usize, prompt_tokens: f64, output_tokens: f64) {
+        self.advance(t);
+        self.waiting.push_back(Job {
+            class,
+            arrival: t,
+            prompt_tokens,
+            first_token: f64::NAN,
+            remaining: (output_tokens - 1.0).max(0.0),
+        });
+        self.grant_slots();
+    }
+
+    /// Load at `t`, after running the host until then.
+    pub fn load(&mut self, t: f64) -> InstanceLoad {
+        self.advance(t);
+        let waiting = self.waiting.len() as u32;
         InstanceLoad {
-            in_flight,
-            queue_depth: in_flight.saturating_sub(self.free.len() as u32),
+            in_flight: waiting + (self.prefilling.len() + self.decoding.len()) as u32,
+            queue_depth: waiting,
+        }
+    }
+
+    /// The requests finished so far, handed over once.
+    pub fn take_finished(&mut self) -> Vec<Finished> {
+        std::mem::take(&mut self.finished)
+    }
+
+    /// Runs the host until every admitted request has finished.
+    pub fn finish_all(&mut self) {
+        self.advance(f64::INFINITY);
+    }
+
+    fn in_use(&self) -> usize {
+        self.prefilling.len() + self.decoding.len()
+    }
+
+    /// Gives free slots to waiting requests, first come first served; each prefill starts when a lane is free.
+    fn grant_slots(&mut self) {
+        while self.in_use() < self.curve.slots as usize {
+            let Some(mut job) = self.waiting.pop_front() else {
+                return;
+            };
+            let (lane, lane_free) = self
+                .lanes
+                .iter()
+                .copied()
+                .enumerate()
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .unwrap_or((0, 0.0));
+            job.first_token = self.now.max(lane_free) + self.curve.prefill_s(job.prompt_tokens);
+            if let Some(free) = self.lanes.get_mut(lane) {
+                *free = job.first_token;
+            }
+            self.prefilling.push(job);
+        }
+    }
+
+    /// Runs the host's events (prefill ends, last tokens) up to `t`.
+    fn advance(&mut self, t: f64) {
+        loop {
+            let tpot = self.curve.tpot_s(self.decoding.len().max(1) as f64);
+            let next_prefill = self
+                .prefilling
+                .iter()
+                .map(|j| j.first_token)
+                .fold(f64::INFINITY, f64::min);
+            let next_decode = match self.decoding.iter().map(|j| j.remaining).reduce(f64::min) {
+                Some(fewest) => self.now + fewest * tpot,
+                None => f64::INFINITY,
+            };
+            let next = next_prefill.min(next_decode);
+            if !next.is_finite() || next > t {
+                if t.is_finite() && t > self.now {
+                    self.decode_for(t - self.now, tpot);
+                    self.now = t;
+                }
+                return;
+            }
+            self.decode_for(next - self.now, tpot);
+            self.now = next.max(self.now);
+            self.end_prefills();
+            self.end_decodes();
+            self.grant_slots();
+        }
+    }
+
+    fn decode_for(&mut self, dt: f64, tpot: f64) {
+        if dt <= 0.0 {
+            return;
+        }
+        let tokens = if tpot > 0.0 { dt / tpot } else { f64::INFINITY };
+        for job in &mut self.decoding {
+            job.remaining -= tokens;
+        }
+    }
+
+    fn end_prefills(&mut self) {
+        let now = self.now;
+        let mut i = 0;
+        while i < self.prefilling.len() {
+            if self.prefilling[i].first_token <= now {
+                let job = self.prefilling.swap_remove(i);
+                self.decoding.push(job);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    fn end_decodes(&mut self) {
+        let now = self.now;
+        let mut i = 0;
+        while i < self.decoding.len() {
+            if self.decoding[i].remaining <= TOKEN_DUST {
+                let job = self.decoding.swap_remove(i);
+                self.finished.push(Finished {
+                    class: job.class,
+                    arrival: job.arrival,
+                    first_token: job.first_token,
+                    finish: now.max(job.first_token),
+                });
+            } else {
+                i += 1;
+            }
         }
     }
 }
@@ -215,6 +330,17 @@ struct Samples {
     rejected: u64,
     gpu: u64,
     good: u64,
+}
+
+impl Samples {
+    /// One answered request's latencies, seconds.
+    fn record(&mut self, sla: &Sla, ttft: f64, e2e: f64) {
+        if sla.met_by(ttft, e2e) {
+            self.good += 1;
+        }
+        self.ttft.push(ttft as f32);
+        self.e2e.push(e2e as f32);
+    }
 }
 
 /// Replays `plan` on `workload` with the plan's chosen config taken from `profiles`.
@@ -291,7 +417,7 @@ struct Run<'a> {
     curve: &'a ServiceCurve,
     rules: &'a BudgetRules,
     opts: &'a SimOptions,
-    stations: Vec<Station>,
+    stations: Vec<BatchingHost>,
     loads: Vec<InstanceLoad>,
     samples: Vec<Samples>,
     arrivals_rng: ChaCha8Rng,
@@ -340,9 +466,7 @@ impl<'a> Run<'a> {
             curve,
             rules,
             opts,
-            stations: (0..max_n)
-                .map(|_| Station::with_prefill_lanes(curve.slots, curve.prefill_lanes()))
-                .collect(),
+            stations: (0..max_n).map(|_| BatchingHost::new(curve)).collect(),
             loads: vec![InstanceLoad::default(); max_n],
             samples: workload
                 .classes
@@ -432,6 +556,7 @@ impl<'a> Run<'a> {
         for &i in &pick {
             if n > 0 {
                 self.loads[i % n] = self.stations[i % n].load(t);
+                self.record_finished(i % n);
             }
         }
         let cl = &self.workload.classes[class];
@@ -499,11 +624,9 @@ impl<'a> Run<'a> {
                 return;
             }
             Target::Cpu { instance, .. } => {
-                let curve = self.curve;
-                let (first_token, finish) =
-                    self.stations[instance]
-                        .admit_prefill_first(t, curve.prefill_s(p), |busy| curve.decode_s(o, busy));
-                (first_token - t, finish - t)
+                // Its latencies are known when it finishes (later arrivals slow its batch down).
+                self.stations[instance].admit(t, class, p, o);
+                return;
             }
             Target::Gpu { .. } => {
                 s.gpu += 1;
@@ -521,14 +644,22 @@ impl<'a> Run<'a> {
                 )
             }
         };
-        if cl.sla.met_by(ttft, e2e) {
-            s.good += 1;
+        s.record(&cl.sla, ttft, e2e);
+    }
+
+    /// Records the requests instance `i` has finished.
+    fn record_finished(&mut self, i: usize) {
+        for f in self.stations[i].take_finished() {
+            let sla = &self.workload.classes[f.class].sla;
+            self.samples[f.class].record(sla, f.first_token - f.arrival, f.finish - f.arrival);
         }
-        s.ttft.push(ttft as f32);
-        s.e2e.push(e2e as f32);
     }
 
     fn report(mut self, seed: u64, days: f64) -> SimReport {
+        for i in 0..self.stations.len() {
+            self.stations[i].finish_all();
+            self.record_finished(i);
+        }
         let whole_days = days.ceil().max(1.0);
         let cpu_cost: f64 = self.cpu_hour_cost.iter().sum::<f64>() * whole_days;
         let g = &self.plan.gpu_fallback;
@@ -595,4 +726,68 @@ fn p99(v: &mut [f32]) -> f64 {
     let k = ((v.len() as f64 * 0.99).ceil() as usize).clamp(1, v.len()) - 1;
     let (_, x, _) = v.select_nth_unstable_by(k, f32::total_cmp);
     f64::from(*x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 10-token prompts prefill in 0.1 s; one decoding request takes 0.1 s a token, two 0.2 s each.
+    fn curve(slots: u32) -> ServiceCurve {
+        ServiceCurve {
+            slots,
+            prefill_tokens_per_s: 100.0,
+            tpot_by_batch: vec![(1.0, 0.1), (2.0, 0.2)],
+            copies: 1.0,
+        }
+    }
+
+    fn finished(host: &mut BatchingHost) -> Vec<(f64, f64)> {
+        host.finish_all();
+        let mut done = host.take_finished();
+        done.sort_by(|a, b| a.arrival.total_cmp(&b.arrival).then(a.class.cmp(&b.class)));
+        done.iter()
+            .map(|f| {
+                (
+                    (f.first_token * 1e6).round() / 1e6,
+                    (f.finish * 1e6).round() / 1e6,
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_lone_request_prefills_then_decodes_at_the_single_stream_pace() {
+        let mut host = BatchingHost::new(&curve(4));
+        host.admit(1.0, 0, 10.0, 5.0);
+        assert_eq!(finished(&mut host), vec![(1.1, 1.5)]);
+        host.admit(2.0, 0, 10.0, 1.0);
+        assert_eq!(
+            finished(&mut host),
+            vec![(2.1, 2.1)],
+            "one token: done at the first"
+        );
+    }
+
+    #[test]
+    fn prompts_prefill_one_after_another_and_a_joining_request_slows_the_batch() {
+        let mut host = BatchingHost::new(&curve(2));
+        host.admit(0.0, 0, 10.0, 5.0);
+        host.admit(0.0, 1, 10.0, 5.0);
+        // A decodes one token alone (0.1-0.2), then three at 0.2 s beside B (to 0.8); B has one left at
+        // 0.8 and decodes it alone.
+        assert_eq!(finished(&mut host), vec![(0.1, 0.8), (0.2, 0.9)]);
+    }
+
+    #[test]
+    fn without_a_free_slot_a_request_waits_for_one() {
+        let mut host = BatchingHost::new(&curve(1));
+        host.admit(0.0, 0, 10.0, 5.0);
+        host.admit(0.0, 1, 10.0, 5.0);
+        let load = host.load(0.05);
+        assert_eq!((load.in_flight, load.queue_depth), (2, 1));
+        assert_eq!(finished(&mut host), vec![(0.1, 0.5), (0.6, 1.0)]);
+        let load = host.load(2.0);
+        assert_eq!((load.in_flight, load.queue_depth), (0, 0));
+    }
 }

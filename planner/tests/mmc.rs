@@ -1,10 +1,12 @@
-//! The simulator's FCFS station against the M/M/c closed form (Erlang C): mean wait and probability of
-//! waiting within 2%.
+//! The simulator's FCFS station and its continuously batching host (with an instant prefill and a pace
+//! that does not depend on the batch, it is an M/M/c queue too) against the M/M/c closed form (Erlang C):
+//! mean wait and probability of waiting within 2%.
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use strata_planner::queueing::{erlang_c, mmc_mean_wait};
-use strata_planner::sim::{Station, exponential};
+use strata_planner::service::ServiceCurve;
+use strata_planner::sim::{BatchingHost, Station, exponential};
 
 fn run(lambda: f64, mu: f64, c: u32, n: usize, seed: u64) -> (f64, f64) {
     let mut arrivals = ChaCha8Rng::seed_from_u64(seed);
@@ -15,9 +17,6 @@ fn run(lambda: f64, mu: f64, c: u32, n: usize, seed: u64) -> (f64, f64) {
     for i in 0..n {
         t += exponential(&mut arrivals, lambda);
         let (start, _) = st.admit(t, |_| exponential(&mut service, mu));
-        if i % 4096 == 0 {
-            st.load(t);
-        }
         if i >= warmup {
             wait_sum += start - t;
             waited += usize::from(start > t);
@@ -50,6 +49,54 @@ fn mmc_matches_erlang_c_within_2_percent() {
             ep < 0.02,
             "M/M/{c} lambda {lambda}: P(wait) {pw:.4} vs {want_pw:.4} ({:.2}%)",
             ep * 100.0
+        );
+    }
+}
+
+/// Mean wait and probability of waiting on a [`BatchingHost`] whose decode pace is one token a second
+/// whatever the batch, with exponentially many tokens per request and no prefill time.
+fn run_batching(lambda: f64, mu: f64, c: u32, n: usize, seed: u64) -> (f64, f64) {
+    let mut arrivals = ChaCha8Rng::seed_from_u64(seed);
+    let mut service = ChaCha8Rng::seed_from_u64(seed.wrapping_add(1));
+    let mut host = BatchingHost::new(&ServiceCurve {
+        slots: c,
+        prefill_tokens_per_s: 1e300,
+        // The same pace up to a full batch (beyond the last point the curve's token rate would stay flat).
+        tpot_by_batch: vec![(1.0, 1.0), (f64::from(c.max(2)), 1.0)],
+        copies: 1.0,
+    });
+    let warmup = n / 20;
+    let mut t = 0.0;
+    for _ in 0..n {
+        t += exponential(&mut arrivals, lambda);
+        host.admit(t, 0, 1.0, 1.0 + exponential(&mut service, mu));
+    }
+    host.finish_all();
+    let mut done = host.take_finished();
+    done.sort_by(|a, b| a.arrival.total_cmp(&b.arrival));
+    let measured = &done[warmup..];
+    let m = measured.len() as f64;
+    let wait_sum: f64 = measured.iter().map(|f| f.first_token - f.arrival).sum();
+    let waited = measured
+        .iter()
+        .filter(|f| f.first_token - f.arrival > 1e-9)
+        .count();
+    (wait_sum / m, waited as f64 / m)
+}
+
+#[test]
+fn the_batching_host_matches_erlang_c_within_2_percent() {
+    for &(lambda, mu, c) in &[(3.2, 1.0, 4u32), (0.7, 1.0, 1)] {
+        let (wq, pw) = run_batching(lambda, mu, c, 1_000_000, 11);
+        let want_wq = mmc_mean_wait(lambda, mu, c).expect("stable");
+        let want_pw = erlang_c(lambda, mu, c).expect("stable");
+        let (ew, ep) = (
+            (wq - want_wq).abs() / want_wq,
+            (pw - want_pw).abs() / want_pw,
+        );
+        assert!(
+            ew < 0.02 && ep < 0.02,
+            "M/M/{c} at {lambda}: wait {wq} vs {want_wq}, P(wait) {pw} vs {want_pw}"
         );
     }
 }
