@@ -259,27 +259,17 @@ impl Comparison {
     }
 }
 
-/// One class in the replay.
+/// One class in the replay: its p99s observed against predicted (flattened into the class's JSON object),
+/// what the gateway sent to GPU and the SLA attainment.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClassComparison {
     /// Class name.
     pub class: String,
-    /// Requests sent.
-    pub requests: usize,
+    /// Its requests' p99s, observed and predicted.
+    #[serde(flatten)]
+    pub p99: Comparison,
     /// Requests the gateway sent to GPU.
     pub gpu_requests: usize,
-    /// Observed p99 TTFT, s.
-    pub observed_ttft_p99_s: f64,
-    /// Predicted p99 TTFT, s.
-    pub predicted_ttft_p99_s: f64,
-    /// Observed p99 E2E, s.
-    pub observed_e2e_p99_s: f64,
-    /// Predicted p99 E2E, s.
-    pub predicted_e2e_p99_s: f64,
-    /// (predicted - observed) / observed of p99 E2E.
-    pub e2e_p99_error: Option<f64>,
-    /// (predicted - observed) / observed of p99 TTFT.
-    pub ttft_p99_error: Option<f64>,
     /// Share meeting the class SLA, observed.
     pub observed_attainment: f64,
     /// Share meeting the class SLA, predicted.
@@ -411,9 +401,9 @@ async fn evaluate(pilot: &Pilot<'_>, on_step: &mut impl FnMut(Step)) -> Result<P
         .iter()
         .map(|c| ReplayEvidence {
             class: c.class.clone(),
-            requests: c.requests - c.gpu_requests,
+            requests: c.p99.requests - c.gpu_requests,
             observed_attainment: c.observed_attainment,
-            observed_e2e_p99_s: c.observed_e2e_p99_s,
+            observed_e2e_p99_s: c.p99.observed_e2e_p99_s,
             rate_rps: replay.load.rate_rps,
         })
         .collect();
@@ -875,17 +865,10 @@ fn compare(
                 .iter()
                 .filter(|r| class.sla.met_by(r.record.ttft_s, r.record.e2e_s))
                 .count();
-            let p99 = Comparison::of(&mine, p.ttft_p99_s, p.e2e_p99_s);
             ClassComparison {
                 class: class.name.clone(),
-                requests: mine.len(),
+                p99: Comparison::of(&mine, p.ttft_p99_s, p.e2e_p99_s),
                 gpu_requests: mine.iter().filter(|r| is_gpu(r)).count(),
-                observed_ttft_p99_s: p99.observed_ttft_p99_s,
-                predicted_ttft_p99_s: p99.predicted_ttft_p99_s,
-                observed_e2e_p99_s: p99.observed_e2e_p99_s,
-                predicted_e2e_p99_s: p99.predicted_e2e_p99_s,
-                e2e_p99_error: p99.e2e_p99_error,
-                ttft_p99_error: p99.ttft_p99_error,
                 observed_attainment: if mine.is_empty() {
                     0.0
                 } else {
@@ -897,8 +880,8 @@ fn compare(
         .collect();
     let worst = classes
         .iter()
-        .filter(|c| c.requests >= 20)
-        .filter_map(|c| c.e2e_p99_error)
+        .filter(|c| c.p99.requests >= 20)
+        .filter_map(|c| c.p99.e2e_p99_error)
         .map(f64::abs)
         .reduce(f64::max);
     let everything: Vec<&ReplayRecord> = records.iter().collect();

@@ -13,7 +13,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use strata_controller::{
     hardware,
-    pilot::{self, GpuEndpoint, Pilot, PilotReport, Step},
+    pilot::{self, Comparison, GpuEndpoint, Pilot, PilotReport, Step},
     profile::{Progress, RunContext},
 };
 use strata_planner::{pilot::baseline, workload::Budget};
@@ -321,20 +321,9 @@ fn render(r: &PilotReport, id: i64, workload: &Path) -> String {
             "class", "reqs", "E2E p99 obs/pred (s)", "TTFT p99 obs/pred (s)"
         );
         for c in &replay.classes {
-            let err = |e: Option<f64>| e.map_or("-".into(), |e| format!("{:+.0}%", e * 100.0));
-            let _ = writeln!(
-                out,
-                "{:<14} {:>5} {:>8.2}/{:<6.2} {:>6} {:>8.2}/{:<6.2} {:>6}",
-                c.class,
-                c.requests,
-                c.observed_e2e_p99_s,
-                c.predicted_e2e_p99_s,
-                err(c.e2e_p99_error),
-                c.observed_ttft_p99_s,
-                c.predicted_ttft_p99_s,
-                err(c.ttft_p99_error)
-            );
+            comparison_row(&mut out, &c.class, &c.p99);
         }
+        comparison_row(&mut out, "all requests", &replay.all);
         let _ = writeln!(
             out,
             "replay cost ${:.4} observed vs ${:.4} predicted",
@@ -346,4 +335,22 @@ fn render(r: &PilotReport, id: i64, workload: &Path) -> String {
         "\nthe report is stored as pilot {id}: `strata dashboard` shows it at /pilots"
     );
     out
+}
+
+/// One line of the replay table: requests, then p99 E2E and TTFT observed/predicted with the error.
+fn comparison_row(out: &mut String, name: &str, c: &Comparison) {
+    use std::fmt::Write as _;
+    let err = |e: Option<f64>| e.map_or("-".into(), |e| format!("{:+.0}%", e * 100.0));
+    let _ = writeln!(
+        out,
+        "{:<14} {:>5} {:>8.2}/{:<6.2} {:>6} {:>8.2}/{:<6.2} {:>6}",
+        name,
+        c.requests,
+        c.observed_e2e_p99_s,
+        c.predicted_e2e_p99_s,
+        err(c.e2e_p99_error),
+        c.observed_ttft_p99_s,
+        c.predicted_ttft_p99_s,
+        err(c.ttft_p99_error)
+    );
 }
