@@ -639,6 +639,43 @@ pub struct ReplayEvidence {
 /// Replayed requests a class needs before its replay can keep it from migrating.
 pub const MIN_REPLAY_EVIDENCE: usize = 20;
 
+/// How unlikely a replay's SLA misses must be under the target attainment before they count against the
+/// simulation (a one-sided binomial test at this level).
+pub const REPLAY_SIGNIFICANCE: f64 = 0.05;
+
+/// Whether a replay refutes `target` attainment: it has at least [`MIN_REPLAY_EVIDENCE`] requests and
+/// more misses than chance explains, i.e. P(at least that many misses | each request misses with
+/// probability `1 - target`) is below [`REPLAY_SIGNIFICANCE`]. One miss in 52 requests does not refute a
+/// 99% target (41% of such replays show one or more); seven in 59 does.
+pub fn replay_refutes(requests: usize, observed_attainment: f64, target: f64) -> bool {
+    if requests < MIN_REPLAY_EVIDENCE || observed_attainment >= target {
+        return false;
+    }
+    let misses = ((1.0 - observed_attainment) * requests as f64).round() as usize;
+    binomial_tail(requests, misses, (1.0 - target).clamp(0.0, 1.0)) < REPLAY_SIGNIFICANCE
+}
+
+/// P(X >= k) for X ~ Binomial(n, p), summed in log space so that long replays do not underflow.
+fn binomial_tail(n: usize, k: usize, p: f64) -> f64 {
+    if k == 0 {
+        return 1.0;
+    }
+    if p <= 0.0 {
+        return 0.0;
+    }
+    if p >= 1.0 || k > n {
+        return if k > n { 0.0 } else { 1.0 };
+    }
+    let (ln_p, ln_q) = (p.ln(), (1.0 - p).ln());
+    let mut ln_pmf = n as f64 * ln_q;
+    let mut below = 0.0;
+    for i in 0..k {
+        below += ln_pmf.exp();
+        ln_pmf += ((n - i) as f64).ln() - ((i + 1) as f64).ln() + ln_p - ln_q;
+    }
+    (1.0 - below).max(0.0)
+}
+
 /// Decides. A class migrates when at least `min_cpu_share` of it runs on CPU in the simulated plan and
 /// it meets its SLA there with at least `attainment_target` of its requests; nothing migrates when no
 /// weight type passes the quality gate or the plan saves nothing against the baseline.
@@ -791,9 +828,9 @@ fn class_verdict(
             c.ttft_p99_s, c.e2e_p99_s
         ));
     }
-    if let Some(r) = observed.filter(|r| {
-        r.requests >= MIN_REPLAY_EVIDENCE && r.observed_attainment < spec.attainment_target
-    }) {
+    if let Some(r) = observed
+        .filter(|r| replay_refutes(r.requests, r.observed_attainment, spec.attainment_target))
+    {
         reasons.push(format!(
             "in the replay of the busiest hour ({:.2} req/s per host) {:.1}% of its {} requests met the \
              SLA (p99 E2E {:.2} s)",
@@ -1050,6 +1087,27 @@ replay_s = 30
         );
         // Too few requests to outweigh the simulation.
         assert_eq!(decide_with(&[evidence(5)]).kind, VerdictKind::Migrate);
+    }
+
+    #[test]
+    fn a_replay_refutes_the_target_only_with_more_misses_than_chance_explains() {
+        // One miss in 52 at a 99% target happens in 41% of replays; three in 52 in 1.6%.
+        assert!(!replay_refutes(52, 51.0 / 52.0, 0.99));
+        assert!(replay_refutes(52, 49.0 / 52.0, 0.99));
+        assert!(!replay_refutes(19, 0.5, 0.99), "too few requests");
+        assert!(!replay_refutes(500, 0.995, 0.99), "above the target");
+        assert!(
+            replay_refutes(100_000, 0.985, 0.99),
+            "long replays do not underflow"
+        );
+        assert!(
+            replay_refutes(30, 29.0 / 30.0, 1.0),
+            "any miss refutes 100%"
+        );
+        let tail = binomial_tail(52, 1, 0.01);
+        assert!((tail - (1.0 - 0.99f64.powi(52))).abs() < 1e-12, "{tail}");
+        let tail = binomial_tail(52, 3, 0.01);
+        assert!((0.015..0.018).contains(&tail), "{tail}");
     }
 
     #[test]
