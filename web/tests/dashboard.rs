@@ -101,6 +101,17 @@ async fn configs_page_shows_every_config_with_costs_and_the_pareto_chart() {
     let q8 = body.find("$0.37").unwrap();
     assert!(gpu < q8);
     assert!(!body.contains("class=\"empty\""));
+    // Endpoints measured from outside are listed apart from the configs.
+    assert_contains(
+        &body,
+        &[
+            "id=\"endpoints-table\"",
+            "http://gpu-l4.internal:8000",
+            "240 (2 failed)",
+            "2410.5",
+            "98.8%",
+        ],
+    );
 }
 
 #[tokio::test]
@@ -347,7 +358,10 @@ async fn empty_store_pages_say_what_fills_them() {
     let (_dir, store) = empty_store().await;
     let app = strata_web::dashboard::router(store);
     for (uri, needles) in [
-        ("/configs", &["id=\"empty-configs\"", "strata profile"][..]),
+        (
+            "/configs",
+            &["id=\"empty-configs\"", "strata profile --sweep"][..],
+        ),
         ("/plans", &["id=\"empty-plans\"", "strata plan"][..]),
         ("/pilots", &["id=\"empty-pilots\"", "strata pilot"][..]),
         ("/gateway", &["id=\"empty-gateway\"", "strata gateway"][..]),

@@ -148,7 +148,52 @@ struct ConfigsPage {
     pareto_svg: String,
     headers: Vec<Header>,
     rows: Vec<ConfigCells>,
+    endpoints: Vec<EndpointCells>,
     api_href: String,
+}
+
+/// One measured endpoint's newest run, formatted.
+struct EndpointCells {
+    url: String,
+    model: String,
+    api: String,
+    runs: usize,
+    requests: String,
+    tokens: String,
+    ttft50: String,
+    ttft99: String,
+    tpot50: String,
+    tpot99: String,
+    e2e99: String,
+    attainment: String,
+    when: String,
+}
+
+/// Every endpoint measured with `strata profile --endpoint`, by its newest run.
+async fn endpoint_cells(store: &dyn Store) -> Result<Vec<EndpointCells>, DashboardError> {
+    let mut cells = Vec::new();
+    for endpoint in store.list_endpoints().await? {
+        let runs = store.list_endpoint_runs(endpoint.id).await?;
+        let Some(newest) = runs.first() else {
+            continue;
+        };
+        cells.push(EndpointCells {
+            url: endpoint.base_url,
+            model: endpoint.model_name,
+            api: newest.api.clone(),
+            runs: runs.len(),
+            requests: format!("{} ({} failed)", newest.request_count, newest.error_count),
+            tokens: fmt::num(newest.output_tokens_per_s, 1),
+            ttft50: fmt::num(newest.ttft_p50_ms, 0),
+            ttft99: fmt::num(newest.ttft_p99_ms, 0),
+            tpot50: fmt::num(newest.tpot_p50_ms, 1),
+            tpot99: fmt::num(newest.tpot_p99_ms, 1),
+            e2e99: fmt::num(newest.e2e_p99_ms, 0),
+            attainment: fmt::percent(Some(newest.sla_attainment), 1),
+            when: newest.started_at.format("%Y-%m-%d %H:%M UTC").to_string(),
+        });
+    }
+    Ok(cells)
 }
 
 /// The config table's columns: heading, alignment, sort key if sortable.
@@ -263,6 +308,7 @@ pub(crate) async fn configs(
         },
         headers,
         rows: view.rows.iter().map(ConfigCells::from).collect(),
+        endpoints: endpoint_cells(&*store).await?,
         api_href: format!("/api/configs?{}", query::encode_pairs(&params.to_pairs())),
     };
     Ok(Html(page.render()?))

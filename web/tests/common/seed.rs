@@ -241,6 +241,38 @@ pub(crate) async fn demo(store: &dyn Store) -> Seeded {
         })
         .await
         .unwrap();
+    let endpoint = store
+        .insert_endpoint(&NewEndpoint {
+            base_url: "http://gpu-l4.internal:8000".to_owned(),
+            model_name: "smollm2-135m-instruct".to_owned(),
+        })
+        .await
+        .unwrap();
+    let started_at = Utc::now() - Duration::minutes(20);
+    store
+        .insert_endpoint_run(&NewEndpointRun {
+            endpoint_id: endpoint.id,
+            started_at,
+            finished_at: started_at + Duration::seconds(30),
+            api: "chat".to_owned(),
+            workload_shape: json!({"prompt_tokens": {"fixed": 128}, "duration_s": 30.0}),
+            request_count: 240,
+            error_count: 2,
+            ttft_p50_ms: 41.0,
+            ttft_p99_ms: 187.0,
+            tpot_p50_ms: 6.5,
+            tpot_p99_ms: 9.25,
+            e2e_p50_ms: 880.0,
+            e2e_p99_ms: 1320.0,
+            output_tokens_per_s: 2410.5,
+            requests_per_s: 8.0,
+            goodput_requests_per_s: 7.9,
+            sla_attainment: 0.9876,
+            report: json!({"requests": 240}),
+            client_version: "0.1.0".to_owned(),
+        })
+        .await
+        .unwrap();
     let pilot = store.insert_pilot(workload.id).await.unwrap();
     store
         .update_pilot(
