@@ -75,7 +75,7 @@ pub const REQUEST_ID_HEADER: &str = "x-request-id";
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
     /// The configuration is invalid.
-    #[error("config: {0}")]
+    #[error(transparent)]
     Config(#[from] config::ConfigError),
     /// The configuration file cannot be read.
     #[error("{path}: {source}")]
