@@ -4,6 +4,7 @@
 
 use half::{bf16, f16};
 
+use super::tiles::OutLayout;
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
 
 /// Lanes of independent accumulators, so that the compiler can vectorize float sums.
@@ -107,6 +108,60 @@ pub fn vec_dot_q4_0_q8_0_x4(rows: [&[BlockQ4_0]; 4], y: &[BlockQ8_0]) -> [f32; 4
 /// Four Q4_1 weight rows against one activation row: four calls of [`vec_dot_q4_1_q8_1`].
 pub fn vec_dot_q4_1_q8_1_x4(rows: [&[BlockQ4_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
     rows.map(|x| vec_dot_q4_1_q8_1(x, y))
+}
+
+/// `dot` of every row of `w` against every token of `x` (`nb` blocks each), into `out` as `layout`
+/// places them.
+fn gemm<W, A>(
+    w: &[W],
+    x: &[A],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+    dot: fn(&[W], &[A]) -> f32,
+) {
+    if nb == 0 {
+        return;
+    }
+    for (r, row) in w.chunks_exact(nb).enumerate() {
+        for (t, token) in x.chunks_exact(nb).enumerate() {
+            out[t * layout.token_stride + r * layout.row_stride] = dot(row, token);
+        }
+    }
+}
+
+/// [`vec_dot_q8_0_q8_0`] of every row of `w` against every token of `x` (`nb` blocks each), into
+/// `out` as `layout` places them, one call per result.
+pub fn gemm_q8_0_q8_0(
+    w: &[BlockQ8_0],
+    x: &[BlockQ8_0],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    gemm(w, x, nb, out, layout, vec_dot_q8_0_q8_0);
+}
+
+/// [`vec_dot_q4_0_q8_0`] of every row of `w` against every token of `x`, as [`gemm_q8_0_q8_0`].
+pub fn gemm_q4_0_q8_0(
+    w: &[BlockQ4_0],
+    x: &[BlockQ8_0],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    gemm(w, x, nb, out, layout, vec_dot_q4_0_q8_0);
+}
+
+/// [`vec_dot_q4_1_q8_1`] of every row of `w` against every token of `x`, as [`gemm_q8_0_q8_0`].
+pub fn gemm_q4_1_q8_1(
+    w: &[BlockQ4_1],
+    x: &[BlockQ8_1],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    gemm(w, x, nb, out, layout, vec_dot_q4_1_q8_1);
 }
 
 /// `y = f16(x * v + y)` element by element, fused, rounded to f16 at every step (ggml
