@@ -51,6 +51,8 @@ enum Converted<'a> {
     Q8_1(&'a [BlockQ8_1]),
 }
 
+/// Converts `x` (rows of `w.cols`) for `w`'s type; the quantized types quantize the rows in parallel
+/// when there are several.
 fn convert<'a>(w: &Weight, x: &'a [f32], scratch: &'a mut MatmulScratch) -> Converted<'a> {
     match &w.data {
         WeightData::F32(_) => Converted::F32(x),
@@ -66,15 +68,38 @@ fn convert<'a>(w: &Weight, x: &'a [f32], scratch: &'a mut MatmulScratch) -> Conv
         }
         WeightData::Q8_0(_) | WeightData::Q4_0(_) => {
             scratch.q8_0.resize(x.len() / QK, BlockQ8_0::default());
-            quant::quantize_activations_q8_0(x, &mut scratch.q8_0);
+            quantize_rows(
+                x,
+                w.cols,
+                &mut scratch.q8_0,
+                quant::quantize_activations_q8_0,
+            );
             Converted::Q8_0(&scratch.q8_0)
         }
         WeightData::Q4_1(_) => {
             scratch.q8_1.resize(x.len() / QK, BlockQ8_1::default());
-            quant::quantize_activations_q8_1(x, &mut scratch.q8_1);
+            quantize_rows(
+                x,
+                w.cols,
+                &mut scratch.q8_1,
+                quant::quantize_activations_q8_1,
+            );
             Converted::Q8_1(&scratch.q8_1)
         }
     }
+}
+
+/// `quantize` of every row of `x` (`cols` each) into its blocks of `out`, rows in parallel when there are
+/// several.
+fn quantize_rows<B: Send>(x: &[f32], cols: usize, out: &mut [B], quantize: fn(&[f32], &mut [B])) {
+    let nb = cols / QK;
+    if x.len() <= cols || nb == 0 {
+        quantize(x, out);
+        return;
+    }
+    x.par_chunks(cols)
+        .zip(out.par_chunks_mut(nb))
+        .for_each(|(row, blocks)| quantize(row, blocks));
 }
 
 /// Writes `out[i] = W[first_row + i] · x[t]` for `out.len()` consecutive rows. With `quads`, four rows per
