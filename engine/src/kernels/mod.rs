@@ -247,7 +247,7 @@ fn rows_matmul(
 }
 
 /// Several tokens of a quantized type, through the tier's tiled kernels; `false` (nothing done) for the
-/// float types.
+/// float types and empty matrices.
 fn tiled_matmul(
     k: &KernelTable,
     w: &Weight,
@@ -257,6 +257,9 @@ fn tiled_matmul(
     transposed: &mut Vec<f32>,
 ) -> bool {
     let nb = w.cols / QK;
+    if nb == 0 || w.rows == 0 {
+        return false;
+    }
     let product = TiledProduct {
         nb,
         rows: w.rows,
