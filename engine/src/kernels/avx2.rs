@@ -819,26 +819,22 @@ pub(crate) unsafe fn vec_scale_f16(y: &mut [f16], v: f32) {
     scalar::vec_scale_f16(&mut y[np..], v);
 }
 
-/// [`scalar::vec_dot_f16`] with the same bits: eight lanes of separate multiply and add (no FMA), the
-/// lanes then summed in order, the tail last. Attention scores use it so that every tier computes the
-/// same scores.
+/// [`scalar::vec_dot_f16_f32`] with the same bits: eight lanes of separate multiply and add (no FMA),
+/// the lanes then summed in order, the tail last. Attention scores use it, with the query widened
+/// once, so that every tier computes the same scores.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn vec_dot_f16_attention(a: &[f16], b: &[f16]) -> f32 {
+pub(crate) unsafe fn vec_dot_f16_attention(a: &[f16], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let np = n - n % EPR;
+    let (b_lanes, _) = b[..np].as_chunks::<EPR>();
     let mut acc = _mm256_setzero_ps();
-    for (xs, ys) in a[..np].chunks_exact(EPR).zip(b[..np].chunks_exact(EPR)) {
-        // SAFETY: both chunks hold exactly EPR = 8 f16 values (16 bytes); unaligned loads.
-        let (x, y) = unsafe {
-            (
-                _mm256_cvtph_ps(_mm_loadu_si128(xs.as_ptr().cast())),
-                _mm256_cvtph_ps(_mm_loadu_si128(ys.as_ptr().cast())),
-            )
-        };
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(x, y));
+    for (xs, ys) in a[..np].chunks_exact(EPR).zip(b_lanes) {
+        // SAFETY: the chunk holds exactly EPR = 8 f16 values (16 bytes); unaligned load.
+        let x = unsafe { _mm256_cvtph_ps(_mm_loadu_si128(xs.as_ptr().cast())) };
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(x, load_f32x8(ys)));
     }
     let mut lanes = [0f32; EPR];
     // SAFETY: `lanes` holds EPR = 8 f32 values; unaligned store.
@@ -847,7 +843,7 @@ pub(crate) unsafe fn vec_dot_f16_attention(a: &[f16], b: &[f16]) -> f32 {
     let tail: f32 = a[np..n]
         .iter()
         .zip(&b[np..n])
-        .map(|(x, y)| x.to_f32() * y.to_f32())
+        .map(|(x, y)| x.to_f32() * y)
         .sum();
     sum + tail
 }

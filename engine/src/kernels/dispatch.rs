@@ -46,7 +46,7 @@ pub struct KernelTable {
     q4_1_gemm: unsafe fn(&[BlockQ4_1], &[BlockQ8_1], usize, &mut [f32], OutLayout),
     mad_f16: unsafe fn(&mut [f16], &[f16], f32),
     scale_f16: unsafe fn(&mut [f16], f32),
-    attention_f16: unsafe fn(&[f16], &[f16]) -> f32,
+    attention_f16: unsafe fn(&[f16], &[f32]) -> f32,
 }
 
 static SCALAR: KernelTable = KernelTable {
@@ -66,7 +66,7 @@ static SCALAR: KernelTable = KernelTable {
     q4_1_gemm: scalar::gemm_q4_1_q8_1,
     mad_f16: scalar::vec_mad_f16,
     scale_f16: scalar::vec_scale_f16,
-    attention_f16: scalar::vec_dot_f16,
+    attention_f16: scalar::vec_dot_f16_f32,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -153,9 +153,10 @@ impl KernelTable {
         unsafe { (self.mad_f16)(y, x, v) }
     }
 
-    /// The f16 dot product of attention scores, in the scalar reference's summation order on every
-    /// tier (so scores, and everything downstream, are the same bits whatever the tier).
-    pub fn vec_dot_f16_attention(&self, a: &[f16], b: &[f16]) -> f32 {
+    /// The dot product of attention scores (f16 keys `a`, the f16 query `b` widened to f32), in the
+    /// scalar reference's summation order on every tier (so scores, and everything downstream, are
+    /// the same bits whatever the tier).
+    pub fn vec_dot_f16_attention(&self, a: &[f16], b: &[f32]) -> f32 {
         // SAFETY: tables exist only for tiers this CPU supports (see `for_tier`).
         unsafe { (self.attention_f16)(a, b) }
     }

@@ -491,13 +491,19 @@ mod tests {
             let mut want = start.clone();
             scalar.vec_mad_f16(&mut want, &x, 0.37);
             scalar.vec_scale_f16(&mut want, 0.81);
-            let want_dot = scalar.vec_dot_f16_attention(&x, &start);
+            let query: Vec<f32> = start.iter().map(|v| v.to_f32()).collect();
+            let want_dot = scalar.vec_dot_f16_attention(&x, &query);
+            assert_eq!(
+                want_dot.to_bits(),
+                scalar::vec_dot_f16(&x, &start).to_bits(),
+                "a widened query changes no bits, length {len}"
+            );
             for tier in cpu::available_tiers() {
                 let table = KernelTable::for_tier(tier).expect("available tier");
                 let mut got = start.clone();
                 table.vec_mad_f16(&mut got, &x, 0.37);
                 table.vec_scale_f16(&mut got, 0.81);
-                let got_dot = table.vec_dot_f16_attention(&x, &start);
+                let got_dot = table.vec_dot_f16_attention(&x, &query);
                 assert_eq!(
                     got_dot.to_bits(),
                     want_dot.to_bits(),

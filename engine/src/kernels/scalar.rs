@@ -14,19 +14,29 @@ const LANES: usize = 8;
 /// the lanes summed in order, the tail last. The f32, f16 and bf16 dots (and the SIMD attention dot,
 /// which reproduces these bits) share this order.
 fn dot_widened<T: Copy>(a: &[T], b: &[T], widen: impl Fn(T) -> f32) -> f32 {
+    dot_lanes(a, b, &widen, &widen)
+}
+
+/// [`dot_widened`] over two types, each widened by its own function.
+fn dot_lanes<A: Copy, B: Copy>(
+    a: &[A],
+    b: &[B],
+    widen_a: impl Fn(A) -> f32,
+    widen_b: impl Fn(B) -> f32,
+) -> f32 {
     let mut acc = [0f32; LANES];
     let mut ca = a.chunks_exact(LANES);
     let mut cb = b.chunks_exact(LANES);
     for (x, y) in ca.by_ref().zip(cb.by_ref()) {
         for l in 0..LANES {
-            acc[l] += widen(x[l]) * widen(y[l]);
+            acc[l] += widen_a(x[l]) * widen_b(y[l]);
         }
     }
     let tail: f32 = ca
         .remainder()
         .iter()
         .zip(cb.remainder())
-        .map(|(&x, &y)| widen(x) * widen(y))
+        .map(|(&x, &y)| widen_a(x) * widen_b(y))
         .sum();
     acc.iter().sum::<f32>() + tail
 }
@@ -39,6 +49,12 @@ pub fn vec_dot_f32(a: &[f32], b: &[f32]) -> f32 {
 /// f16 weights against f16 activations, accumulated in f32 (ggml `ggml_vec_dot_f16`).
 pub fn vec_dot_f16(a: &[f16], b: &[f16]) -> f32 {
     dot_widened(a, b, f16::to_f32)
+}
+
+/// [`vec_dot_f16`] with `b` already widened to f32 (the same bits as widening it here): attention
+/// scores of one query against many keys widen the query once.
+pub fn vec_dot_f16_f32(a: &[f16], b: &[f32]) -> f32 {
+    dot_lanes(a, b, f16::to_f32, |v| v)
 }
 
 /// bf16 weights against bf16 activations, accumulated in f32 (ggml `ggml_vec_dot_bf16`).
