@@ -298,6 +298,20 @@ pub fn quantize_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
     }
 }
 
+/// `v.round_ties_even() as i8` for the scaled activations, without a library call: adding and
+/// subtracting 1.5 * 2^23 rounds to an integer, half to even, for every `|v| < 2^22`, and keeps
+/// infinities and NaN (whose conversions saturate to 127, -128 and 0 either way). Scaled activations
+/// are at most 127 in magnitude, or infinite when the scale overflows.
+#[inline(always)]
+fn round_to_i8(v: f32) -> i8 {
+    const MAGIC: f32 = 12_582_912.0;
+    if v.abs() < 4_194_304.0 {
+        ((v + MAGIC) - MAGIC) as i8
+    } else {
+        v.round_ties_even() as i8
+    }
+}
+
 /// Activations to Q8_0 as ggml's x86 `quantize_row_q8_0` rounds them: scale `127 / max|x|`, round half
 /// to even. The int8 products downstream amplify any rounding difference, so this is kept exact.
 pub fn quantize_activations_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
@@ -306,7 +320,7 @@ pub fn quantize_activations_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
         let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
         b.d = f16::from_f32(amax / 127.0);
         for (q, &v) in b.qs.iter_mut().zip(xs) {
-            *q = (v * id).round_ties_even() as i8;
+            *q = round_to_i8(v * id);
         }
     }
 }
@@ -319,7 +333,7 @@ pub fn quantize_activations_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
         let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
         let mut sum = 0i32;
         for (q, &v) in b.qs.iter_mut().zip(xs) {
-            *q = (v * id).round_ties_even() as i8;
+            *q = round_to_i8(v * id);
             sum += *q as i32;
         }
         b.d = f16::from_f32(d);
@@ -503,6 +517,37 @@ mod tests {
         let mut q8 = vec![BlockQ8_0::default(); 8];
         quantize_q8_0(&x, &mut q8);
         assert_eq!(parse_q8_0(&q8_0_bytes(&q8)), q8);
+    }
+
+    #[test]
+    fn rounding_to_i8_matches_round_ties_even() {
+        let mut values = vec![
+            0.0,
+            -0.0,
+            0.5,
+            1.5,
+            2.5,
+            -0.5,
+            -1.5,
+            126.5,
+            -126.5,
+            127.0,
+            -127.0,
+            127.49,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            4_194_303.5,
+            4_194_304.0,
+            1e30,
+            -1e30,
+            f32::MIN_POSITIVE,
+        ];
+        values.extend(random(10_000, 9).iter().map(|v| v * 300.0));
+        values.extend((-600..=600).map(|k| k as f32 * 0.25));
+        for v in values {
+            assert_eq!(round_to_i8(v), v.round_ties_even() as i8, "{v}");
+        }
     }
 
     #[test]

@@ -5,13 +5,15 @@
 //! the mean taken over the absolute element products, so the bound scales with the data rather than
 //! with the possibly cancelling result).
 //!
-//! Stronger, exact checks: the `_x4` forms equal four single-row calls bit for bit, and the SIMD
-//! tiers reproduce ggml's x86 float order bit for bit (emulated here lane by lane).
+//! Stronger, exact checks: the `_x4` forms and the tiled products (`gemm_*`) equal single-row calls bit
+//! for bit, and the SIMD tiers reproduce ggml's x86 float order bit for bit (emulated here lane by
+//! lane).
 
 use half::f16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use strata_engine::{
     kernels::{
+        OutLayout,
         cpu::{self, KernelTier},
         dispatch::{self, KernelTable},
         scalar,
@@ -274,6 +276,72 @@ fn x4_forms_equal_four_single_row_calls() {
                     k.vec_dot_q4_1_q8_1(&w41[r], &a81),
                 );
                 assert_bits(&format!("f16 {what}"), goth[r], k.vec_dot_f16(&wh[r], &yh));
+            }
+        }
+    }
+}
+
+/// Weight row counts for the tiled products: below, at and past a tile, with leftover rows.
+const TILED_ROWS: [usize; 5] = [1, 3, 5, 8, 70];
+/// Token counts for the tiled products: below, at and past a tile, with leftover tokens.
+const TILED_TOKENS: [usize; 6] = [1, 2, 3, 4, 5, 17];
+
+/// Runs a tiled product in both layouts and checks every result against the single-row dot of its
+/// row and token, bit for bit.
+#[track_caller]
+fn check_tiled<W, A>(
+    what: &str,
+    (w, x, nb): (&[W], &[A], usize),
+    gemm: impl Fn(&[W], &[A], &mut [f32], OutLayout),
+    dot: impl Fn(&[W], &[A]) -> f32,
+) {
+    let (rows, tokens) = (w.len() / nb, x.len() / nb);
+    let mut token_major = vec![f32::NAN; rows * tokens];
+    gemm(w, x, &mut token_major, OutLayout::token_major(rows));
+    let mut row_major = vec![f32::NAN; rows * tokens];
+    gemm(w, x, &mut row_major, OutLayout::row_major(tokens));
+    for r in 0..rows {
+        for t in 0..tokens {
+            let want = dot(&w[r * nb..(r + 1) * nb], &x[t * nb..(t + 1) * nb]);
+            let at = format!("{what} row {r} token {t}");
+            assert_bits(&at, token_major[t * rows + r], want);
+            assert_bits(&at, row_major[r * tokens + t], want);
+        }
+    }
+}
+
+#[test]
+fn tiled_products_equal_single_row_dots_bit_for_bit() {
+    let mut rng = StdRng::seed_from_u64(0x5eed_0006);
+    for nb in [1, 3, 18] {
+        for rows in TILED_ROWS {
+            let w8 = q8_0_weights(&mut rng, rows * nb);
+            let w40 = q4_0_weights(&mut rng, rows * nb);
+            let w41 = q4_1_weights(&mut rng, rows * nb);
+            for tokens in TILED_TOKENS {
+                let a8 = q8_0_activations(&mut rng, tokens * nb);
+                let a81 = q8_1_activations(&mut rng, tokens * nb);
+                for k in tables() {
+                    let what = format!("{} {rows} x {tokens} x{nb}", k.tier());
+                    check_tiled(
+                        &format!("q8_0 {what}"),
+                        (&w8, &a8, nb),
+                        |w, x, out, layout| k.gemm_q8_0_q8_0(w, x, nb, out, layout),
+                        |w, x| k.vec_dot_q8_0_q8_0(w, x),
+                    );
+                    check_tiled(
+                        &format!("q4_0 {what}"),
+                        (&w40, &a8, nb),
+                        |w, x, out, layout| k.gemm_q4_0_q8_0(w, x, nb, out, layout),
+                        |w, x| k.vec_dot_q4_0_q8_0(w, x),
+                    );
+                    check_tiled(
+                        &format!("q4_1 {what}"),
+                        (&w41, &a81, nb),
+                        |w, x, out, layout| k.gemm_q4_1_q8_1(w, x, nb, out, layout),
+                        |w, x| k.vec_dot_q4_1_q8_1(w, x),
+                    );
+                }
             }
         }
     }

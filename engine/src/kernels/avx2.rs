@@ -23,11 +23,14 @@
 #![cfg(target_arch = "x86_64")]
 #![allow(unsafe_code)]
 
-use std::arch::x86_64::*;
+use std::{arch::x86_64::*, cell::RefCell};
 
 use half::f16;
 
-use super::scalar;
+use super::{
+    scalar,
+    tiles::{OutLayout, store_tile},
+};
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
 
 /// Elements per f32 vector.
@@ -361,6 +364,413 @@ pub(crate) unsafe fn vec_dot_q4_1_q8_1_x4(rows: [&[BlockQ4_1]; 4], y: &[BlockQ8_
 }
 
 // ---------------------------------------------------------------------------------------------
+// Tiled products (prefill): register tiles of `TILE_ROWS` weight rows by `TILE_TOKENS` tokens.
+//
+// Every (row, token) of a tile keeps its own 8-lane accumulator and goes through exactly the per-block
+// operations of the single-row dots above, so every result has the single-row call's bits. The scale
+// product `d_x * d_y` is the same f32 product in whatever lane it is formed, so one 8-lane multiply
+// per block forms all of a tile's products, in a pass of their own; the tile kernel then broadcasts
+// them from memory. Each call first unpacks its tokens, `TILE_TOKENS` at a time, into [`TokensQ8`] or
+// [`TokensQ8_1`] (f32 scales, and for Q4_0 the offsets the single-row dot computes per block), once
+// per token rather than once per row tile; the last tile of tokens is padded with zero tokens, whose
+// results are dropped.
+
+/// Weight rows per register tile.
+const TILE_ROWS: usize = 4;
+/// Tokens per register tile.
+const TILE_TOKENS: usize = 2;
+/// Scale products per tile: lane `r * TILE_TOKENS + t` for row `r` and token `t`.
+const TILE: usize = TILE_ROWS * TILE_TOKENS;
+const _: () = assert!(
+    TILE == EPR,
+    "a tile's scale products fill one 8-lane vector"
+);
+
+/// One block of `TILE_TOKENS` tokens' Q8_0 activations, as the Q8_0 and Q4_0 tile kernels read it.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(32))]
+struct TokensQ8 {
+    qs: [[i8; QK]; TILE_TOKENS],
+    /// Per token, the int16 pairs `8 * (y[2k] + y[2k+1])` the single-row Q4_0 dot subtracts.
+    offset: [[i16; 16]; TILE_TOKENS],
+    d: [f32; TILE_TOKENS],
+}
+
+/// One block of `TILE_TOKENS` tokens' Q8_1 activations, as the Q4_1 tile kernel reads it.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(32))]
+struct TokensQ8_1 {
+    qs: [[i8; QK]; TILE_TOKENS],
+    d: [f32; TILE_TOKENS],
+    s: [f32; TILE_TOKENS],
+}
+
+/// One f16 field of one block of a row tile's rows (or a tile's scale products), as f32: lane
+/// `r * TILE_TOKENS + t` for row `r` and token `t`.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(32))]
+struct RowScales([f32; TILE]);
+
+/// The scales of the row tile in progress (as [`RowScales`], one per block) and the scale products of
+/// its tile in progress.
+#[derive(Default)]
+struct RowTileScratch {
+    d: Vec<RowScales>,
+    m: Vec<RowScales>,
+    products: Vec<RowScales>,
+}
+
+/// Per-thread buffers of the tiled products: allocated on a thread's first product, then reused.
+#[derive(Default)]
+struct TileScratch {
+    q8: Vec<TokensQ8>,
+    q8_1: Vec<TokensQ8_1>,
+    rows: RowTileScratch,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<TileScratch> = RefCell::new(TileScratch::default());
+}
+
+/// Reads one f16 field (scale or minimum) of a weight block.
+type BlockField<W> = fn(&W) -> f16;
+
+/// Packed activations: one block of a tile of tokens.
+trait PackedTokens {
+    /// The tokens' scales.
+    fn d(&self) -> &[f32; TILE_TOKENS];
+}
+
+impl PackedTokens for TokensQ8 {
+    fn d(&self) -> &[f32; TILE_TOKENS] {
+        &self.d
+    }
+}
+
+impl PackedTokens for TokensQ8_1 {
+    fn d(&self) -> &[f32; TILE_TOKENS] {
+        &self.d
+    }
+}
+
+/// Unpacks `x` (tokens of `nb` blocks) into `out`, `nb` entries per tile of tokens.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pack_q8(x: &[BlockQ8_0], nb: usize, out: &mut Vec<TokensQ8>) {
+    let tokens = x.len() / nb;
+    out.clear();
+    out.resize(tokens.div_ceil(TILE_TOKENS) * nb, TokensQ8::default());
+    for (t, blocks) in x.chunks_exact(nb).enumerate() {
+        let (tile, lane) = (t / TILE_TOKENS, t % TILE_TOKENS);
+        for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
+            p.qs[lane] = b.qs;
+            p.d[lane] = f16_to_f32(b.d);
+            let offset = _mm256_maddubs_epi16(_mm256_set1_epi8(8), load_i8x32(&b.qs));
+            // SAFETY: `p.offset[lane]` is 16 i16 (32 bytes); unaligned store.
+            unsafe { _mm256_storeu_si256(p.offset[lane].as_mut_ptr().cast(), offset) };
+        }
+    }
+}
+
+/// Unpacks `x` (tokens of `nb` blocks) into `out`, `nb` entries per tile of tokens.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pack_q8_1(x: &[BlockQ8_1], nb: usize, out: &mut Vec<TokensQ8_1>) {
+    let tokens = x.len() / nb;
+    out.clear();
+    out.resize(tokens.div_ceil(TILE_TOKENS) * nb, TokensQ8_1::default());
+    for (t, blocks) in x.chunks_exact(nb).enumerate() {
+        let (tile, lane) = (t / TILE_TOKENS, t % TILE_TOKENS);
+        for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
+            p.qs[lane] = b.qs;
+            p.d[lane] = f16_to_f32(b.d);
+            p.s[lane] = f16_to_f32(b.s);
+        }
+    }
+}
+
+/// `field` of every block of `rows` (at most `TILE_ROWS`), as [`RowScales`], into `out`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn row_scales<W>(rows: &[&[W]], field: impl Fn(&W) -> f16, out: &mut Vec<RowScales>) {
+    let nb = rows.iter().map(|r| r.len()).min().unwrap_or(0);
+    out.clear();
+    out.extend((0..nb).map(|i| {
+        let mut lanes = [0f32; TILE];
+        for (row, chunk) in rows.iter().zip(lanes.chunks_exact_mut(TILE_TOKENS)) {
+            chunk.fill(f16_to_f32(field(&row[i])));
+        }
+        RowScales(lanes)
+    }));
+}
+
+/// `TILE_TOKENS` f32 repeated over the 8 lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn tokens_f32(v: &[f32; TILE_TOKENS]) -> __m256 {
+    const { assert!(TILE_TOKENS == 2) };
+    // SAFETY: `v` is 8 readable bytes; `broadcast_sd` reads 8 bytes, unaligned.
+    _mm256_castpd_ps(unsafe { _mm256_broadcast_sd(&*v.as_ptr().cast::<f64>()) })
+}
+
+/// Every scale product of a tile, block by block, into `out`: lane `k` of block `i` is
+/// `rows[i][k] * token_d(i)[k % TILE_TOKENS]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn scale_products<'a>(
+    rows: &[RowScales],
+    token_d: impl Iterator<Item = &'a [f32; TILE_TOKENS]>,
+    out: &mut Vec<RowScales>,
+) {
+    out.clear();
+    out.extend(rows.iter().zip(token_d).map(|(dx, dy)| {
+        let mut d = RowScales::default();
+        // SAFETY: `dx` and `d` are 8 f32; unaligned accesses.
+        unsafe {
+            _mm256_storeu_ps(
+                d.0.as_mut_ptr(),
+                _mm256_mul_ps(load_f32x8(&dx.0), tokens_f32(dy)),
+            )
+        };
+        d
+    }));
+}
+
+#[target_feature(enable = "avx2")]
+#[inline]
+fn load_i16x16(v: &[i16; 16]) -> __m256i {
+    // SAFETY: `v` is 32 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
+}
+
+/// Q8_0 x Q8_0 dots of `R` rows against one tile of tokens (`nb` entries).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_q8_0_tile<const R: usize>(
+    rows: [&[BlockQ8_0]; R],
+    tokens: &[TokensQ8],
+    products: &[RowScales],
+) -> [[f32; TILE_TOKENS]; R] {
+    let n = common_len(&rows, tokens).min(products.len());
+    let (rows, tokens, products) = (cut(rows, n), &tokens[..n], &products[..n]);
+    let mut acc = [[_mm256_setzero_ps(); TILE_TOKENS]; R];
+    for i in 0..n {
+        let (p, d) = (&tokens[i], &products[i].0);
+        let qy = p.qs.each_ref().map(|q| load_i8x32(q));
+        for r in 0..R {
+            let qx = load_i8x32(&rows[r][i].qs);
+            let ax = _mm256_sign_epi8(qx, qx);
+            for t in 0..TILE_TOKENS {
+                // ggml `mul_sum_i8_pairs_float`: |x| times y with x's sign.
+                let sy = _mm256_sign_epi8(qy[t], qx);
+                let q = _mm256_cvtepi32_ps(mul_sum_us8_pairs(ax, sy));
+                let dk = _mm256_set1_ps(d[r * TILE_TOKENS + t]);
+                acc[r][t] = _mm256_fmadd_ps(dk, q, acc[r][t]);
+            }
+        }
+    }
+    acc.map(|row| row.map(|a| hsum_float_8(a)))
+}
+
+/// Q4_0 x Q8_0 dots of `R` rows against one tile of tokens (`nb` entries).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_q4_0_tile<const R: usize>(
+    rows: [&[BlockQ4_0]; R],
+    tokens: &[TokensQ8],
+    products: &[RowScales],
+) -> [[f32; TILE_TOKENS]; R] {
+    let n = common_len(&rows, tokens).min(products.len());
+    let (rows, tokens, products) = (cut(rows, n), &tokens[..n], &products[..n]);
+    let mut acc = [[_mm256_setzero_ps(); TILE_TOKENS]; R];
+    for i in 0..n {
+        let (p, d) = (&tokens[i], &products[i].0);
+        let qy = p.qs.each_ref().map(|q| load_i8x32(q));
+        for r in 0..R {
+            let qx = bytes_from_nibbles_32(&rows[r][i].qs);
+            for t in 0..TILE_TOKENS {
+                let pairs =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(qx, qy[t]), load_i16x16(&p.offset[t]));
+                let sums = _mm256_madd_epi16(_mm256_set1_epi16(1), pairs);
+                let dk = _mm256_set1_ps(d[r * TILE_TOKENS + t]);
+                acc[r][t] = _mm256_fmadd_ps(dk, _mm256_cvtepi32_ps(sums), acc[r][t]);
+            }
+        }
+    }
+    acc.map(|row| row.map(|a| hsum_float_8(a)))
+}
+
+/// Q4_1 x Q8_1 dots of `R` rows against one tile of tokens (`nb` entries). The tile's sums
+/// `m_x * s_y` share one 8-lane vector laid out like its scale products: per block, the same fused
+/// multiply-add as the single-row dot's lane 1.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_q4_1_tile<const R: usize>(
+    rows: [&[BlockQ4_1]; R],
+    tokens: &[TokensQ8_1],
+    products: &[RowScales],
+    row_m: &[RowScales],
+) -> [[f32; TILE_TOKENS]; R] {
+    let n = common_len(&rows, tokens)
+        .min(products.len())
+        .min(row_m.len());
+    let (rows, tokens) = (cut(rows, n), &tokens[..n]);
+    let (products, row_m) = (&products[..n], &row_m[..n]);
+    let mut acc = [[_mm256_setzero_ps(); TILE_TOKENS]; R];
+    let mut summs = _mm256_setzero_ps();
+    for i in 0..n {
+        let (p, d) = (&tokens[i], &products[i].0);
+        summs = _mm256_fmadd_ps(load_f32x8(&row_m[i].0), tokens_f32(&p.s), summs);
+        let qy = p.qs.each_ref().map(|q| load_i8x32(q));
+        for r in 0..R {
+            let qx = bytes_from_nibbles_32(&rows[r][i].qs);
+            for t in 0..TILE_TOKENS {
+                let xy = _mm256_cvtepi32_ps(mul_sum_us8_pairs(qx, qy[t]));
+                let dk = _mm256_set1_ps(d[r * TILE_TOKENS + t]);
+                acc[r][t] = _mm256_fmadd_ps(dk, xy, acc[r][t]);
+            }
+        }
+    }
+    let mut sums = [0f32; TILE];
+    // SAFETY: `sums` has room for 8 f32; unaligned store.
+    unsafe { _mm256_storeu_ps(sums.as_mut_ptr(), summs) };
+    let mut out = [[0f32; TILE_TOKENS]; R];
+    for r in 0..R {
+        for t in 0..TILE_TOKENS {
+            out[r][t] = hsum_float_8(acc[r][t]) + sums[r * TILE_TOKENS + t];
+        }
+    }
+    out
+}
+
+/// The `TILE_ROWS` rows of `w` (rows of `nb` blocks) from `first`; past the last row, the last row
+/// again (its results are dropped).
+#[inline(always)]
+fn tile_rows<W>(w: &[W], nb: usize, first: usize) -> [&[W]; TILE_ROWS] {
+    let last = (w.len() / nb).saturating_sub(1);
+    std::array::from_fn(|r| &w[(first + r).min(last) * nb..][..nb])
+}
+
+/// Runs `kernel` on every tile of the product of `w` (rows of `nb` blocks, scales `scale` and, for
+/// Q4_1, minimums `minimum`) by the packed tokens `packed` (`nb` entries per tile, `tokens` real ones),
+/// and stores the real rows' and tokens' results. A block of rows goes across every token before the
+/// next, so its rows stay in the first-level cache while the packed tokens stream past them. `kernel`
+/// gets the tile's rows, its tokens, its scale products and the rows' minimums.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn over_tiles<W, P: PackedTokens>(
+    (w, nb): (&[W], usize),
+    (packed, tokens): (&[P], usize),
+    (out, layout): (&mut [f32], OutLayout),
+    (scale, minimum): (BlockField<W>, Option<BlockField<W>>),
+    s: &mut RowTileScratch,
+    kernel: impl Fn(
+        [&[W]; TILE_ROWS],
+        &[P],
+        &[RowScales],
+        &[RowScales],
+    ) -> [[f32; TILE_TOKENS]; TILE_ROWS],
+) {
+    let rows = w.len() / nb;
+    for first_row in (0..rows).step_by(TILE_ROWS) {
+        let tile = tile_rows(w, nb, first_row);
+        row_scales(&tile, scale, &mut s.d);
+        if let Some(minimum) = minimum {
+            row_scales(&tile, minimum, &mut s.m);
+        }
+        for (j, entries) in packed.chunks_exact(nb).enumerate() {
+            let first_token = j * TILE_TOKENS;
+            scale_products(&s.d, entries.iter().map(P::d), &mut s.products);
+            let values = kernel(tile, entries, &s.products, &s.m);
+            let real = (rows - first_row, tokens - first_token);
+            store_tile(out, layout, (first_row, first_token), real, values);
+        }
+    }
+}
+
+/// [`vec_dot_q8_0_q8_0`] of every row of `w` against every token of `x` (`nb` blocks each), into
+/// `out` as `layout` places them.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_q8_0_q8_0(
+    w: &[BlockQ8_0],
+    x: &[BlockQ8_0],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    let Some(tokens) = x.len().checked_div(nb) else {
+        return;
+    };
+    SCRATCH.with_borrow_mut(|s| {
+        pack_q8(x, nb, &mut s.q8);
+        over_tiles(
+            (w, nb),
+            (&s.q8, tokens),
+            (out, layout),
+            (|b| b.d, None),
+            &mut s.rows,
+            |rows, p, d, _| dot_q8_0_tile(rows, p, d),
+        );
+    });
+}
+
+/// [`vec_dot_q4_0_q8_0`] of every row of `w` against every token of `x`, as [`gemm_q8_0_q8_0`].
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_q4_0_q8_0(
+    w: &[BlockQ4_0],
+    x: &[BlockQ8_0],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    let Some(tokens) = x.len().checked_div(nb) else {
+        return;
+    };
+    SCRATCH.with_borrow_mut(|s| {
+        pack_q8(x, nb, &mut s.q8);
+        over_tiles(
+            (w, nb),
+            (&s.q8, tokens),
+            (out, layout),
+            (|b| b.d, None),
+            &mut s.rows,
+            |rows, p, d, _| dot_q4_0_tile(rows, p, d),
+        );
+    });
+}
+
+/// [`vec_dot_q4_1_q8_1`] of every row of `w` against every token of `x`, as [`gemm_q8_0_q8_0`].
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_q4_1_q8_1(
+    w: &[BlockQ4_1],
+    x: &[BlockQ8_1],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    let Some(tokens) = x.len().checked_div(nb) else {
+        return;
+    };
+    SCRATCH.with_borrow_mut(|s| {
+        pack_q8_1(x, nb, &mut s.q8_1);
+        over_tiles(
+            (w, nb),
+            (&s.q8_1, tokens),
+            (out, layout),
+            (|b| b.d, Some(|b| b.m)),
+            &mut s.rows,
+            |rows, p, d, m| dot_q4_1_tile(rows, p, d, m),
+        );
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
 // f16 accumulators (flash attention).
 
 /// [`scalar::vec_mad_f16`] eight lanes at a time: F16C widening, one FMA, F16C narrowing with
@@ -409,26 +819,22 @@ pub(crate) unsafe fn vec_scale_f16(y: &mut [f16], v: f32) {
     scalar::vec_scale_f16(&mut y[np..], v);
 }
 
-/// [`scalar::vec_dot_f16`] with the same bits: eight lanes of separate multiply and add (no FMA), the
-/// lanes then summed in order, the tail last. Attention scores use it so that every tier computes the
-/// same scores.
+/// [`scalar::vec_dot_f16_f32`] with the same bits: eight lanes of separate multiply and add (no FMA),
+/// the lanes then summed in order, the tail last. Attention scores use it, with the query widened
+/// once, so that every tier computes the same scores.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn vec_dot_f16_attention(a: &[f16], b: &[f16]) -> f32 {
+pub(crate) unsafe fn vec_dot_f16_attention(a: &[f16], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let np = n - n % EPR;
+    let (b_lanes, _) = b[..np].as_chunks::<EPR>();
     let mut acc = _mm256_setzero_ps();
-    for (xs, ys) in a[..np].chunks_exact(EPR).zip(b[..np].chunks_exact(EPR)) {
-        // SAFETY: both chunks hold exactly EPR = 8 f16 values (16 bytes); unaligned loads.
-        let (x, y) = unsafe {
-            (
-                _mm256_cvtph_ps(_mm_loadu_si128(xs.as_ptr().cast())),
-                _mm256_cvtph_ps(_mm_loadu_si128(ys.as_ptr().cast())),
-            )
-        };
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(x, y));
+    for (xs, ys) in a[..np].chunks_exact(EPR).zip(b_lanes) {
+        // SAFETY: the chunk holds exactly EPR = 8 f16 values (16 bytes); unaligned load.
+        let x = unsafe { _mm256_cvtph_ps(_mm_loadu_si128(xs.as_ptr().cast())) };
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(x, load_f32x8(ys)));
     }
     let mut lanes = [0f32; EPR];
     // SAFETY: `lanes` holds EPR = 8 f32 values; unaligned store.
@@ -437,7 +843,7 @@ pub(crate) unsafe fn vec_dot_f16_attention(a: &[f16], b: &[f16]) -> f32 {
     let tail: f32 = a[np..n]
         .iter()
         .zip(&b[np..n])
-        .map(|(x, y)| x.to_f32() * y.to_f32())
+        .map(|(x, y)| x.to_f32() * y)
         .sum();
     sum + tail
 }

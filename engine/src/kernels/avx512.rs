@@ -21,10 +21,11 @@
 #![cfg(target_arch = "x86_64")]
 #![allow(unsafe_code)]
 
-use std::arch::x86_64::*;
+use std::{arch::x86_64::*, cell::RefCell};
 
 use half::f16;
 
+use super::tiles::{OutLayout, store_tile};
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
 
 /// Elements per f32 vector.
@@ -346,4 +347,387 @@ pub(crate) unsafe fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn vec_dot_q4_1_q8_1_x4(rows: [&[BlockQ4_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
     dot_q4_1_rows(rows, y)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tiled products (prefill): register tiles of `TILE_ROWS` weight rows by `TILE_TOKENS` tokens.
+//
+// Every (row, token) of a tile keeps its own 8-lane accumulator and goes through exactly the per-block
+// operations of the single-row dots above, so every result has the single-row call's bits. The scale
+// product `d_x * d_y` is the same f32 product in whatever lane it is formed, so one 16-lane multiply
+// forms all of a tile's products, and the accumulating FMAs broadcast them from memory. Each call
+// first unpacks its tokens, `TILE_TOKENS` at a time, into [`TokensQ8`] or [`TokensQ8_1`] (f32 scales,
+// and the offsets the single-row dots compute per block), once per token rather than once per row
+// tile; the last tile of tokens is padded with zero tokens, whose results are dropped.
+
+/// Weight rows per register tile.
+const TILE_ROWS: usize = 4;
+/// Tokens per register tile.
+const TILE_TOKENS: usize = 4;
+/// Scale products per tile: lane `r * TILE_TOKENS + t` for row `r` and token `t`.
+const TILE: usize = TILE_ROWS * TILE_TOKENS;
+const _: () = assert!(
+    TILE == 16,
+    "a tile's scale products fill one 16-lane vector"
+);
+
+/// One block of `TILE_TOKENS` tokens' Q8_0 activations, as the Q8_0 and Q4_0 tile kernels read it.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct TokensQ8 {
+    qs: [[i8; QK]; TILE_TOKENS],
+    /// Per token, the eight int32 lanes the single-row dot starts its `vpdpbusd` from.
+    offset: [[i32; 8]; TILE_TOKENS],
+    d: [f32; TILE_TOKENS],
+}
+
+/// One block of `TILE_TOKENS` tokens' Q8_1 activations, as the Q4_1 tile kernel reads it.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct TokensQ8_1 {
+    qs: [[i8; QK]; TILE_TOKENS],
+    d: [f32; TILE_TOKENS],
+    s: [f32; TILE_TOKENS],
+}
+
+/// One f16 field of one block of a row tile's rows, as f32 and laid out like the tile's scale
+/// products: lane `r * TILE_TOKENS + t` holds row `r`'s value for every token `t`.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct RowScales([f32; TILE]);
+
+/// The scales of the row tile in progress (as [`RowScales`], one per block) and the scale products of
+/// its tile in progress.
+#[derive(Default)]
+struct RowTileScratch {
+    d: Vec<RowScales>,
+    m: Vec<RowScales>,
+    products: Vec<RowScales>,
+}
+
+/// Per-thread buffers of the tiled products: allocated on a thread's first product, then reused.
+#[derive(Default)]
+struct TileScratch {
+    q8: Vec<TokensQ8>,
+    q8_1: Vec<TokensQ8_1>,
+    rows: RowTileScratch,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<TileScratch> = RefCell::new(TileScratch::default());
+}
+
+/// Reads one f16 field (scale or minimum) of a weight block.
+type BlockField<W> = fn(&W) -> f16;
+
+/// Packed activations: one block of a tile of tokens.
+trait PackedTokens {
+    /// The tokens' scales.
+    fn d(&self) -> &[f32; TILE_TOKENS];
+}
+
+impl PackedTokens for TokensQ8 {
+    fn d(&self) -> &[f32; TILE_TOKENS] {
+        &self.d
+    }
+}
+
+impl PackedTokens for TokensQ8_1 {
+    fn d(&self) -> &[f32; TILE_TOKENS] {
+        &self.d
+    }
+}
+
+/// Unpacks `x` (tokens of `nb` blocks) into `out`, `nb` entries per tile of tokens. The weights'
+/// side of `vpdpbusd` is offset by `unsigned` (`0x80` for Q8_0, 8 for Q4_0); each entry keeps the
+/// correction `-unsigned * sum(y)` per lane, as the single-row dots form it.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn pack_q8(x: &[BlockQ8_0], nb: usize, unsigned: i8, out: &mut Vec<TokensQ8>) {
+    let tokens = x.len() / nb;
+    out.clear();
+    out.resize(tokens.div_ceil(TILE_TOKENS) * nb, TokensQ8::default());
+    let zero = _mm256_setzero_si256();
+    let bytes = _mm256_set1_epi8(unsigned);
+    for (t, blocks) in x.chunks_exact(nb).enumerate() {
+        let (tile, lane) = (t / TILE_TOKENS, t % TILE_TOKENS);
+        for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
+            p.qs[lane] = b.qs;
+            p.d[lane] = f16_to_f32(b.d);
+            let offset =
+                _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, bytes, load_i8x32(&b.qs)));
+            // SAFETY: `p.offset[lane]` is 8 i32 (32 bytes); unaligned store.
+            unsafe { _mm256_storeu_si256(p.offset[lane].as_mut_ptr().cast(), offset) };
+        }
+    }
+}
+
+/// Unpacks `x` (tokens of `nb` blocks) into `out`, `nb` entries per tile of tokens.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn pack_q8_1(x: &[BlockQ8_1], nb: usize, out: &mut Vec<TokensQ8_1>) {
+    let tokens = x.len() / nb;
+    out.clear();
+    out.resize(tokens.div_ceil(TILE_TOKENS) * nb, TokensQ8_1::default());
+    for (t, blocks) in x.chunks_exact(nb).enumerate() {
+        let (tile, lane) = (t / TILE_TOKENS, t % TILE_TOKENS);
+        for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
+            p.qs[lane] = b.qs;
+            p.d[lane] = f16_to_f32(b.d);
+            p.s[lane] = f16_to_f32(b.s);
+        }
+    }
+}
+
+/// `field` of every block of `rows` (at most `TILE_ROWS`), as [`RowScales`], into `out`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn row_scales<W>(rows: &[&[W]], field: impl Fn(&W) -> f16, out: &mut Vec<RowScales>) {
+    let nb = rows.iter().map(|r| r.len()).min().unwrap_or(0);
+    out.clear();
+    out.extend((0..nb).map(|i| {
+        let mut lanes = [0f32; TILE];
+        for (row, chunk) in rows.iter().zip(lanes.chunks_exact_mut(TILE_TOKENS)) {
+            chunk.fill(f16_to_f32(field(&row[i])));
+        }
+        RowScales(lanes)
+    }));
+}
+
+/// Every scale product of a tile, block by block, into `out`: lane `k` of block `i` is
+/// `rows[i][k] * token_d(i)[k % TILE_TOKENS]`. Formed in a pass of their own, so that the tile kernel
+/// reads them from memory (broadcast loads) rather than shuffling them out of registers.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn scale_products<'a>(
+    rows: &[RowScales],
+    token_d: impl Iterator<Item = &'a [f32; TILE_TOKENS]>,
+    out: &mut Vec<RowScales>,
+) {
+    out.clear();
+    out.extend(rows.iter().zip(token_d).map(|(dx, dy)| {
+        let mut d = RowScales::default();
+        // SAFETY: `dx` and `d` are 16 f32, `dy` 4 f32; unaligned accesses.
+        unsafe {
+            let dy = _mm512_broadcast_f32x4(_mm_loadu_ps(dy.as_ptr()));
+            let dx = _mm512_loadu_ps(dx.0.as_ptr());
+            _mm512_storeu_ps(d.0.as_mut_ptr(), _mm512_mul_ps(dx, dy));
+        }
+        d
+    }));
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn load_i32x8(v: &[i32; 8]) -> __m256i {
+    // SAFETY: `v` is 32 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
+}
+
+/// Q8_0 or Q4_0 dots of `R` rows against one tile of tokens (`nb` entries); `unpack` gives a weight
+/// block's bytes for the unsigned side of `vpdpbusd`, as the single-row dot forms them.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_q8_tile<W, const R: usize>(
+    rows: [&[W]; R],
+    tokens: &[TokensQ8],
+    products: &[RowScales],
+    unpack: impl Fn(&W) -> __m256i,
+) -> [[f32; TILE_TOKENS]; R] {
+    let n = common_len(&rows, tokens).min(products.len());
+    let (rows, tokens, products) = (cut(rows, n), &tokens[..n], &products[..n]);
+    let mut acc = [[_mm256_setzero_ps(); TILE_TOKENS]; R];
+    for i in 0..n {
+        let (p, d) = (&tokens[i], &products[i].0);
+        for r in 0..R {
+            let qx = unpack(&rows[r][i]);
+            for t in 0..TILE_TOKENS {
+                let start = load_i32x8(&p.offset[t]);
+                let q = _mm256_dpbusd_epi32(start, qx, load_i8x32(&p.qs[t]));
+                let dk = _mm256_set1_ps(d[r * TILE_TOKENS + t]);
+                acc[r][t] = _mm256_fmadd_ps(dk, _mm256_cvtepi32_ps(q), acc[r][t]);
+            }
+        }
+    }
+    acc.map(|row| row.map(|a| hsum_float_8(a)))
+}
+
+/// Q4_1 x Q8_1 dots of `R` rows against one tile of tokens (`nb` entries). The tile's sums
+/// `m_x * s_y` share one 16-lane vector laid out like its scale products: per block, the same fused
+/// multiply-add as the single-row dot's lane 1.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_q4_1_tile<const R: usize>(
+    rows: [&[BlockQ4_1]; R],
+    tokens: &[TokensQ8_1],
+    products: &[RowScales],
+    row_m: &[RowScales],
+) -> [[f32; TILE_TOKENS]; R] {
+    let n = common_len(&rows, tokens)
+        .min(products.len())
+        .min(row_m.len());
+    let (rows, tokens) = (cut(rows, n), &tokens[..n]);
+    let (products, row_m) = (&products[..n], &row_m[..n]);
+    let zero = _mm256_setzero_si256();
+    let mut acc = [[_mm256_setzero_ps(); TILE_TOKENS]; R];
+    let mut summs = _mm512_setzero_ps();
+    for i in 0..n {
+        let (p, d) = (&tokens[i], &products[i].0);
+        // SAFETY: `row_m[i]` is 16 f32 and `p.s` 4 f32; unaligned loads.
+        let (m, s) = unsafe {
+            (
+                _mm512_loadu_ps(row_m[i].0.as_ptr()),
+                _mm512_broadcast_f32x4(_mm_loadu_ps(p.s.as_ptr())),
+            )
+        };
+        summs = _mm512_fmadd_ps(m, s, summs);
+        for r in 0..R {
+            let qx = bytes_from_nibbles_32(&rows[r][i].qs);
+            for t in 0..TILE_TOKENS {
+                let q = _mm256_dpbusd_epi32(zero, qx, load_i8x32(&p.qs[t]));
+                let dk = _mm256_set1_ps(d[r * TILE_TOKENS + t]);
+                acc[r][t] = _mm256_fmadd_ps(dk, _mm256_cvtepi32_ps(q), acc[r][t]);
+            }
+        }
+    }
+    let mut sums = [0f32; TILE];
+    // SAFETY: `sums` has room for 16 f32; unaligned store.
+    unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), summs) };
+    let mut out = [[0f32; TILE_TOKENS]; R];
+    for r in 0..R {
+        for t in 0..TILE_TOKENS {
+            out[r][t] = hsum_float_8(acc[r][t]) + sums[r * TILE_TOKENS + t];
+        }
+    }
+    out
+}
+
+/// The `TILE_ROWS` rows of `w` (rows of `nb` blocks) from `first`; past the last row, the last row
+/// again (its results are dropped).
+#[inline(always)]
+fn tile_rows<W>(w: &[W], nb: usize, first: usize) -> [&[W]; TILE_ROWS] {
+    let last = (w.len() / nb).saturating_sub(1);
+    std::array::from_fn(|r| &w[(first + r).min(last) * nb..][..nb])
+}
+
+/// Runs `kernel` on every tile of the product of `w` (rows of `nb` blocks, scales `scale` and, for
+/// Q4_1, minimums `minimum`) by the packed tokens `packed` (`nb` entries per tile, `tokens` real ones),
+/// and stores the real rows' and tokens' results. A block of rows goes across every token before the
+/// next, so its rows stay in the first-level cache while the packed tokens stream past them. `kernel`
+/// gets the tile's rows, its tokens, its scale products and the rows' minimums.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn over_tiles<W, P: PackedTokens>(
+    (w, nb): (&[W], usize),
+    (packed, tokens): (&[P], usize),
+    (out, layout): (&mut [f32], OutLayout),
+    (scale, minimum): (BlockField<W>, Option<BlockField<W>>),
+    s: &mut RowTileScratch,
+    kernel: impl Fn(
+        [&[W]; TILE_ROWS],
+        &[P],
+        &[RowScales],
+        &[RowScales],
+    ) -> [[f32; TILE_TOKENS]; TILE_ROWS],
+) {
+    let rows = w.len() / nb;
+    for first_row in (0..rows).step_by(TILE_ROWS) {
+        let tile = tile_rows(w, nb, first_row);
+        row_scales(&tile, scale, &mut s.d);
+        if let Some(minimum) = minimum {
+            row_scales(&tile, minimum, &mut s.m);
+        }
+        for (j, entries) in packed.chunks_exact(nb).enumerate() {
+            let first_token = j * TILE_TOKENS;
+            scale_products(&s.d, entries.iter().map(P::d), &mut s.products);
+            let values = kernel(tile, entries, &s.products, &s.m);
+            let real = (rows - first_row, tokens - first_token);
+            store_tile(out, layout, (first_row, first_token), real, values);
+        }
+    }
+}
+
+/// [`vec_dot_q8_0_q8_0`] of every row of `w` against every token of `x` (`nb` blocks each), into
+/// `out` as `layout` places them.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn gemm_q8_0_q8_0(
+    w: &[BlockQ8_0],
+    x: &[BlockQ8_0],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    let Some(tokens) = x.len().checked_div(nb) else {
+        return;
+    };
+    let bias = _mm256_set1_epi8(i8::MIN);
+    let unpack = |b: &BlockQ8_0| _mm256_xor_si256(load_i8x32(&b.qs), bias);
+    SCRATCH.with_borrow_mut(|s| {
+        pack_q8(x, nb, i8::MIN, &mut s.q8);
+        over_tiles(
+            (w, nb),
+            (&s.q8, tokens),
+            (out, layout),
+            (|b| b.d, None),
+            &mut s.rows,
+            |rows, p, d, _| dot_q8_tile(rows, p, d, unpack),
+        );
+    });
+}
+
+/// [`vec_dot_q4_0_q8_0`] of every row of `w` against every token of `x`, as [`gemm_q8_0_q8_0`].
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn gemm_q4_0_q8_0(
+    w: &[BlockQ4_0],
+    x: &[BlockQ8_0],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    let Some(tokens) = x.len().checked_div(nb) else {
+        return;
+    };
+    let unpack = |b: &BlockQ4_0| bytes_from_nibbles_32(&b.qs);
+    SCRATCH.with_borrow_mut(|s| {
+        pack_q8(x, nb, 8, &mut s.q8);
+        over_tiles(
+            (w, nb),
+            (&s.q8, tokens),
+            (out, layout),
+            (|b| b.d, None),
+            &mut s.rows,
+            |rows, p, d, _| dot_q8_tile(rows, p, d, unpack),
+        );
+    });
+}
+
+/// [`vec_dot_q4_1_q8_1`] of every row of `w` against every token of `x`, as [`gemm_q8_0_q8_0`].
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn gemm_q4_1_q8_1(
+    w: &[BlockQ4_1],
+    x: &[BlockQ8_1],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    let Some(tokens) = x.len().checked_div(nb) else {
+        return;
+    };
+    SCRATCH.with_borrow_mut(|s| {
+        pack_q8_1(x, nb, &mut s.q8_1);
+        over_tiles(
+            (w, nb),
+            (&s.q8_1, tokens),
+            (out, layout),
+            (|b| b.d, Some(|b| b.m)),
+            &mut s.rows,
+            |rows, p, d, m| dot_q4_1_tile(rows, p, d, m),
+        );
+    });
 }

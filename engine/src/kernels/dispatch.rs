@@ -21,6 +21,7 @@ use super::{avx2, avx512};
 use super::{
     cpu::{self, CpuFeatures, IsaError, KernelTier},
     scalar,
+    tiles::OutLayout,
 };
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1};
 
@@ -40,9 +41,12 @@ pub struct KernelTable {
     q4_0_x4: unsafe fn([&[BlockQ4_0]; 4], &[BlockQ8_0]) -> [f32; 4],
     q4_1: unsafe fn(&[BlockQ4_1], &[BlockQ8_1]) -> f32,
     q4_1_x4: unsafe fn([&[BlockQ4_1]; 4], &[BlockQ8_1]) -> [f32; 4],
+    q8_0_gemm: unsafe fn(&[BlockQ8_0], &[BlockQ8_0], usize, &mut [f32], OutLayout),
+    q4_0_gemm: unsafe fn(&[BlockQ4_0], &[BlockQ8_0], usize, &mut [f32], OutLayout),
+    q4_1_gemm: unsafe fn(&[BlockQ4_1], &[BlockQ8_1], usize, &mut [f32], OutLayout),
     mad_f16: unsafe fn(&mut [f16], &[f16], f32),
     scale_f16: unsafe fn(&mut [f16], f32),
-    attention_f16: unsafe fn(&[f16], &[f16]) -> f32,
+    attention_f16: unsafe fn(&[f16], &[f32]) -> f32,
 }
 
 static SCALAR: KernelTable = KernelTable {
@@ -57,9 +61,12 @@ static SCALAR: KernelTable = KernelTable {
     q4_0_x4: scalar::vec_dot_q4_0_q8_0_x4,
     q4_1: scalar::vec_dot_q4_1_q8_1,
     q4_1_x4: scalar::vec_dot_q4_1_q8_1_x4,
+    q8_0_gemm: scalar::gemm_q8_0_q8_0,
+    q4_0_gemm: scalar::gemm_q4_0_q8_0,
+    q4_1_gemm: scalar::gemm_q4_1_q8_1,
     mad_f16: scalar::vec_mad_f16,
     scale_f16: scalar::vec_scale_f16,
-    attention_f16: scalar::vec_dot_f16,
+    attention_f16: scalar::vec_dot_f16_f32,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -75,6 +82,9 @@ static AVX2: KernelTable = KernelTable {
     q4_0_x4: avx2::vec_dot_q4_0_q8_0_x4,
     q4_1: avx2::vec_dot_q4_1_q8_1,
     q4_1_x4: avx2::vec_dot_q4_1_q8_1_x4,
+    q8_0_gemm: avx2::gemm_q8_0_q8_0,
+    q4_0_gemm: avx2::gemm_q4_0_q8_0,
+    q4_1_gemm: avx2::gemm_q4_1_q8_1,
     mad_f16: avx2::vec_mad_f16,
     scale_f16: avx2::vec_scale_f16,
     attention_f16: avx2::vec_dot_f16_attention,
@@ -93,6 +103,9 @@ static AVX512: KernelTable = KernelTable {
     q4_0_x4: avx512::vec_dot_q4_0_q8_0_x4,
     q4_1: avx512::vec_dot_q4_1_q8_1,
     q4_1_x4: avx512::vec_dot_q4_1_q8_1_x4,
+    q8_0_gemm: avx512::gemm_q8_0_q8_0,
+    q4_0_gemm: avx512::gemm_q4_0_q8_0,
+    q4_1_gemm: avx512::gemm_q4_1_q8_1,
     mad_f16: avx2::vec_mad_f16,
     scale_f16: avx2::vec_scale_f16,
     attention_f16: avx2::vec_dot_f16_attention,
@@ -140,9 +153,10 @@ impl KernelTable {
         unsafe { (self.mad_f16)(y, x, v) }
     }
 
-    /// The f16 dot product of attention scores, in the scalar reference's summation order on every
-    /// tier (so scores, and everything downstream, are the same bits whatever the tier).
-    pub fn vec_dot_f16_attention(&self, a: &[f16], b: &[f16]) -> f32 {
+    /// The dot product of attention scores (f16 keys `a`, the f16 query `b` widened to f32), in the
+    /// scalar reference's summation order on every tier (so scores, and everything downstream, are
+    /// the same bits whatever the tier).
+    pub fn vec_dot_f16_attention(&self, a: &[f16], b: &[f32]) -> f32 {
         // SAFETY: tables exist only for tiers this CPU supports (see `for_tier`).
         unsafe { (self.attention_f16)(a, b) }
     }
@@ -222,6 +236,61 @@ impl KernelTable {
     pub fn vec_dot_q4_1_q8_1_x4(&self, rows: [&[BlockQ4_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
         // SAFETY: as in `vec_dot_f32`.
         unsafe { (self.q4_1_x4)(rows, y) }
+    }
+
+    /// [`Self::vec_dot_q8_0_q8_0`] of every weight row of `w` against every token of `x` (`nb` blocks
+    /// each, `nb > 0`), into `out` as `layout` places them. On the SIMD tiers the rows and tokens go
+    /// through register tiles; every result has the bits of the single-row call of the same tier.
+    ///
+    /// # Panics
+    /// When `out` is too short for `layout`.
+    #[inline]
+    pub fn gemm_q8_0_q8_0(
+        &self,
+        w: &[BlockQ8_0],
+        x: &[BlockQ8_0],
+        nb: usize,
+        out: &mut [f32],
+        layout: OutLayout,
+    ) {
+        // SAFETY: as in `vec_dot_f32`; results are stored through bounds-checked indexing.
+        unsafe { (self.q8_0_gemm)(w, x, nb, out, layout) }
+    }
+
+    /// [`Self::vec_dot_q4_0_q8_0`] of every weight row against every token, as
+    /// [`Self::gemm_q8_0_q8_0`].
+    ///
+    /// # Panics
+    /// When `out` is too short for `layout`.
+    #[inline]
+    pub fn gemm_q4_0_q8_0(
+        &self,
+        w: &[BlockQ4_0],
+        x: &[BlockQ8_0],
+        nb: usize,
+        out: &mut [f32],
+        layout: OutLayout,
+    ) {
+        // SAFETY: as in `gemm_q8_0_q8_0`.
+        unsafe { (self.q4_0_gemm)(w, x, nb, out, layout) }
+    }
+
+    /// [`Self::vec_dot_q4_1_q8_1`] of every weight row against every token, as
+    /// [`Self::gemm_q8_0_q8_0`].
+    ///
+    /// # Panics
+    /// When `out` is too short for `layout`.
+    #[inline]
+    pub fn gemm_q4_1_q8_1(
+        &self,
+        w: &[BlockQ4_1],
+        x: &[BlockQ8_1],
+        nb: usize,
+        out: &mut [f32],
+        layout: OutLayout,
+    ) {
+        // SAFETY: as in `gemm_q8_0_q8_0`.
+        unsafe { (self.q4_1_gemm)(w, x, nb, out, layout) }
     }
 }
 

@@ -1,18 +1,23 @@
 //! The one dispatch point for matrix products: activations are converted once per matmul to the type
 //! the weights pair with (ggml's `vec_dot_type`), then every output row is a dot product.
 //!
-//! Work is split over output rows on the caller's rayon pool; kernels never spawn threads.
+//! Work is split on the caller's rayon pool; kernels never spawn threads. One token (decode) splits
+//! over output rows. Several tokens of a quantized type go through the tier's tiled kernels (register
+//! tiles of rows by tokens), split over blocks of tokens when there are enough of them to share the
+//! weights' loads, otherwise over blocks of rows.
 
 mod avx2;
 mod avx512;
 pub mod cpu;
 pub mod dispatch;
 pub mod scalar;
+mod tiles;
 
 use half::{bf16, f16};
 use rayon::prelude::*;
 
 use self::dispatch::KernelTable;
+pub use self::tiles::OutLayout;
 use crate::{
     quant::{self, BlockQ8_0, BlockQ8_1, QK},
     weights::{Weight, WeightData},
@@ -20,6 +25,12 @@ use crate::{
 
 /// Rows per parallel task: small enough to balance, large enough to amortize scheduling.
 const ROWS_PER_TASK: usize = 64;
+/// Most tokens per parallel task of a tiled product: the task's activations stay in the second-level
+/// cache while every weight row passes over them.
+const TOKENS_PER_TASK: usize = 64;
+/// Fewest tokens per thread for a tiled product to split over tokens: each task then reads every
+/// weight row, which pays only when enough tokens share each load.
+const MIN_TOKENS_PER_THREAD: usize = 16;
 
 /// Reusable buffers for converted activations.
 #[derive(Default)]
@@ -40,6 +51,8 @@ enum Converted<'a> {
     Q8_1(&'a [BlockQ8_1]),
 }
 
+/// Converts `x` (rows of `w.cols`) for `w`'s type; the quantized types quantize the rows in parallel
+/// when there are several.
 fn convert<'a>(w: &Weight, x: &'a [f32], scratch: &'a mut MatmulScratch) -> Converted<'a> {
     match &w.data {
         WeightData::F32(_) => Converted::F32(x),
@@ -55,15 +68,38 @@ fn convert<'a>(w: &Weight, x: &'a [f32], scratch: &'a mut MatmulScratch) -> Conv
         }
         WeightData::Q8_0(_) | WeightData::Q4_0(_) => {
             scratch.q8_0.resize(x.len() / QK, BlockQ8_0::default());
-            quant::quantize_activations_q8_0(x, &mut scratch.q8_0);
+            quantize_rows(
+                x,
+                w.cols,
+                &mut scratch.q8_0,
+                quant::quantize_activations_q8_0,
+            );
             Converted::Q8_0(&scratch.q8_0)
         }
         WeightData::Q4_1(_) => {
             scratch.q8_1.resize(x.len() / QK, BlockQ8_1::default());
-            quant::quantize_activations_q8_1(x, &mut scratch.q8_1);
+            quantize_rows(
+                x,
+                w.cols,
+                &mut scratch.q8_1,
+                quant::quantize_activations_q8_1,
+            );
             Converted::Q8_1(&scratch.q8_1)
         }
     }
+}
+
+/// `quantize` of every row of `x` (`cols` each) into its blocks of `out`, rows in parallel when there are
+/// several.
+fn quantize_rows<B: Send>(x: &[f32], cols: usize, out: &mut [B], quantize: fn(&[f32], &mut [B])) {
+    let nb = cols / QK;
+    if x.len() <= cols || nb == 0 {
+        quantize(x, out);
+        return;
+    }
+    x.par_chunks(cols)
+        .zip(out.par_chunks_mut(nb))
+        .for_each(|(row, blocks)| quantize(row, blocks));
 }
 
 /// Writes `out[i] = W[first_row + i] · x[t]` for `out.len()` consecutive rows. With `quads`, four rows per
@@ -172,33 +208,147 @@ pub fn matmul_with(
             });
         return;
     }
-    // Prefill: each task takes a block of weight rows (kept in cache) across every token, into a
-    // row-major `rows x tokens` buffer that is transposed at the end.
     let mut transposed = std::mem::take(&mut scratch.transposed);
-    transposed.resize(n_tokens * w.rows, 0.0);
     {
         let converted = convert(w, x, scratch);
-        transposed
-            .par_chunks_mut(ROWS_PER_TASK * n_tokens)
-            .enumerate()
-            .for_each_init(Vec::new, |row_out, (task, chunk)| {
-                let first_row = task * ROWS_PER_TASK;
-                let rows = chunk.len() / n_tokens;
-                row_out.resize(rows, 0.0);
-                for t in 0..n_tokens {
-                    rows_dot(k, w, &converted, first_row, t, row_out, true);
-                    for (i, &v) in row_out.iter().enumerate() {
-                        chunk[i * n_tokens + t] = v;
-                    }
-                }
-            });
-    }
-    for (r, row) in transposed.chunks_exact(n_tokens).enumerate() {
-        for (t, &v) in row.iter().enumerate() {
-            out[t * w.rows + r] = v;
+        if !tiled_matmul(k, w, &converted, n_tokens, out, &mut transposed) {
+            rows_matmul(k, w, &converted, n_tokens, out, &mut transposed);
         }
     }
     scratch.transposed = transposed;
+}
+
+/// Several tokens of a float type: each task takes a block of weight rows (kept in cache) across every
+/// token, into a row-major `rows x tokens` buffer that is transposed at the end.
+fn rows_matmul(
+    k: &KernelTable,
+    w: &Weight,
+    converted: &Converted<'_>,
+    n_tokens: usize,
+    out: &mut [f32],
+    transposed: &mut Vec<f32>,
+) {
+    transposed.resize(n_tokens * w.rows, 0.0);
+    transposed
+        .par_chunks_mut(ROWS_PER_TASK * n_tokens)
+        .enumerate()
+        .for_each_init(Vec::new, |row_out, (task, chunk)| {
+            let first_row = task * ROWS_PER_TASK;
+            let rows = chunk.len() / n_tokens;
+            row_out.resize(rows, 0.0);
+            for t in 0..n_tokens {
+                rows_dot(k, w, converted, first_row, t, row_out, true);
+                for (i, &v) in row_out.iter().enumerate() {
+                    chunk[i * n_tokens + t] = v;
+                }
+            }
+        });
+    transpose_into(transposed, n_tokens, w.rows, out);
+}
+
+/// Several tokens of a quantized type, through the tier's tiled kernels; `false` (nothing done) for the
+/// float types and empty matrices.
+fn tiled_matmul(
+    k: &KernelTable,
+    w: &Weight,
+    converted: &Converted<'_>,
+    n_tokens: usize,
+    out: &mut [f32],
+    transposed: &mut Vec<f32>,
+) -> bool {
+    let nb = w.cols / QK;
+    if nb == 0 || w.rows == 0 {
+        return false;
+    }
+    let product = TiledProduct {
+        nb,
+        rows: w.rows,
+        n_tokens,
+    };
+    match (&w.data, converted) {
+        (WeightData::Q8_0(v), Converted::Q8_0(a)) => {
+            product.run(v, a, out, transposed, |w, x, out, layout| {
+                k.gemm_q8_0_q8_0(w, x, nb, out, layout)
+            })
+        }
+        (WeightData::Q4_0(v), Converted::Q8_0(a)) => {
+            product.run(v, a, out, transposed, |w, x, out, layout| {
+                k.gemm_q4_0_q8_0(w, x, nb, out, layout)
+            })
+        }
+        (WeightData::Q4_1(v), Converted::Q8_1(a)) => {
+            product.run(v, a, out, transposed, |w, x, out, layout| {
+                k.gemm_q4_1_q8_1(w, x, nb, out, layout)
+            })
+        }
+        _ => return false,
+    }
+    true
+}
+
+/// The shape of a quantized product of several tokens.
+struct TiledProduct {
+    /// Blocks per weight row and per token.
+    nb: usize,
+    rows: usize,
+    n_tokens: usize,
+}
+
+impl TiledProduct {
+    /// `out = w x` with `gemm` (a tier's tiled kernel for `w`'s type, given weight rows, tokens, the
+    /// output and its layout), split over blocks of tokens (each task writes its tokens' results in
+    /// place) or, with few tokens, over blocks of rows (into `transposed`, then transposed into `out`).
+    fn run<W: Sync, A: Sync>(
+        &self,
+        w: &[W],
+        x: &[A],
+        out: &mut [f32],
+        transposed: &mut Vec<f32>,
+        gemm: impl Fn(&[W], &[A], &mut [f32], OutLayout) + Sync,
+    ) {
+        let (nb, rows, n_tokens) = (self.nb, self.rows, self.n_tokens);
+        if let Some(per_task) = tokens_per_task(n_tokens, rayon::current_num_threads()) {
+            out.par_chunks_mut(per_task * rows)
+                .enumerate()
+                .for_each(|(task, chunk)| {
+                    let first = task * per_task * nb;
+                    let tokens = &x[first..first + chunk.len() / rows * nb];
+                    gemm(w, tokens, chunk, OutLayout::token_major(rows));
+                });
+            return;
+        }
+        transposed.resize(n_tokens * rows, 0.0);
+        transposed
+            .par_chunks_mut(ROWS_PER_TASK * n_tokens)
+            .enumerate()
+            .for_each(|(task, chunk)| {
+                let first = task * ROWS_PER_TASK * nb;
+                let weights = &w[first..first + chunk.len() / n_tokens * nb];
+                gemm(weights, x, chunk, OutLayout::row_major(n_tokens));
+            });
+        transpose_into(transposed, n_tokens, rows, out);
+    }
+}
+
+/// Tokens per task when a tiled product of `n_tokens` splits over tokens on `threads` threads: as few
+/// tasks as keep every thread busy with at most [`TOKENS_PER_TASK`] each; `None` when there are too
+/// few tokens for that to pay (then it splits over rows).
+fn tokens_per_task(n_tokens: usize, threads: usize) -> Option<usize> {
+    let threads = threads.max(1);
+    if n_tokens < MIN_TOKENS_PER_THREAD * threads {
+        return None;
+    }
+    let tasks = n_tokens.div_ceil(TOKENS_PER_TASK).next_multiple_of(threads);
+    Some(n_tokens.div_ceil(tasks))
+}
+
+/// `out[t * rows + r] = transposed[r * n_tokens + t]`.
+fn transpose_into(transposed: &[f32], n_tokens: usize, rows: usize, out: &mut [f32]) {
+    for (r, row) in transposed.chunks_exact(n_tokens).enumerate().take(rows) {
+        for (t, &v) in row.iter().enumerate() {
+            out[t * rows + r] = v;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -219,7 +369,7 @@ mod tests {
     fn matmul_matches_dequantized_f32_product_on_every_tier() {
         let (rows, cols) = (70, 96);
         let values = random(rows * cols, 1);
-        for n in [1, 3] {
+        for n in [1, 3, 17, 40] {
             let x = random(n * cols, 2 + n as u64);
             for kind in WeightType::ALL {
                 let w = Weight::from_f32(values.clone(), rows, cols, kind);
@@ -267,6 +417,63 @@ mod tests {
         }
     }
 
+    /// A quantized matmul of several tokens, split over rows (few tokens) or over tokens (many), gives
+    /// every (row, token) the bits of the single-row dot that decoding that token alone would run.
+    #[test]
+    fn quantized_matmul_of_many_tokens_equals_single_row_dots_bit_for_bit() {
+        let (rows, cols) = (70, 96);
+        let values = random(rows * cols, 3);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("pool");
+        for n in [2, 5, 17, 40, 133] {
+            assert_eq!(
+                tokens_per_task(n, 2).is_some(),
+                n >= 2 * MIN_TOKENS_PER_THREAD
+            );
+            let x = random(n * cols, 4 + n as u64);
+            for kind in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q4_1] {
+                let w = Weight::from_f32(values.clone(), rows, cols, kind);
+                for tier in cpu::available_tiers() {
+                    let table = KernelTable::for_tier(tier).expect("available tier");
+                    let mut out = vec![0f32; n * rows];
+                    pool.install(|| {
+                        matmul_with(table, &w, &x, n, &mut out, &mut MatmulScratch::default())
+                    });
+                    for t in 0..n {
+                        let mut alone = vec![0f32; rows];
+                        let token = &x[t * cols..(t + 1) * cols];
+                        matmul_with(
+                            table,
+                            &w,
+                            token,
+                            1,
+                            &mut alone,
+                            &mut MatmulScratch::default(),
+                        );
+                        for r in 0..rows {
+                            assert_eq!(
+                                out[t * rows + r].to_bits(),
+                                alone[r].to_bits(),
+                                "{kind} {tier:?} {n} tokens: row {r} token {t}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn tasks_split_tokens_evenly_over_threads() {
+        assert_eq!(tokens_per_task(31, 2), None);
+        assert_eq!(tokens_per_task(40, 2), Some(20));
+        assert_eq!(tokens_per_task(512, 2), Some(64));
+        assert_eq!(tokens_per_task(130, 2), Some(33));
+        assert_eq!(tokens_per_task(16, 1), Some(16));
+    }
+
     /// The f16 accumulators and score dot of flash attention give the same bits on every tier, tails
     /// included.
     #[test]
@@ -284,13 +491,19 @@ mod tests {
             let mut want = start.clone();
             scalar.vec_mad_f16(&mut want, &x, 0.37);
             scalar.vec_scale_f16(&mut want, 0.81);
-            let want_dot = scalar.vec_dot_f16_attention(&x, &start);
+            let query: Vec<f32> = start.iter().map(|v| v.to_f32()).collect();
+            let want_dot = scalar.vec_dot_f16_attention(&x, &query);
+            assert_eq!(
+                want_dot.to_bits(),
+                scalar::vec_dot_f16(&x, &start).to_bits(),
+                "a widened query changes no bits, length {len}"
+            );
             for tier in cpu::available_tiers() {
                 let table = KernelTable::for_tier(tier).expect("available tier");
                 let mut got = start.clone();
                 table.vec_mad_f16(&mut got, &x, 0.37);
                 table.vec_scale_f16(&mut got, 0.81);
-                let got_dot = table.vec_dot_f16_attention(&x, &start);
+                let got_dot = table.vec_dot_f16_attention(&x, &query);
                 assert_eq!(
                     got_dot.to_bits(),
                     want_dot.to_bits(),

@@ -4,6 +4,7 @@
 
 use half::{bf16, f16};
 
+use super::tiles::OutLayout;
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
 
 /// Lanes of independent accumulators, so that the compiler can vectorize float sums.
@@ -13,19 +14,29 @@ const LANES: usize = 8;
 /// the lanes summed in order, the tail last. The f32, f16 and bf16 dots (and the SIMD attention dot,
 /// which reproduces these bits) share this order.
 fn dot_widened<T: Copy>(a: &[T], b: &[T], widen: impl Fn(T) -> f32) -> f32 {
+    dot_lanes(a, b, &widen, &widen)
+}
+
+/// [`dot_widened`] over two types, each widened by its own function.
+fn dot_lanes<A: Copy, B: Copy>(
+    a: &[A],
+    b: &[B],
+    widen_a: impl Fn(A) -> f32,
+    widen_b: impl Fn(B) -> f32,
+) -> f32 {
     let mut acc = [0f32; LANES];
     let mut ca = a.chunks_exact(LANES);
     let mut cb = b.chunks_exact(LANES);
     for (x, y) in ca.by_ref().zip(cb.by_ref()) {
         for l in 0..LANES {
-            acc[l] += widen(x[l]) * widen(y[l]);
+            acc[l] += widen_a(x[l]) * widen_b(y[l]);
         }
     }
     let tail: f32 = ca
         .remainder()
         .iter()
         .zip(cb.remainder())
-        .map(|(&x, &y)| widen(x) * widen(y))
+        .map(|(&x, &y)| widen_a(x) * widen_b(y))
         .sum();
     acc.iter().sum::<f32>() + tail
 }
@@ -38,6 +49,12 @@ pub fn vec_dot_f32(a: &[f32], b: &[f32]) -> f32 {
 /// f16 weights against f16 activations, accumulated in f32 (ggml `ggml_vec_dot_f16`).
 pub fn vec_dot_f16(a: &[f16], b: &[f16]) -> f32 {
     dot_widened(a, b, f16::to_f32)
+}
+
+/// [`vec_dot_f16`] with `b` already widened to f32 (the same bits as widening it here): attention
+/// scores of one query against many keys widen the query once.
+pub fn vec_dot_f16_f32(a: &[f16], b: &[f32]) -> f32 {
+    dot_lanes(a, b, f16::to_f32, |v| v)
 }
 
 /// bf16 weights against bf16 activations, accumulated in f32 (ggml `ggml_vec_dot_bf16`).
@@ -107,6 +124,60 @@ pub fn vec_dot_q4_0_q8_0_x4(rows: [&[BlockQ4_0]; 4], y: &[BlockQ8_0]) -> [f32; 4
 /// Four Q4_1 weight rows against one activation row: four calls of [`vec_dot_q4_1_q8_1`].
 pub fn vec_dot_q4_1_q8_1_x4(rows: [&[BlockQ4_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
     rows.map(|x| vec_dot_q4_1_q8_1(x, y))
+}
+
+/// `dot` of every row of `w` against every token of `x` (`nb` blocks each), into `out` as `layout`
+/// places them.
+fn gemm<W, A>(
+    w: &[W],
+    x: &[A],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+    dot: fn(&[W], &[A]) -> f32,
+) {
+    if nb == 0 {
+        return;
+    }
+    for (r, row) in w.chunks_exact(nb).enumerate() {
+        for (t, token) in x.chunks_exact(nb).enumerate() {
+            out[t * layout.token_stride + r * layout.row_stride] = dot(row, token);
+        }
+    }
+}
+
+/// [`vec_dot_q8_0_q8_0`] of every row of `w` against every token of `x` (`nb` blocks each), into
+/// `out` as `layout` places them, one call per result.
+pub fn gemm_q8_0_q8_0(
+    w: &[BlockQ8_0],
+    x: &[BlockQ8_0],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    gemm(w, x, nb, out, layout, vec_dot_q8_0_q8_0);
+}
+
+/// [`vec_dot_q4_0_q8_0`] of every row of `w` against every token of `x`, as [`gemm_q8_0_q8_0`].
+pub fn gemm_q4_0_q8_0(
+    w: &[BlockQ4_0],
+    x: &[BlockQ8_0],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    gemm(w, x, nb, out, layout, vec_dot_q4_0_q8_0);
+}
+
+/// [`vec_dot_q4_1_q8_1`] of every row of `w` against every token of `x`, as [`gemm_q8_0_q8_0`].
+pub fn gemm_q4_1_q8_1(
+    w: &[BlockQ4_1],
+    x: &[BlockQ8_1],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    gemm(w, x, nb, out, layout, vec_dot_q4_1_q8_1);
 }
 
 /// `y = f16(x * v + y)` element by element, fused, rounded to f16 at every step (ggml

@@ -571,11 +571,13 @@ impl Llama {
         let scale = 1.0 / (hd as f32).sqrt();
         let k = kernels::dispatch::table();
         out.par_chunks_mut(hd).enumerate().for_each_init(
-            || (vec![f16::ZERO; hd], vec![f16::ZERO; hd]),
-            |(query, acc), (task, o)| {
+            || (vec![f16::ZERO; hd], vec![0f32; hd], vec![f16::ZERO; hd]),
+            |(rounded, query, acc), (task, o)| {
                 let (t, h) = (task / c.n_heads, task % c.n_heads);
                 let head = (h / group) * hd;
-                query.convert_from_f32_slice(&q[t * c.dim + h * hd..t * c.dim + (h + 1) * hd]);
+                // The query rounded to f16, then widened once for every key's score.
+                rounded.convert_from_f32_slice(&q[t * c.dim + h * hd..t * c.dim + (h + 1) * hd]);
+                rounded.convert_to_f32_slice(query);
                 acc.fill(f16::ZERO);
                 let (mut sum, mut max) = (0f32, f32::NEG_INFINITY);
                 for j in 0..=rows.pos(t) {
