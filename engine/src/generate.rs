@@ -112,7 +112,9 @@ pub fn generate(
         if cache.len() >= cache.capacity() {
             break StopReason::ContextFull;
         }
-        logits = loaded.model.forward(&[token], &mut cache, Logits::Last)?;
+        loaded
+            .model
+            .forward_into(&[token], &mut cache, Logits::Last, &mut logits)?;
     };
     if stop_reason != StopReason::StopString {
         let tail = stops.push(&stream.finish());

@@ -234,6 +234,12 @@ impl GgufFile {
         &self.bytes.as_slice()[info.offset..info.offset + info.size]
     }
 
+    /// Drops a tensor's whole pages from memory after its bytes have been copied out (see
+    /// [`FileBytes::release`]).
+    pub fn release_data(&self, info: &TensorInfo) {
+        self.bytes.release(info.offset..info.offset + info.size);
+    }
+
     /// A metadata value.
     pub fn meta(&self, key: &str) -> Option<&MetaValue> {
         self.metadata.get(key)

@@ -3,7 +3,7 @@
 
 use std::{fs::File, path::Path};
 
-use memmap2::Mmap;
+use memmap2::{Mmap, UncheckedAdvice};
 
 use crate::error::{Error, Result};
 
@@ -40,4 +40,40 @@ impl FileBytes {
             Self::Owned(bytes) => bytes,
         }
     }
+
+    /// Drops the whole pages inside `range` from memory once their bytes have been copied out, so a
+    /// loaded model does not hold both the file's pages and its own copy. The bytes stay readable:
+    /// touched again, they are read back from the file. Owned bytes are kept as they are.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        let Self::Mapped(map) = self else {
+            return;
+        };
+        let page = page_size();
+        let start = range.start.div_ceil(page) * page;
+        let end = (range.end.min(map.len()) / page) * page;
+        if end <= start {
+            return;
+        }
+        // SAFETY: the map is a read-only private map of a file; dropping its pages discards nothing
+        // (they are clean and are read back from the file on the next access), so every reference
+        // into the map keeps seeing the same bytes.
+        let advised =
+            unsafe { map.unchecked_advise_range(UncheckedAdvice::DontNeed, start, end - start) };
+        if let Err(e) = advised {
+            tracing::debug!(error = %e, "could not release mapped pages");
+        }
+    }
+}
+
+/// The OS page size (4 KiB where it cannot be read).
+fn page_size() -> usize {
+    #[cfg(unix)]
+    {
+        // SAFETY: `sysconf` reads a constant of the system and has no preconditions.
+        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if size > 0 {
+            return size as usize;
+        }
+    }
+    4096
 }

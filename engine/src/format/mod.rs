@@ -32,6 +32,10 @@ pub trait TensorSource {
     /// # Errors
     /// When the tensor exists but cannot be read.
     fn tensor(&self, name: &str) -> Result<Option<RawTensor<'_>>>;
+
+    /// Tells the source that tensor `name` has been copied out: a mapped source may drop its pages
+    /// from memory (they are read back from the file if the tensor is asked for again).
+    fn release(&self, _name: &str) {}
 }
 
 impl TensorSource for gguf::GgufFile {
@@ -45,5 +49,11 @@ impl TensorSource for gguf::GgufFile {
             kind: info.kind,
             data: Cow::Borrowed(self.tensor_data(info)),
         }))
+    }
+
+    fn release(&self, name: &str) {
+        if let Some(info) = gguf::GgufFile::tensor(self, name) {
+            self.release_data(info);
+        }
     }
 }

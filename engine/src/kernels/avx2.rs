@@ -27,10 +27,7 @@ use std::{arch::x86_64::*, cell::RefCell};
 
 use half::f16;
 
-use super::{
-    scalar,
-    tiles::{OutLayout, store_tile},
-};
+use super::tiles::{OutLayout, store_tile};
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
 
 /// Elements per f32 vector.
@@ -768,82 +765,4 @@ pub(crate) unsafe fn gemm_q4_1_q8_1(
             |rows, p, d, m| dot_q4_1_tile(rows, p, d, m),
         );
     });
-}
-
-// ---------------------------------------------------------------------------------------------
-// f16 accumulators (flash attention).
-
-/// [`scalar::vec_mad_f16`] eight lanes at a time: F16C widening, one FMA, F16C narrowing with
-/// round-to-nearest-even, as ggml's AVX path does.
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn vec_mad_f16(y: &mut [f16], x: &[f16], v: f32) {
-    let n = y.len().min(x.len());
-    let np = n - n % EPR;
-    let vv = _mm256_set1_ps(v);
-    for (ys, xs) in y[..np].chunks_exact_mut(EPR).zip(x[..np].chunks_exact(EPR)) {
-        // SAFETY: both chunks hold exactly EPR = 8 f16 values (16 bytes); unaligned loads and stores.
-        unsafe {
-            let acc = _mm256_cvtph_ps(_mm_loadu_si128(ys.as_ptr().cast()));
-            let xv = _mm256_cvtph_ps(_mm_loadu_si128(xs.as_ptr().cast()));
-            let sum = _mm256_fmadd_ps(xv, vv, acc);
-            _mm_storeu_si128(
-                ys.as_mut_ptr().cast(),
-                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(sum),
-            );
-        }
-    }
-    scalar::vec_mad_f16(&mut y[np..n], &x[np..n], v);
-}
-
-/// [`scalar::vec_scale_f16`] eight lanes at a time.
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn vec_scale_f16(y: &mut [f16], v: f32) {
-    let np = y.len() - y.len() % EPR;
-    let vv = _mm256_set1_ps(v);
-    for ys in y[..np].chunks_exact_mut(EPR) {
-        // SAFETY: the chunk holds exactly EPR = 8 f16 values (16 bytes); unaligned loads and stores.
-        unsafe {
-            let scaled = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(ys.as_ptr().cast())), vv);
-            _mm_storeu_si128(
-                ys.as_mut_ptr().cast(),
-                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(scaled),
-            );
-        }
-    }
-    scalar::vec_scale_f16(&mut y[np..], v);
-}
-
-/// [`scalar::vec_dot_f16_f32`] with the same bits: eight lanes of separate multiply and add (no FMA),
-/// the lanes then summed in order, the tail last. Attention scores use it, with the query widened
-/// once, so that every tier computes the same scores.
-///
-/// # Safety
-/// The CPU must support AVX2, FMA and F16C.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn vec_dot_f16_attention(a: &[f16], b: &[f32]) -> f32 {
-    let n = a.len().min(b.len());
-    let np = n - n % EPR;
-    let (b_lanes, _) = b[..np].as_chunks::<EPR>();
-    let mut acc = _mm256_setzero_ps();
-    for (xs, ys) in a[..np].chunks_exact(EPR).zip(b_lanes) {
-        // SAFETY: the chunk holds exactly EPR = 8 f16 values (16 bytes); unaligned load.
-        let x = unsafe { _mm256_cvtph_ps(_mm_loadu_si128(xs.as_ptr().cast())) };
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(x, load_f32x8(ys)));
-    }
-    let mut lanes = [0f32; EPR];
-    // SAFETY: `lanes` holds EPR = 8 f32 values; unaligned store.
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
-    let sum: f32 = lanes.iter().sum();
-    let tail: f32 = a[np..n]
-        .iter()
-        .zip(&b[np..n])
-        .map(|(x, y)| x.to_f32() * y)
-        .sum();
-    sum + tail
 }

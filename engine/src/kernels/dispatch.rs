@@ -16,13 +16,14 @@ use std::{fmt, sync::OnceLock};
 
 use half::{bf16, f16};
 
-#[cfg(target_arch = "x86_64")]
-use super::{avx2, avx512};
 use super::{
+    attention::{self, CachedHead, GroupQueries, Scratch},
     cpu::{self, CpuFeatures, IsaError, KernelTier},
     scalar,
     tiles::OutLayout,
 };
+#[cfg(target_arch = "x86_64")]
+use super::{avx2, avx512};
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1};
 
 /// One tier's kernels.
@@ -44,9 +45,8 @@ pub struct KernelTable {
     q8_0_gemm: unsafe fn(&[BlockQ8_0], &[BlockQ8_0], usize, &mut [f32], OutLayout),
     q4_0_gemm: unsafe fn(&[BlockQ4_0], &[BlockQ8_0], usize, &mut [f32], OutLayout),
     q4_1_gemm: unsafe fn(&[BlockQ4_1], &[BlockQ8_1], usize, &mut [f32], OutLayout),
-    mad_f16: unsafe fn(&mut [f16], &[f16], f32),
-    scale_f16: unsafe fn(&mut [f16], f32),
-    attention_f16: unsafe fn(&[f16], &[f32]) -> f32,
+    attend_f16: unsafe fn(&GroupQueries<'_>, &CachedHead<'_, f16>, &mut [f32], &mut Scratch),
+    attend_f32: unsafe fn(&GroupQueries<'_>, &CachedHead<'_, f32>, &mut [f32], &mut Scratch),
 }
 
 static SCALAR: KernelTable = KernelTable {
@@ -64,9 +64,8 @@ static SCALAR: KernelTable = KernelTable {
     q8_0_gemm: scalar::gemm_q8_0_q8_0,
     q4_0_gemm: scalar::gemm_q4_0_q8_0,
     q4_1_gemm: scalar::gemm_q4_1_q8_1,
-    mad_f16: scalar::vec_mad_f16,
-    scale_f16: scalar::vec_scale_f16,
-    attention_f16: scalar::vec_dot_f16_f32,
+    attend_f16: attention::attend_f16_portable,
+    attend_f32: attention::attend_f32_portable,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -85,9 +84,8 @@ static AVX2: KernelTable = KernelTable {
     q8_0_gemm: avx2::gemm_q8_0_q8_0,
     q4_0_gemm: avx2::gemm_q4_0_q8_0,
     q4_1_gemm: avx2::gemm_q4_1_q8_1,
-    mad_f16: avx2::vec_mad_f16,
-    scale_f16: avx2::vec_scale_f16,
-    attention_f16: avx2::vec_dot_f16_attention,
+    attend_f16: attention::attend_f16_avx2,
+    attend_f32: attention::attend_f32_avx2,
 };
 
 #[cfg(target_arch = "x86_64")]
@@ -106,9 +104,8 @@ static AVX512: KernelTable = KernelTable {
     q8_0_gemm: avx512::gemm_q8_0_q8_0,
     q4_0_gemm: avx512::gemm_q4_0_q8_0,
     q4_1_gemm: avx512::gemm_q4_1_q8_1,
-    mad_f16: avx2::vec_mad_f16,
-    scale_f16: avx2::vec_scale_f16,
-    attention_f16: avx2::vec_dot_f16_attention,
+    attend_f16: attention::attend_f16_avx512,
+    attend_f32: attention::attend_f32_avx512,
 };
 
 /// The kernels of this process's tier, chosen on first use.
@@ -147,24 +144,28 @@ impl KernelTable {
         self.tier
     }
 
-    /// `y = f16(x * v + y)` per element (the f16 value accumulator of flash attention).
-    pub fn vec_mad_f16(&self, y: &mut [f16], x: &[f16], v: f32) {
-        // SAFETY: tables exist only for tiers this CPU supports (see `for_tier`).
-        unsafe { (self.mad_f16)(y, x, v) }
+    /// Grouped-query attention of `queries` over one cached key/value head in f16, into `out` (laid
+    /// out as the queries): see [`attention`]. Every tier gives the same bits.
+    pub fn attend_f16(
+        &self,
+        queries: &GroupQueries<'_>,
+        kv: &CachedHead<'_, f16>,
+        out: &mut [f32],
+    ) {
+        // SAFETY: tables exist only for tiers this CPU supports (see `for_tier`); the kernels index
+        // their slices with bounds checks.
+        attention::with_scratch(|scratch| unsafe { (self.attend_f16)(queries, kv, out, scratch) })
     }
 
-    /// The dot product of attention scores (f16 keys `a`, the f16 query `b` widened to f32), in the
-    /// scalar reference's summation order on every tier (so scores, and everything downstream, are
-    /// the same bits whatever the tier).
-    pub fn vec_dot_f16_attention(&self, a: &[f16], b: &[f32]) -> f32 {
-        // SAFETY: tables exist only for tiers this CPU supports (see `for_tier`).
-        unsafe { (self.attention_f16)(a, b) }
-    }
-
-    /// `y = f16(y * v)` per element.
-    pub fn vec_scale_f16(&self, y: &mut [f16], v: f32) {
-        // SAFETY: tables exist only for tiers this CPU supports (see `for_tier`).
-        unsafe { (self.scale_f16)(y, v) }
+    /// [`Self::attend_f16`] over an f32 cache.
+    pub fn attend_f32(
+        &self,
+        queries: &GroupQueries<'_>,
+        kv: &CachedHead<'_, f32>,
+        out: &mut [f32],
+    ) {
+        // SAFETY: as in `attend_f16`.
+        attention::with_scratch(|scratch| unsafe { (self.attend_f32)(queries, kv, out, scratch) })
     }
 
     /// `sum(a[i] * b[i])` in f32.

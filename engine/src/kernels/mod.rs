@@ -6,6 +6,7 @@
 //! tiles of rows by tokens), split over blocks of tokens when there are enough of them to share the
 //! weights' loads, otherwise over blocks of rows.
 
+pub mod attention;
 mod avx2;
 mod avx512;
 pub mod cpu;
@@ -472,49 +473,5 @@ mod tests {
         assert_eq!(tokens_per_task(512, 2), Some(64));
         assert_eq!(tokens_per_task(130, 2), Some(33));
         assert_eq!(tokens_per_task(16, 1), Some(16));
-    }
-
-    /// The f16 accumulators and score dot of flash attention give the same bits on every tier, tails
-    /// included.
-    #[test]
-    fn f16_accumulators_agree_bit_for_bit_on_every_tier() {
-        for len in [1, 7, 8, 9, 16, 63, 64, 65, 67, 128, 130] {
-            let x: Vec<f16> = random(len, 10 + len as u64)
-                .iter()
-                .map(|&v| f16::from_f32(v))
-                .collect();
-            let start: Vec<f16> = random(len, 20 + len as u64)
-                .iter()
-                .map(|&v| f16::from_f32(v * 3.0))
-                .collect();
-            let scalar = KernelTable::for_tier(cpu::KernelTier::Scalar).expect("scalar");
-            let mut want = start.clone();
-            scalar.vec_mad_f16(&mut want, &x, 0.37);
-            scalar.vec_scale_f16(&mut want, 0.81);
-            let query: Vec<f32> = start.iter().map(|v| v.to_f32()).collect();
-            let want_dot = scalar.vec_dot_f16_attention(&x, &query);
-            assert_eq!(
-                want_dot.to_bits(),
-                scalar::vec_dot_f16(&x, &start).to_bits(),
-                "a widened query changes no bits, length {len}"
-            );
-            for tier in cpu::available_tiers() {
-                let table = KernelTable::for_tier(tier).expect("available tier");
-                let mut got = start.clone();
-                table.vec_mad_f16(&mut got, &x, 0.37);
-                table.vec_scale_f16(&mut got, 0.81);
-                let got_dot = table.vec_dot_f16_attention(&x, &query);
-                assert_eq!(
-                    got_dot.to_bits(),
-                    want_dot.to_bits(),
-                    "{tier:?} attention dot, length {len}"
-                );
-                assert_eq!(
-                    got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    "{tier:?} length {len}"
-                );
-            }
-        }
     }
 }

@@ -51,12 +51,6 @@ pub fn vec_dot_f16(a: &[f16], b: &[f16]) -> f32 {
     dot_widened(a, b, f16::to_f32)
 }
 
-/// [`vec_dot_f16`] with `b` already widened to f32 (the same bits as widening it here): attention
-/// scores of one query against many keys widen the query once.
-pub fn vec_dot_f16_f32(a: &[f16], b: &[f32]) -> f32 {
-    dot_lanes(a, b, f16::to_f32, |v| v)
-}
-
 /// bf16 weights against bf16 activations, accumulated in f32 (ggml `ggml_vec_dot_bf16`).
 pub fn vec_dot_bf16(a: &[bf16], b: &[bf16]) -> f32 {
     dot_widened(a, b, bf16::to_f32)
@@ -178,19 +172,4 @@ pub fn gemm_q4_1_q8_1(
     layout: OutLayout,
 ) {
     gemm(w, x, nb, out, layout, vec_dot_q4_1_q8_1);
-}
-
-/// `y = f16(x * v + y)` element by element, fused, rounded to f16 at every step (ggml
-/// `ggml_vec_mad_f16`: the value accumulator of llama.cpp's CPU flash attention).
-pub fn vec_mad_f16(y: &mut [f16], x: &[f16], v: f32) {
-    for (a, b) in y.iter_mut().zip(x) {
-        *a = f16::from_f32(b.to_f32().mul_add(v, a.to_f32()));
-    }
-}
-
-/// `y = f16(y * v)` element by element (ggml `ggml_vec_scale_f16`).
-pub fn vec_scale_f16(y: &mut [f16], v: f32) {
-    for a in y.iter_mut() {
-        *a = f16::from_f32(a.to_f32() * v);
-    }
 }

@@ -1,13 +1,17 @@
 //! The Llama forward pass (RMSNorm, RoPE, grouped-query attention, SwiGLU, tied or untied head) over a
 //! key/value cache, batched over the tokens of one sequence.
 
-use half::{f16, slice::HalfFloatSliceExt};
+use std::sync::{Mutex, PoisonError};
+
 use rayon::prelude::*;
 
 use crate::{
     error::{Error, Result},
     format::{RawTensor, TensorSource},
-    kernels::{self, MatmulScratch},
+    kernels::{
+        self, MatmulScratch,
+        attention::{CachedHead, GroupQueries},
+    },
     model::{
         config::{LlamaConfig, RopeStyle},
         kv::{KvCache, KvStorage, KvType, PagedKv, SeqLayout},
@@ -128,6 +132,7 @@ pub struct Llama {
     inv_freq: Vec<f64>,
     pool: rayon::ThreadPool,
     placement: Applied,
+    workspace: Mutex<Workspace>,
 }
 
 /// One sequence's part of [`Llama::forward_batch`].
@@ -152,34 +157,67 @@ struct TokenAt {
 
 /// The tokens of one forward pass, from one or many sequences.
 struct Pass<'a> {
-    tokens: Vec<u32>,
+    tokens: &'a [u32],
+    at: &'a [TokenAt],
+    layouts: &'a [SeqLayout<'a>],
+    logit_rows: &'a [usize],
+}
+
+/// What a forward pass reuses from the one before: activations and the pass's bookkeeping, grown to
+/// the largest pass seen, so that a decode step after the first allocates nothing.
+#[derive(Default)]
+struct Workspace {
+    buffers: Buffers,
     at: Vec<TokenAt>,
-    layouts: Vec<SeqLayout<'a>>,
     logit_rows: Vec<usize>,
 }
 
-/// Finds the cached rows a token of a pass attends to, in one layer.
-struct KvRows<'a> {
+/// Query tokens per attention task: enough rows to share each widened block of keys, few enough to
+/// spread a prompt over the threads.
+const QUERY_TOKENS: usize = 16;
+
+/// Consecutive tokens of one sequence that attend together (tokens `first..first + tokens` of a pass).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct QueryBlock {
+    first: usize,
+    tokens: usize,
+}
+
+/// Cuts a pass's tokens into [`QueryBlock`]s of at most [`QUERY_TOKENS`], each within one sequence at
+/// consecutive positions.
+fn query_blocks(at: &[TokenAt], out: &mut Vec<QueryBlock>) {
+    out.clear();
+    let mut first = 0;
+    while first < at.len() {
+        let mut tokens = 1;
+        while first + tokens < at.len()
+            && tokens < QUERY_TOKENS
+            && at[first + tokens].seq == at[first].seq
+            && at[first + tokens].pos == at[first].pos + tokens
+        {
+            tokens += 1;
+        }
+        out.push(QueryBlock { first, tokens });
+        first += tokens;
+    }
+}
+
+/// A tier's attention kernel for one cache type.
+type AttentionKernel<'a, T> = dyn Fn(&GroupQueries<'_>, &CachedHead<'_, T>, &mut [f32]) + Sync + 'a;
+
+/// One layer's attention inputs: the queries of a pass and the cache they attend to.
+struct AttentionInputs<'a, T> {
     pass: &'a Pass<'a>,
     layer: usize,
     kv_dim: usize,
+    q: &'a [f32],
+    keys: &'a [T],
+    values: &'a [T],
+    kernel: &'a AttentionKernel<'a, T>,
 }
 
-impl KvRows<'_> {
-    /// The position of token `t`: it attends to positions `0..=pos`.
-    #[inline]
-    fn pos(&self, t: usize) -> usize {
-        self.pass.at[t].pos
-    }
-
-    /// The element offset of position `j` of token `t`'s sequence.
-    #[inline]
-    fn offset(&self, t: usize, j: usize) -> usize {
-        self.pass.layouts[self.pass.at[t].seq].offset(self.layer, j, self.kv_dim)
-    }
-}
-
-/// Per-call activations of a forward pass.
+/// Activations of a forward pass, sized for its tokens by [`Buffers::prepare`].
+#[derive(Default)]
 struct Buffers {
     x: Vec<f32>,
     xb: Vec<f32>,
@@ -192,23 +230,27 @@ struct Buffers {
     up: Vec<f32>,
     combined: Vec<f32>,
     scratch: MatmulScratch,
+    blocks: Vec<QueryBlock>,
+    /// Per token, per RoPE pair: the cosine and sine of its rotation (shared by every layer and head).
+    rotations: Vec<[f32; 2]>,
 }
 
 impl Buffers {
-    fn new(config: &LlamaConfig, n: usize) -> Self {
+    /// Sizes every buffer for `n` tokens; capacity only grows.
+    fn prepare(&mut self, config: &LlamaConfig, n: usize) {
         let (d, kv, f) = (config.dim, config.kv_dim(), config.ffn_dim);
-        Self {
-            x: vec![0.0; n * d],
-            xb: vec![0.0; n * d],
-            q: vec![0.0; n * d],
-            k: vec![0.0; n * kv],
-            v: vec![0.0; n * kv],
-            att: vec![0.0; n * d],
-            proj: vec![0.0; n * d],
-            gate: vec![0.0; n * f],
-            up: vec![0.0; n * f],
-            combined: Vec::new(),
-            scratch: MatmulScratch::default(),
+        for (buffer, width) in [
+            (&mut self.x, d),
+            (&mut self.xb, d),
+            (&mut self.q, d),
+            (&mut self.k, kv),
+            (&mut self.v, kv),
+            (&mut self.att, d),
+            (&mut self.proj, d),
+            (&mut self.gate, f),
+            (&mut self.up, f),
+        ] {
+            buffer.resize(n * width, 0.0);
         }
     }
 }
@@ -279,6 +321,7 @@ impl Llama {
             inv_freq,
             pool,
             placement,
+            workspace: Mutex::default(),
         })
     }
 
@@ -336,6 +379,24 @@ impl Llama {
     /// # Errors
     /// When `tokens` is empty, holds an id outside the vocabulary, or does not fit in the cache.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, logits: Logits) -> Result<Vec<f32>> {
+        let mut out = Vec::new();
+        self.forward_into(tokens, cache, logits, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Self::forward`] into `out` (its contents replaced). After a first call with at least as many
+    /// tokens, a call allocates nothing when made from inside the engine's pool ([`Self::install`]);
+    /// from outside, the pool's own hand-over of the job may.
+    ///
+    /// # Errors
+    /// As [`Self::forward`].
+    pub fn forward_into(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        logits: Logits,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
         self.check_tokens(tokens)?;
         if cache.kv_dim != self.config.kv_dim() || cache.n_layers != self.config.n_layers {
             return Err(Error::InvalidRequest(
@@ -351,25 +412,40 @@ impl Llama {
             )));
         }
         let start = cache.len;
+        let mut workspace = self
+            .workspace
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let ws = &mut *workspace;
+        ws.at.clear();
+        ws.at.extend((0..tokens.len()).map(|t| TokenAt {
+            seq: 0,
+            pos: start + t,
+        }));
+        ws.logit_rows.clear();
+        match logits {
+            Logits::Last => ws.logit_rows.push(tokens.len() - 1),
+            Logits::All => ws.logit_rows.extend(0..tokens.len()),
+        }
+        let layouts = [cache.layout()];
         let pass = Pass {
-            tokens: tokens.to_vec(),
-            at: (0..tokens.len())
-                .map(|t| TokenAt {
-                    seq: 0,
-                    pos: start + t,
-                })
-                .collect(),
-            layouts: vec![cache.layout()],
-            logit_rows: match logits {
-                Logits::Last => vec![tokens.len() - 1],
-                Logits::All => (0..tokens.len()).collect(),
-            },
+            tokens,
+            at: &ws.at,
+            layouts: &layouts,
+            logit_rows: &ws.logit_rows,
         };
-        let out = self
-            .pool
-            .install(|| self.run_pass(&pass, &mut cache.storage, cache.kv_dim));
+        let kv_dim = cache.kv_dim;
+        self.pool.install(|| {
+            self.run_pass(&pass, &mut cache.storage, kv_dim, &mut ws.buffers, out);
+        });
         cache.len = start + tokens.len();
-        Ok(out)
+        Ok(())
+    }
+
+    /// Runs `op` on one of the engine's threads: forward passes inside it run without handing their
+    /// work over from another thread.
+    pub fn install<R: Send>(&self, op: impl FnOnce() -> R + Send) -> R {
+        self.pool.install(op)
     }
 
     /// Runs one step for several sequences at once over a shared [`PagedKv`]: every sequence's tokens
@@ -390,33 +466,43 @@ impl Llama {
                 "the key/value pool was made for another model".into(),
             ));
         }
-        let mut pass = Pass {
-            tokens: Vec::new(),
-            at: Vec::new(),
-            layouts: Vec::with_capacity(batch.len()),
-            logit_rows: Vec::new(),
-        };
+        let mut tokens = Vec::new();
+        let mut layouts = Vec::with_capacity(batch.len());
+        let mut workspace = self
+            .workspace
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let ws = &mut *workspace;
+        ws.at.clear();
+        ws.logit_rows.clear();
         let mut wants = Vec::with_capacity(batch.len());
         for (index, seq) in batch.iter().enumerate() {
             self.check_batch_seq(seq, kv)?;
-            pass.tokens.extend_from_slice(seq.tokens);
-            pass.at.extend((0..seq.tokens.len()).map(|t| TokenAt {
+            tokens.extend_from_slice(seq.tokens);
+            ws.at.extend((0..seq.tokens.len()).map(|t| TokenAt {
                 seq: index,
                 pos: seq.start + t,
             }));
-            pass.layouts.push(kv.layout(seq.blocks));
+            layouts.push(kv.layout(seq.blocks));
             if seq.logits {
-                pass.logit_rows.push(pass.tokens.len() - 1);
+                ws.logit_rows.push(tokens.len() - 1);
             }
             wants.push(seq.logits);
         }
-        if pass.tokens.is_empty() {
+        if tokens.is_empty() {
             return Ok(vec![None; batch.len()]);
         }
+        let pass = Pass {
+            tokens: &tokens,
+            at: &ws.at,
+            layouts: &layouts,
+            logit_rows: &ws.logit_rows,
+        };
         let kv_dim = kv.kv_dim;
-        let logits = self
-            .pool
-            .install(|| self.run_pass(&pass, &mut kv.storage, kv_dim));
+        let mut logits = Vec::new();
+        self.pool.install(|| {
+            self.run_pass(&pass, &mut kv.storage, kv_dim, &mut ws.buffers, &mut logits);
+        });
         let vocab = self.config.vocab_size;
         let mut rows = logits.chunks_exact(vocab);
         Ok(wants
@@ -467,20 +553,28 @@ impl Llama {
         Ok(())
     }
 
-    /// The forward pass over every token of `pass`; returns logits of its `logit_rows`.
-    fn run_pass(&self, pass: &Pass<'_>, storage: &mut KvStorage, kv_dim: usize) -> Vec<f32> {
+    /// The forward pass over every token of `pass`; writes the logits of its `logit_rows` to `out`.
+    fn run_pass(
+        &self,
+        pass: &Pass<'_>,
+        storage: &mut KvStorage,
+        kv_dim: usize,
+        b: &mut Buffers,
+        out: &mut Vec<f32>,
+    ) {
         let c = &self.config;
         let n = pass.tokens.len();
-        let mut b = Buffers::new(c, n);
+        b.prepare(c, n);
+        self.rotations(pass, &mut b.rotations);
         for (t, &token) in pass.tokens.iter().enumerate() {
             self.embedding
                 .row_to_f32(token as usize, &mut b.x[t * c.dim..(t + 1) * c.dim]);
         }
         for (index, layer) in self.layers.iter().enumerate() {
-            self.attention_block(index, layer, &mut b, pass, storage, kv_dim);
-            self.ffn_block(layer, &mut b, n);
+            self.attention_block(index, layer, b, pass, storage, kv_dim);
+            self.ffn_block(layer, b, n);
         }
-        self.head(&mut b, &pass.logit_rows)
+        self.head(b, pass.logit_rows, out);
     }
 
     fn attention_block(
@@ -506,100 +600,109 @@ impl Llama {
         add_bias(&mut b.k, layer.bk.as_deref());
         add_bias(&mut b.v, layer.bv.as_deref());
         for (t, at) in pass.at.iter().enumerate() {
-            self.rope(&mut b.q[t * c.dim..(t + 1) * c.dim], at.pos);
+            let half = c.head_dim / 2;
+            let rotations = &b.rotations[t * half..(t + 1) * half];
+            self.rope(&mut b.q[t * c.dim..(t + 1) * c.dim], rotations);
             let row = t * kv_dim..(t + 1) * kv_dim;
-            self.rope(&mut b.k[row.clone()], at.pos);
+            self.rope(&mut b.k[row.clone()], rotations);
             let offset = pass.layouts[at.seq].offset(index, at.pos, kv_dim);
             storage.store(offset, &b.k[row.clone()], &b.v[row]);
         }
-        let rows = KvRows {
-            pass,
-            layer: index,
-            kv_dim,
-        };
+        query_blocks(pass.at, &mut b.blocks);
+        let k = kernels::dispatch::table();
         match storage {
-            KvStorage::F32 { k, v } => self.attend(&b.q, k, v, &rows, &mut b.att),
-            KvStorage::F16 { k, v } => self.attend_f16(&b.q, k, v, &rows, &mut b.att),
+            KvStorage::F32 { k: keys, v: values } => self.attend_blocks(
+                &AttentionInputs {
+                    pass,
+                    layer: index,
+                    kv_dim,
+                    q: &b.q,
+                    keys,
+                    values,
+                    kernel: &|q, kv, out| k.attend_f32(q, kv, out),
+                },
+                &b.blocks,
+                &mut b.att,
+            ),
+            KvStorage::F16 { k: keys, v: values } => self.attend_blocks(
+                &AttentionInputs {
+                    pass,
+                    layer: index,
+                    kv_dim,
+                    q: &b.q,
+                    keys,
+                    values,
+                    kernel: &|q, kv, out| k.attend_f16(q, kv, out),
+                },
+                &b.blocks,
+                &mut b.att,
+            ),
         }
         kernels::matmul(&layer.wo, &b.att, n, &mut b.proj, &mut b.scratch);
         add_in_place(&mut b.x, &b.proj);
     }
 
-    /// Causal grouped-query attention of every (token, head) pair over its sequence's cached keys and
-    /// values.
-    fn attend(&self, q: &[f32], keys: &[f32], values: &[f32], rows: &KvRows<'_>, out: &mut [f32]) {
-        let c = &self.config;
-        let hd = c.head_dim;
-        let group = c.n_heads / c.n_kv_heads;
-        let scale = 1.0 / (hd as f32).sqrt();
-        out.par_chunks_mut(hd)
-            .enumerate()
-            .for_each_init(Vec::new, |scores, (task, o)| {
-                let (t, h) = (task / c.n_heads, task % c.n_heads);
-                let head = (h / group) * hd;
-                let qh = &q[t * c.dim + h * hd..t * c.dim + (h + 1) * hd];
-                scores.clear();
-                scores.extend((0..=rows.pos(t)).map(|j| {
-                    let at = rows.offset(t, j) + head;
-                    kernels::scalar::vec_dot_f32(qh, &keys[at..at + hd]) * scale
-                }));
-                softmax(scores);
-                o.fill(0.0);
-                for (j, &p) in scores.iter().enumerate() {
-                    let at = rows.offset(t, j) + head;
-                    for (acc, &v) in o.iter_mut().zip(&values[at..at + hd]) {
-                        *acc += p * v;
-                    }
-                }
-            });
+    /// Causal grouped-query attention of the tokens of `blocks` (consecutive, starting where `out`
+    /// does), the blocks split over the pool's threads.
+    fn attend_blocks<T: Sync>(
+        &self,
+        inputs: &AttentionInputs<'_, T>,
+        blocks: &[QueryBlock],
+        out: &mut [f32],
+    ) {
+        match blocks {
+            [] => {}
+            [block] => self.attend_block(inputs, *block, out),
+            _ => {
+                let mid = blocks.len() / 2;
+                let split = (blocks[mid].first - blocks[0].first) * self.config.dim;
+                let (left, right) = out.split_at_mut(split);
+                rayon::join(
+                    || self.attend_blocks(inputs, &blocks[..mid], left),
+                    || self.attend_blocks(inputs, &blocks[mid..], right),
+                );
+            }
+        }
     }
 
-    /// Attention over an f16 cache, computed as llama.cpp's CPU flash attention does (its
-    /// `flash_attn_ext_f16_one_chunk`): the query rounded to f16, an online softmax, and the weighted
-    /// sum of values kept in f16 and rescaled whenever a new maximum appears.
-    fn attend_f16(
+    /// One query block, one key/value head at a time (a lone token splits over the heads instead).
+    fn attend_block<T: Sync>(
         &self,
-        q: &[f32],
-        keys: &[f16],
-        values: &[f16],
-        rows: &KvRows<'_>,
+        inputs: &AttentionInputs<'_, T>,
+        block: QueryBlock,
         out: &mut [f32],
     ) {
         let c = &self.config;
-        let hd = c.head_dim;
-        let group = c.n_heads / c.n_kv_heads;
-        let scale = 1.0 / (hd as f32).sqrt();
-        let k = kernels::dispatch::table();
-        out.par_chunks_mut(hd).enumerate().for_each_init(
-            || (vec![f16::ZERO; hd], vec![0f32; hd], vec![f16::ZERO; hd]),
-            |(rounded, query, acc), (task, o)| {
-                let (t, h) = (task / c.n_heads, task % c.n_heads);
-                let head = (h / group) * hd;
-                // The query rounded to f16, then widened once for every key's score.
-                rounded.convert_from_f32_slice(&q[t * c.dim + h * hd..t * c.dim + (h + 1) * hd]);
-                rounded.convert_to_f32_slice(query);
-                acc.fill(f16::ZERO);
-                let (mut sum, mut max) = (0f32, f32::NEG_INFINITY);
-                for j in 0..=rows.pos(t) {
-                    let at = rows.offset(t, j) + head;
-                    let s = k.vec_dot_f16_attention(&keys[at..at + hd], query) * scale;
-                    let (mut rescale, mut weight) = (1f32, 1f32);
-                    if s > max {
-                        rescale = (max - s).exp();
-                        max = s;
-                        k.vec_scale_f16(acc, rescale);
-                    } else {
-                        weight = (s - max).exp();
-                    }
-                    k.vec_mad_f16(acc, &values[at..at + hd], weight);
-                    sum = sum * rescale + weight;
-                }
-                let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-                for (o, a) in o.iter_mut().zip(acc.iter()) {
-                    *o = a.to_f32() * inv;
-                }
-            },
-        );
+        let (hd, group) = (c.head_dim, c.n_heads / c.n_kv_heads);
+        let start = inputs.pass.at[block.first];
+        let layout = &inputs.pass.layouts[start.seq];
+        let group_attends = |g: usize, out: &mut [f32]| {
+            let offset = |j: usize| layout.offset(inputs.layer, j, inputs.kv_dim) + g * hd;
+            let queries = GroupQueries {
+                q: &inputs.q[block.first * c.dim + g * group * hd..],
+                stride: c.dim,
+                tokens: block.tokens,
+                heads: group,
+                head_dim: hd,
+                first_pos: start.pos,
+                scale: 1.0 / (hd as f32).sqrt(),
+            };
+            let head = CachedHead {
+                keys: inputs.keys,
+                values: inputs.values,
+                offset: &offset,
+            };
+            (inputs.kernel)(&queries, &head, out);
+        };
+        if block.tokens == 1 {
+            out.par_chunks_mut(group * hd)
+                .enumerate()
+                .for_each(|(g, o)| group_attends(g, o));
+        } else {
+            for g in 0..c.n_kv_heads {
+                group_attends(g, &mut out[g * group * hd..]);
+            }
+        }
     }
 
     fn ffn_block(&self, layer: &Layer, b: &mut Buffers, n: usize) {
@@ -619,12 +722,13 @@ impl Llama {
         add_in_place(&mut b.x, &b.proj);
     }
 
-    fn head(&self, b: &mut Buffers, logit_rows: &[usize]) -> Vec<f32> {
+    fn head(&self, b: &mut Buffers, logit_rows: &[usize], out: &mut Vec<f32>) {
         let c = &self.config;
         let d = c.dim;
         let rows = logit_rows.len();
+        out.clear();
         if rows == 0 {
-            return Vec::new();
+            return;
         }
         for (i, &t) in logit_rows.iter().enumerate() {
             b.proj[i * d..(i + 1) * d].copy_from_slice(&b.x[t * d..(t + 1) * d]);
@@ -632,19 +736,27 @@ impl Llama {
         let xb = &mut b.xb[..rows * d];
         rms_norm(&b.proj[..rows * d], &self.output_norm, c.rms_eps, xb);
         let head = self.output.as_ref().unwrap_or(&self.embedding);
-        let mut out = vec![0.0; rows * c.vocab_size];
-        kernels::matmul(head, xb, rows, &mut out, &mut b.scratch);
-        out
+        out.resize(rows * c.vocab_size, 0.0);
+        kernels::matmul(head, xb, rows, out, &mut b.scratch);
     }
 
-    /// Rotates every head of `x` (one token's q or k) to position `pos`.
-    fn rope(&self, x: &mut [f32], pos: usize) {
+    /// Each RoPE pair's cosine and sine for every token of `pass`, into `out`.
+    fn rotations(&self, pass: &Pass<'_>, out: &mut Vec<[f32; 2]>) {
+        out.clear();
+        for at in pass.at {
+            out.extend(self.inv_freq.iter().map(|&freq| {
+                let theta = at.pos as f64 * freq;
+                [theta.cos() as f32, theta.sin() as f32]
+            }));
+        }
+    }
+
+    /// Rotates every head of `x` (one token's q or k) by its position's `rotations`.
+    fn rope(&self, x: &mut [f32], rotations: &[[f32; 2]]) {
         let hd = self.config.head_dim;
         let half = hd / 2;
         for head in x.chunks_exact_mut(hd) {
-            for (i, &freq) in self.inv_freq.iter().enumerate() {
-                let theta = pos as f64 * freq;
-                let (sin, cos) = (theta.sin() as f32, theta.cos() as f32);
+            for (i, &[cos, sin]) in rotations.iter().enumerate() {
                 let (a, b) = match self.config.rope_style {
                     RopeStyle::Interleaved => (2 * i, 2 * i + 1),
                     RopeStyle::Neox => (i, i + half),
@@ -715,7 +827,10 @@ impl Loader<'_> {
             ));
         }
         check_len(self.source, name, &raw, rows * cols)?;
-        Ok(Weight::from_bytes(raw.kind, &raw.data, rows, cols, target))
+        let weight = Weight::from_bytes(raw.kind, &raw.data, rows, cols, target);
+        drop(raw);
+        self.source.release(name);
+        Ok(weight)
     }
 
     fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
@@ -804,19 +919,6 @@ fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
         for ((o, &v), &w) in or.iter_mut().zip(xr).zip(weight) {
             *o = v * scale * w;
         }
-    }
-}
-
-fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0f64;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v as f64;
-    }
-    let inv = (1.0 / sum) as f32;
-    for v in x.iter_mut() {
-        *v *= inv;
     }
 }
 
