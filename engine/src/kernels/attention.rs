@@ -213,6 +213,29 @@ impl HalfRounding for F16cRounding {
     }
 }
 
+/// Rounding with AVX-512, sixteen lanes at a time.
+#[cfg(target_arch = "x86_64")]
+pub(crate) struct Avx512Rounding;
+
+#[cfg(target_arch = "x86_64")]
+impl HalfRounding for Avx512Rounding {
+    #[inline(always)]
+    unsafe fn round(x: &mut [f32]) {
+        use std::arch::x86_64::*;
+        let mut chunks = x.chunks_exact_mut(16);
+        for c in &mut chunks {
+            // SAFETY: the chunk holds exactly 16 f32 values (unaligned loads and stores); the caller
+            // guarantees AVX-512 F.
+            unsafe {
+                let h = _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm512_loadu_ps(c.as_ptr()));
+                _mm512_storeu_ps(c.as_mut_ptr(), _mm512_cvtph_ps(h));
+            }
+        }
+        // SAFETY: F16C comes with the AVX-512 tier.
+        unsafe { F16cRounding::round(chunks.into_remainder()) };
+    }
+}
+
 /// The fast kernel for head sizes it is compiled for (16, 32, 64, 128), the reference for others.
 /// Scores are summed with separate multiplies and adds (never fused), in the same order on every
 /// tier; the f32 cache's weighted values too, so that cache gives the same bits on every tier.
@@ -282,28 +305,19 @@ unsafe fn blocked<T: CacheValue, R: HalfRounding, const HD: usize>(
                 continue;
             }
             let live = (visible - start).min(n);
-            for r in t * queries.heads..(t + 1) * queries.heads {
+            let rows = t * queries.heads..(t + 1) * queries.heads;
+            if T::FLASH_F16 {
+                // SAFETY: passed on from the caller.
+                unsafe { token_flash::<R, HD>(rows, queries.scale, live, s) };
+                continue;
+            }
+            for r in rows {
                 let state = RowState {
                     max: &mut s.max[r],
                     sum: &mut s.sum[r],
                     acc: &mut s.acc[r * HD..(r + 1) * HD],
                 };
-                let query = &s.queries[r * HD..];
-                if T::FLASH_F16 {
-                    // SAFETY: passed on from the caller.
-                    unsafe {
-                        row_block_flash::<R, HD>(
-                            query,
-                            queries.scale,
-                            &s.keys_t,
-                            &s.values,
-                            live,
-                            state,
-                        );
-                    }
-                } else {
-                    row_block::<HD>(query, &s.keys_t, &s.values, live, state);
-                }
+                row_block::<HD>(&s.queries[r * HD..], &s.keys_t, &s.values, live, state);
             }
         }
     }
@@ -376,55 +390,111 @@ fn block_scores<const HD: usize>(query: &[f32; HD], keys_t: &[f32]) -> [f32; KEY
     scores
 }
 
-/// One query row against one block of keys as llama.cpp's CPU flash attention does it (its
-/// `flash_attn_ext_f16_one_chunk`): key by key, a new maximum rescales the f16 sum of values, and
-/// each value is added with its weight by one fused multiply-add rounded to f16.
+/// The query rows of one token (its heads of the group) against the block of keys in the scratch,
+/// as llama.cpp's CPU flash attention does it: taken two or three rows at a time, so that their
+/// chains of rounded sums overlap.
 ///
 /// # Safety
 /// The CPU must support what `R` uses.
 #[inline(always)]
-unsafe fn row_block_flash<R: HalfRounding, const HD: usize>(
-    query: &[f32],
+unsafe fn token_flash<R: HalfRounding, const HD: usize>(
+    rows: std::ops::Range<usize>,
     scale: f32,
-    keys_t: &[f32],
-    values: &[f32],
     live: usize,
-    state: RowState<'_>,
+    s: &mut Scratch,
 ) {
-    let (Some(query), Some(acc)) = (query.first_chunk::<HD>(), state.acc.first_chunk_mut::<HD>())
-    else {
+    let step = if rows.len().is_multiple_of(3) {
+        3
+    } else if rows.len().is_multiple_of(2) {
+        2
+    } else {
+        1
+    };
+    for first in rows.step_by(step) {
+        let block = FlashBlock {
+            keys_t: &s.keys_t,
+            values: &s.values,
+            scale,
+            live,
+        };
+        let queries = &s.queries[first * HD..(first + step) * HD];
+        let max = &mut s.max[first..first + step];
+        let sum = &mut s.sum[first..first + step];
+        let acc = &mut s.acc[first * HD..(first + step) * HD];
+        // SAFETY: passed on from the caller.
+        unsafe {
+            match step {
+                3 => rows_flash::<R, HD, 3>(&block, queries, max, sum, acc),
+                2 => rows_flash::<R, HD, 2>(&block, queries, max, sum, acc),
+                _ => rows_flash::<R, HD, 1>(&block, queries, max, sum, acc),
+            }
+        }
+    }
+}
+
+/// One block of widened keys and values, as flash attention's rows see it.
+struct FlashBlock<'a> {
+    keys_t: &'a [f32],
+    values: &'a [f32],
+    scale: f32,
+    /// Keys visible to the rows.
+    live: usize,
+}
+
+/// `G` query rows (`G x HD` values, with their running maxima, sums and f16 sums of values)
+/// against one block, as llama.cpp's `flash_attn_ext_f16_one_chunk` does for each: key by key, a
+/// new maximum rescales the f16 sum of values, and each value is added with its weight by one fused
+/// multiply-add rounded to f16.
+///
+/// # Safety
+/// The CPU must support what `R` uses.
+#[inline(always)]
+unsafe fn rows_flash<R: HalfRounding, const HD: usize, const G: usize>(
+    block: &FlashBlock<'_>,
+    queries: &[f32],
+    max: &mut [f32],
+    sum: &mut [f32],
+    acc: &mut [f32],
+) {
+    let (Some(max), Some(sum)) = (max.first_chunk_mut::<G>(), sum.first_chunk_mut::<G>()) else {
         return;
     };
-    let scores = block_scores::<HD>(query, keys_t);
-    let (mut max, mut sum) = (*state.max, *state.sum);
-    let mut sums = *acc;
-    for (k, &score) in scores.iter().enumerate().take(live) {
-        let s = score * scale;
-        let (mut rescale, mut weight) = (1f32, 1f32);
-        if s > max {
-            rescale = (max - s).exp();
-            max = s;
-            for a in &mut sums {
-                *a *= rescale;
+    let (queries, _) = queries.as_chunks::<HD>();
+    let (acc, _) = acc.as_chunks_mut::<HD>();
+    if queries.len() < G || acc.len() < G {
+        return;
+    }
+    let mut scores = [[0f32; KEY_BLOCK]; G];
+    let mut sums = [[0f32; HD]; G];
+    for g in 0..G {
+        scores[g] = block_scores::<HD>(&queries[g], block.keys_t);
+        sums[g] = acc[g];
+    }
+    let (values, _) = block.values.as_chunks::<HD>();
+    for (k, value) in values.iter().enumerate().take(block.live) {
+        for g in 0..G {
+            let s = scores[g][k] * block.scale;
+            let (mut rescale, mut weight) = (1f32, 1f32);
+            if s > max[g] {
+                rescale = (max[g] - s).exp();
+                max[g] = s;
+                for a in &mut sums[g] {
+                    *a *= rescale;
+                }
+                // SAFETY: passed on from the caller.
+                unsafe { R::round(&mut sums[g]) };
+            } else {
+                weight = (s - max[g]).exp();
+            }
+            for (a, &v) in sums[g].iter_mut().zip(value) {
+                *a = v.mul_add(weight, *a);
             }
             // SAFETY: passed on from the caller.
-            unsafe { R::round(&mut sums) };
-        } else {
-            weight = (s - max).exp();
+            unsafe { R::round(&mut sums[g]) };
+            sum[g] = sum[g] * rescale + weight;
         }
-        let Some(value) = values[k * HD..].first_chunk::<HD>() else {
-            return;
-        };
-        for (a, &v) in sums.iter_mut().zip(value) {
-            *a = v.mul_add(weight, *a);
-        }
-        // SAFETY: passed on from the caller.
-        unsafe { R::round(&mut sums) };
-        sum = sum * rescale + weight;
     }
-    *state.max = max;
-    *state.sum = sum;
-    *acc = sums;
+    acc[..G].copy_from_slice(&sums);
 }
 
 /// One query row against one block of keys of which the first `live` are visible to it.
@@ -543,7 +613,7 @@ pub(crate) fn attend_f32_portable(
 
 /// The fast kernel for one cache type compiled with a SIMD tier's instruction set.
 macro_rules! simd_tier {
-    ($name:ident, $value:ty, $features:literal, $doc:literal) => {
+    ($name:ident, $value:ty, $rounding:ty, $features:literal, $doc:literal) => {
         #[doc = $doc]
         ///
         /// # Safety
@@ -556,8 +626,8 @@ macro_rules! simd_tier {
             out: &mut [f32],
             scratch: &mut Scratch,
         ) {
-            // SAFETY: F16C is among the features the caller guarantees.
-            unsafe { attend_fast::<$value, F16cRounding>(q, kv, out, scratch) };
+            // SAFETY: the rounding's instructions are among the features the caller guarantees.
+            unsafe { attend_fast::<$value, $rounding>(q, kv, out, scratch) };
         }
     };
 }
@@ -565,24 +635,28 @@ macro_rules! simd_tier {
 simd_tier!(
     attend_f16_avx2,
     f16,
+    F16cRounding,
     "avx2,fma,f16c",
     "The fast kernel for AVX2 and FMA."
 );
 simd_tier!(
     attend_f32_avx2,
     f32,
+    F16cRounding,
     "avx2,fma,f16c",
     "The fast kernel for AVX2 and FMA."
 );
 simd_tier!(
     attend_f16_avx512,
     f16,
+    Avx512Rounding,
     "avx512f,avx512bw,avx512vl,avx2,fma,f16c",
     "The fast kernel for AVX-512."
 );
 simd_tier!(
     attend_f32_avx512,
     f32,
+    Avx512Rounding,
     "avx512f,avx512bw,avx512vl,avx2,fma,f16c",
     "The fast kernel for AVX-512."
 );
