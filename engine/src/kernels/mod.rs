@@ -28,7 +28,7 @@ use crate::{
 const ROWS_PER_TASK: usize = 64;
 /// Most tokens per parallel task of a tiled product: the task's activations stay in the second-level
 /// cache while every weight row passes over them.
-const TOKENS_PER_TASK: usize = 64;
+const TOKENS_PER_TASK: usize = 128;
 /// Fewest tokens per thread for a tiled product to split over tokens: each task then reads every
 /// weight row, which pays only when enough tokens share each load.
 const MIN_TOKENS_PER_THREAD: usize = 16;
@@ -470,8 +470,8 @@ mod tests {
     fn tasks_split_tokens_evenly_over_threads() {
         assert_eq!(tokens_per_task(31, 2), None);
         assert_eq!(tokens_per_task(40, 2), Some(20));
-        assert_eq!(tokens_per_task(512, 2), Some(64));
-        assert_eq!(tokens_per_task(130, 2), Some(33));
+        assert_eq!(tokens_per_task(512, 2), Some(128));
+        assert_eq!(tokens_per_task(130, 2), Some(65));
         assert_eq!(tokens_per_task(16, 1), Some(16));
     }
 }
