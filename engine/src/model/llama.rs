@@ -599,12 +599,22 @@ impl Llama {
         add_bias(&mut b.q, layer.bq.as_deref());
         add_bias(&mut b.k, layer.bk.as_deref());
         add_bias(&mut b.v, layer.bv.as_deref());
+        let half = c.head_dim / 2;
+        let rotations = &b.rotations;
+        b.q.par_chunks_mut(c.dim * ELEMENTWISE_TOKENS)
+            .zip(b.k.par_chunks_mut(kv_dim * ELEMENTWISE_TOKENS))
+            .enumerate()
+            .for_each(|(task, (q, k))| {
+                let rows = q.chunks_exact_mut(c.dim).zip(k.chunks_exact_mut(kv_dim));
+                for (i, (q, k)) in rows.enumerate() {
+                    let t = task * ELEMENTWISE_TOKENS + i;
+                    let rotations = &rotations[t * half..(t + 1) * half];
+                    self.rope(q, rotations);
+                    self.rope(k, rotations);
+                }
+            });
         for (t, at) in pass.at.iter().enumerate() {
-            let half = c.head_dim / 2;
-            let rotations = &b.rotations[t * half..(t + 1) * half];
-            self.rope(&mut b.q[t * c.dim..(t + 1) * c.dim], rotations);
             let row = t * kv_dim..(t + 1) * kv_dim;
-            self.rope(&mut b.k[row.clone()], rotations);
             let offset = pass.layouts[at.seq].offset(index, at.pos, kv_dim);
             storage.store(offset, &b.k[row.clone()], &b.v[row]);
         }
@@ -639,7 +649,7 @@ impl Llama {
             ),
         }
         kernels::matmul(&layer.wo, &b.att, n, &mut b.proj, &mut b.scratch);
-        add_in_place(&mut b.x, &b.proj);
+        add_residual(&mut b.x, &b.proj, c.dim);
     }
 
     /// Causal grouped-query attention of the tokens of `blocks` (consecutive, starting where `out`
@@ -715,11 +725,17 @@ impl Llama {
             &mut b.combined,
             &mut b.scratch,
         );
-        for (g, &u) in b.gate.iter_mut().zip(&b.up) {
-            *g = silu(*g) * u;
-        }
+        let width = c.ffn_dim * ELEMENTWISE_TOKENS;
+        b.gate
+            .par_chunks_mut(width)
+            .zip(b.up.par_chunks(width))
+            .for_each(|(gate, up)| {
+                for (g, &u) in gate.iter_mut().zip(up) {
+                    *g = silu(*g) * u;
+                }
+            });
         kernels::matmul(&layer.w_down, &b.gate, n, &mut b.proj, &mut b.scratch);
-        add_in_place(&mut b.x, &b.proj);
+        add_residual(&mut b.x, &b.proj, c.dim);
     }
 
     fn head(&self, b: &mut Buffers, logit_rows: &[usize], out: &mut Vec<f32>) {
@@ -911,7 +927,19 @@ fn check_len(
 }
 
 /// Per row of `dim` values: `out = x / sqrt(mean(x^2) + eps) * weight`.
+/// Tokens per parallel task of the element-wise steps (norms, RoPE, SwiGLU, residual adds): a few
+/// tokens stay on one thread, a prompt spreads over the pool.
+const ELEMENTWISE_TOKENS: usize = 16;
+
+/// RMS norm of every row of `x` (rows of `weight.len()`), scaled by `weight`, into `out`.
 fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+    let width = weight.len() * ELEMENTWISE_TOKENS;
+    out.par_chunks_mut(width)
+        .zip(x.par_chunks(width))
+        .for_each(|(out, x)| rms_norm_rows(x, weight, eps, out));
+}
+
+fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let dim = weight.len();
     for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
         let mean = xr.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / dim as f64;
@@ -930,6 +958,14 @@ fn add_in_place(x: &mut [f32], y: &[f32]) {
     for (a, &b) in x.iter_mut().zip(y) {
         *a += b;
     }
+}
+
+/// The residual add `x += y` of whole activations (rows of `dim`), split over the pool.
+fn add_residual(x: &mut [f32], y: &[f32], dim: usize) {
+    let width = dim * ELEMENTWISE_TOKENS;
+    x.par_chunks_mut(width)
+        .zip(y.par_chunks(width))
+        .for_each(|(x, y)| add_in_place(x, y));
 }
 
 fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
