@@ -432,6 +432,57 @@ unsafe fn token_flash<R: HalfRounding, const HD: usize>(
     }
 }
 
+/// A row's key-by-key softmax over one block, computed ahead of the sums of values: at key `k`,
+/// either a new maximum (`rescale[k] = e^(old max - score)`, `weight[k] = 1`) or not
+/// (`rescale[k] = 1`, `weight[k] = e^(score - max)`). The exponentials of a block are taken together
+/// (vectorized) instead of one by one on the sums' critical path.
+#[derive(Clone, Copy)]
+struct SoftmaxSteps {
+    rescale: [f32; KEY_BLOCK],
+    weight: [f32; KEY_BLOCK],
+    /// The maximum after the block.
+    max: f32,
+}
+
+impl Default for SoftmaxSteps {
+    fn default() -> Self {
+        Self {
+            rescale: [1.0; KEY_BLOCK],
+            weight: [1.0; KEY_BLOCK],
+            max: f32::NEG_INFINITY,
+        }
+    }
+}
+
+impl SoftmaxSteps {
+    /// The steps of the first `live` keys of a block, from the running maximum `max`.
+    #[inline(always)]
+    fn new(scores: &[f32; KEY_BLOCK], scale: f32, mut max: f32, live: usize) -> Self {
+        let mut exponent = [0f32; KEY_BLOCK];
+        let mut raised = [false; KEY_BLOCK];
+        for (k, &score) in scores.iter().enumerate().take(live) {
+            let s = score * scale;
+            if s > max {
+                exponent[k] = max - s;
+                raised[k] = true;
+                max = s;
+            } else {
+                exponent[k] = s - max;
+            }
+        }
+        let mut steps = Self {
+            max,
+            ..Self::default()
+        };
+        for k in 0..KEY_BLOCK {
+            let e = exp_approx(exponent[k]);
+            steps.rescale[k] = if raised[k] { e } else { 1.0 };
+            steps.weight[k] = if raised[k] { 1.0 } else { e };
+        }
+        steps
+    }
+}
+
 /// One block of widened keys and values, as flash attention's rows see it.
 struct FlashBlock<'a> {
     keys_t: &'a [f32],
@@ -464,27 +515,23 @@ unsafe fn rows_flash<R: HalfRounding, const HD: usize, const G: usize>(
     if queries.len() < G || acc.len() < G {
         return;
     }
-    let mut scores = [[0f32; KEY_BLOCK]; G];
+    let mut steps = [SoftmaxSteps::default(); G];
     let mut sums = [[0f32; HD]; G];
     for g in 0..G {
-        scores[g] = block_scores::<HD>(&queries[g], block.keys_t);
+        let scores = block_scores::<HD>(&queries[g], block.keys_t);
+        steps[g] = SoftmaxSteps::new(&scores, block.scale, max[g], block.live);
         sums[g] = acc[g];
     }
     let (values, _) = block.values.as_chunks::<HD>();
     for (k, value) in values.iter().enumerate().take(block.live) {
         for g in 0..G {
-            let s = scores[g][k] * block.scale;
-            let (mut rescale, mut weight) = (1f32, 1f32);
-            if s > max[g] {
-                rescale = (max[g] - s).exp();
-                max[g] = s;
+            let (rescale, weight) = (steps[g].rescale[k], steps[g].weight[k]);
+            if rescale != 1.0 {
                 for a in &mut sums[g] {
                     *a *= rescale;
                 }
                 // SAFETY: passed on from the caller.
                 unsafe { R::round(&mut sums[g]) };
-            } else {
-                weight = (s - max[g]).exp();
             }
             for (a, &v) in sums[g].iter_mut().zip(value) {
                 *a = v.mul_add(weight, *a);
@@ -493,6 +540,9 @@ unsafe fn rows_flash<R: HalfRounding, const HD: usize, const G: usize>(
             unsafe { R::round(&mut sums[g]) };
             sum[g] = sum[g] * rescale + weight;
         }
+    }
+    for g in 0..G {
+        max[g] = steps[g].max;
     }
     acc[..G].copy_from_slice(&sums);
 }
