@@ -434,8 +434,9 @@ unsafe fn token_flash<R: HalfRounding, const HD: usize>(
 
 /// A row's key-by-key softmax over one block, computed ahead of the sums of values: at key `k`,
 /// either a new maximum (`rescale[k] = e^(old max - score)`, `weight[k] = 1`) or not
-/// (`rescale[k] = 1`, `weight[k] = e^(score - max)`). The exponentials of a block are taken together
-/// (vectorized) instead of one by one on the sums' critical path.
+/// (`rescale[k] = 1`, `weight[k] = e^(score - max)`). The exponentials of a block are taken together,
+/// off the sums' critical path, with the C library's `expf` as llama.cpp takes them (a faster
+/// approximation moves greedy tokens away from llama.cpp's on some kernel tiers).
 #[derive(Clone, Copy)]
 struct SoftmaxSteps {
     rescale: [f32; KEY_BLOCK],
@@ -474,8 +475,8 @@ impl SoftmaxSteps {
             max,
             ..Self::default()
         };
-        for k in 0..KEY_BLOCK {
-            let e = exp_approx(exponent[k]);
+        for k in 0..live.min(KEY_BLOCK) {
+            let e = exponent[k].exp();
             steps.rescale[k] = if raised[k] { e } else { 1.0 };
             steps.weight[k] = if raised[k] { 1.0 } else { e };
         }
