@@ -2,11 +2,15 @@
 //!
 //! The float arithmetic is ggml's x86 code, operation for operation, so that results match llama.cpp
 //! bit for bit where it runs the same code:
-//! - quantized dots (`ggml_vec_dot_q8_0_q8_0`, `_q4_0_q8_0`, `_q4_1_q8_1` in
-//!   `ggml-cpu/arch/x86/quants.c`, `__AVX2__` branch): per block, eight int32 lanes (lane `i` sums
-//!   the products of bytes `4i..4i+4`) are converted to f32 and FMA'd with the broadcast f32 product
-//!   of the two f16 scales into one 8-lane accumulator; `hsum_float_8` at the end. Q4_1 adds
-//!   `m_x * s_y` into a separate scalar sum (fused, as GCC contracts `summs += m * s`).
+//! - quantized dots (`ggml_vec_dot_q4_0_q8_0`, `_q4_1_q8_1` in `ggml-cpu/arch/x86/quants.c`,
+//!   `__AVX2__` branch): per block, eight int32 lanes (lane `i` sums the products of bytes
+//!   `4i..4i+4`) are converted to f32 and FMA'd with the broadcast f32 product of the two f16 scales
+//!   into one 8-lane accumulator; `hsum_float_8` at the end. Q4_1 adds `m_x * s_y` into a separate
+//!   scalar sum (fused, as GCC contracts `summs += m * s`).
+//! - Q8_0 x Q8_0 keeps the scalar reference's numerics instead: each block's exact int32 sum, as f32,
+//!   times the product of the scales, added in block order.
+//!   A row's result then does not depend on how the lanes were split, which lets the AVX-512 product
+//!   of many tokens put tokens in lanes and still give decoding's bits.
 //! - `vec_dot_f32` / `vec_dot_f16` (`ggml-cpu/vec.cpp`, `simd-mappings.h` `__AVX__` branch): four
 //!   8-lane accumulators over steps of 32 elements, `GGML_F32x8_REDUCE`, leftovers one at a time
 //!   (in f64 for f16).
@@ -226,28 +230,83 @@ pub(crate) unsafe fn vec_dot_f16_x4(rows: [&[f16]; 4], y: &[f16]) -> [f32; 4] {
 // ---------------------------------------------------------------------------------------------
 // Quantized dots.
 
-/// Q8_0 x Q8_0 dots of `R` rows against `y` (ggml `ggml_vec_dot_q8_0_q8_0`, AVX2).
+/// The exact int32 sums of up to four rows' eight lanes each, row `r` in lane `r` (lanes past `R`
+/// hold repeats). Integer sums are exact, so their order does not matter.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn block_sums<const R: usize>(q: [__m256i; R]) -> __m128i {
+    let pick = |r: usize| q[r.min(R - 1)];
+    let pairs = _mm256_hadd_epi32(
+        _mm256_hadd_epi32(pick(0), pick(1)),
+        _mm256_hadd_epi32(pick(2), pick(3)),
+    );
+    _mm_add_epi32(
+        _mm256_castsi256_si128(pairs),
+        _mm256_extracti128_si256::<1>(pairs),
+    )
+}
+
+/// Adds one block of up to four rows to their sums (row `r` in lane `r`) in the scalar reference's
+/// numerics: the exact block sums as f32, times `d_x * d_y`, added in block order. `dx` holds the
+/// rows' scales in its lanes, `dy` the activation block's head ([`head_f32`]: its scale in lane 0).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn add_block_q8_0(acc: __m128, sums: __m128i, dx: __m128, dy: __m128) -> __m128 {
+    let d = _mm_mul_ps(dx, _mm_broadcastss_ps(dy));
+    _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), d))
+}
+
+/// Up to four f16 scales as f32 lanes (zero past `R`), inserted into a zeroed register: inserts into
+/// an undefined one may merge into whatever register the compiler picks, the accumulator included,
+/// which chains every block to the previous block's sum.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn scales_f32<const R: usize>(d: [f16; R]) -> __m128 {
+    let bits = |r: usize| i32::from(d[r].to_bits());
+    let mut v = _mm_setzero_si128();
+    v = _mm_insert_epi16::<0>(v, bits(0));
+    if R > 1 {
+        v = _mm_insert_epi16::<1>(v, bits(1));
+    }
+    if R > 2 {
+        v = _mm_insert_epi16::<2>(v, bits(2));
+    }
+    if R > 3 {
+        v = _mm_insert_epi16::<3>(v, bits(3));
+    }
+    _mm_cvtph_ps(v)
+}
+
+/// The first `R` lanes of `acc`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn lanes<const R: usize>(acc: __m128) -> [f32; R] {
+    let mut out = [0f32; 4];
+    // SAFETY: `out` is 4 f32; unaligned store.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+    std::array::from_fn(|r| out[r])
+}
+
+/// Q8_0 x Q8_0 dots of `R` (at most four) rows against `y`, in the scalar reference's numerics (see
+/// [`add_block_q8_0`]; the sums start from -0.0, as `Iterator::sum`). The int32 lanes come from
+/// ggml's sign trick (`|x|` times `y` with `x`'s sign), exact while `y` avoids -128.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn dot_q8_0_rows<const R: usize>(rows: [&[BlockQ8_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
+    const { assert!(R >= 1 && R <= 4) };
     let n = common_len(&rows, y);
     let rows = cut(rows, n);
-    let mut acc = [_mm256_setzero_ps(); R];
+    let mut acc = _mm_set1_ps(-0.0);
     for (i, b) in y[..n].iter().enumerate() {
-        let hy = head_f32(b);
         let qy = load_i8x32(&b.qs);
-        for r in 0..R {
-            let a = &rows[r][i];
-            let d = _mm256_broadcastss_ps(_mm_mul_ss(head_f32(a), hy));
-            let qx = load_i8x32(&a.qs);
-            // ggml `mul_sum_i8_pairs_float`: |x| times y with x's sign.
-            let ax = _mm256_sign_epi8(qx, qx);
-            let sy = _mm256_sign_epi8(qy, qx);
-            let q = _mm256_cvtepi32_ps(mul_sum_us8_pairs(ax, sy));
-            acc[r] = _mm256_fmadd_ps(d, q, acc[r]);
-        }
+        let q: [__m256i; R] = std::array::from_fn(|r| {
+            let qx = load_i8x32(&rows[r][i].qs);
+            mul_sum_us8_pairs(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx))
+        });
+        let dx = scales_f32::<R>(std::array::from_fn(|r| rows[r][i].d));
+        acc = add_block_q8_0(acc, block_sums(q), dx, head_f32(b));
     }
-    acc.map(|a| hsum_float_8(a))
+    lanes(acc)
 }
 
 /// ggml `ggml_vec_dot_q8_0_q8_0` (AVX2).
@@ -537,35 +596,6 @@ fn load_i16x16(v: &[i16; 16]) -> __m256i {
     unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
 }
 
-/// Q8_0 x Q8_0 dots of `R` rows against one tile of tokens (`nb` entries).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn dot_q8_0_tile<const R: usize>(
-    rows: [&[BlockQ8_0]; R],
-    tokens: &[TokensQ8],
-    products: &[RowScales],
-) -> [[f32; TILE_TOKENS]; R] {
-    let n = common_len(&rows, tokens).min(products.len());
-    let (rows, tokens, products) = (cut(rows, n), &tokens[..n], &products[..n]);
-    let mut acc = [[_mm256_setzero_ps(); TILE_TOKENS]; R];
-    for i in 0..n {
-        let (p, d) = (&tokens[i], &products[i].0);
-        let qy = p.qs.each_ref().map(|q| load_i8x32(q));
-        for r in 0..R {
-            let qx = load_i8x32(&rows[r][i].qs);
-            let ax = _mm256_sign_epi8(qx, qx);
-            for t in 0..TILE_TOKENS {
-                // ggml `mul_sum_i8_pairs_float`: |x| times y with x's sign.
-                let sy = _mm256_sign_epi8(qy[t], qx);
-                let q = _mm256_cvtepi32_ps(mul_sum_us8_pairs(ax, sy));
-                let dk = _mm256_set1_ps(d[r * TILE_TOKENS + t]);
-                acc[r][t] = _mm256_fmadd_ps(dk, q, acc[r][t]);
-            }
-        }
-    }
-    acc.map(|row| row.map(|a| hsum_float_8(a)))
-}
-
 /// Q4_0 x Q8_0 dots of `R` rows against one tile of tokens (`nb` entries).
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
@@ -683,7 +713,8 @@ fn over_tiles<W, P: PackedTokens>(
 }
 
 /// [`vec_dot_q8_0_q8_0`] of every row of `w` against every token of `x` (`nb` blocks each), into
-/// `out` as `layout` places them.
+/// `out` as `layout` places them: four rows at a time against each token, the bits of the single-row
+/// dots.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
@@ -695,20 +726,17 @@ pub(crate) unsafe fn gemm_q8_0_q8_0(
     out: &mut [f32],
     layout: OutLayout,
 ) {
-    let Some(tokens) = x.len().checked_div(nb) else {
+    if nb == 0 {
         return;
-    };
-    SCRATCH.with_borrow_mut(|s| {
-        pack_q8(x, nb, &mut s.q8);
-        over_tiles(
-            (w, nb),
-            (&s.q8, tokens),
-            (out, layout),
-            (|b| b.d, None),
-            &mut s.rows,
-            |rows, p, d, _| dot_q8_0_tile(rows, p, d),
-        );
-    });
+    }
+    let rows = w.len() / nb;
+    for first_row in (0..rows).step_by(4) {
+        let tile = tile_rows(w, nb, first_row);
+        for (t, y) in x.chunks_exact(nb).enumerate() {
+            let values = dot_q8_0_rows(tile, y).map(|v| [v]);
+            store_tile(out, layout, (first_row, t), (rows - first_row, 1), values);
+        }
+    }
 }
 
 /// [`vec_dot_q4_0_q8_0`] of every row of `w` against every token of `x`, as [`gemm_q8_0_q8_0`].

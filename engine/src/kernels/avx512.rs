@@ -1,17 +1,20 @@
 //! AVX-512 kernels (tier [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512): AVX2, FMA, F16C and
 //! AVX-512 F/BW/VL/VNNI).
 //!
-//! Results are bit-identical to the AVX2 tier for the quantized dots and follow the same ggml code
-//! (see `avx2.rs`): per block, eight exact int32 lane sums (bytes `4i..4i+4`) become f32 and are
-//! FMA'd with the f32 product of the two f16 scales into one 8-lane accumulator, `hsum_float_8` at
-//! the end. What changes is how the integers are formed: `vpdpbusd` (u8 x i8, four products per
-//! lane) instead of `vpmaddubsw` + `vpmaddwd`, with the signed side handled by an offset folded into
-//! the accumulator input:
+//! Results are bit-identical to the AVX2 tier for the quantized dots. Q4_0 and Q4_1 follow the same
+//! ggml code (see `avx2.rs`): per block, eight exact int32 lane sums (bytes `4i..4i+4`) become f32 and
+//! are FMA'd with the f32 product of the two f16 scales into one 8-lane accumulator, `hsum_float_8` at
+//! the end. Q8_0 keeps the scalar reference's numerics (the block's exact sum times the scale product,
+//! added block by block), which lets its product of many tokens hold tokens in vector lanes. What
+//! changes is how the integers are formed: `vpdpbusd` (u8 x i8, four products per lane) instead of
+//! `vpmaddubsw` + `vpmaddwd`, with the signed side handled by an offset folded into the accumulator
+//! input:
 //! - Q4_1: nibbles are already unsigned: `dpbusd(0, q, y)`.
 //! - Q4_0: `dpbusd(-8*sum(y), q, y) = sum((q-8)*y)`; the offset is computed once per activation block
 //!   and shared by every row.
 //! - Q8_0: `dpbusd(-128*sum(y), x ^ 0x80, y) = sum((x+128)*y) - 128*sum(y)`; exact for every input
-//!   (ggml's sign trick is wrong for y = -128, which activations never hold).
+//!   (ggml's sign trick is wrong for y = -128, which activations never hold). Its product of many
+//!   tokens biases the activations instead, and corrects by `-128*sum(x)` per weight block.
 //!
 //! The f16 scales are read with one `vcvtph2ps` of the block's first 8 bytes. The float dots follow
 //! ggml's AVX-512 code (`simd-mappings.h` `__AVX512F__` branch, which llama.cpp runs on this class of
@@ -25,7 +28,10 @@ use std::{arch::x86_64::*, cell::RefCell};
 
 use half::f16;
 
-use super::tiles::{OutLayout, store_tile};
+use super::{
+    avx2,
+    tiles::{OutLayout, store_tile},
+};
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
 
 /// Elements per f32 vector.
@@ -213,29 +219,29 @@ pub(crate) unsafe fn vec_dot_f16_x4(rows: [&[f16]; 4], y: &[f16]) -> [f32; 4] {
 // ---------------------------------------------------------------------------------------------
 // Quantized dots.
 
-/// Q8_0 x Q8_0 dots of `R` rows against `y`.
+/// Q8_0 x Q8_0 dots of `R` (at most four) rows against `y`, in the scalar reference's numerics (as
+/// the AVX2 tier: [`avx2::add_block_q8_0`]), the int32 lanes from `vpdpbusd`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 fn dot_q8_0_rows<const R: usize>(rows: [&[BlockQ8_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
+    const { assert!(R >= 1 && R <= 4) };
     let n = common_len(&rows, y);
     let rows = cut(rows, n);
     let bias = _mm256_set1_epi8(i8::MIN);
     let zero = _mm256_setzero_si256();
-    let mut acc = [_mm256_setzero_ps(); R];
+    let mut acc = _mm_set1_ps(-0.0);
     for (i, b) in y[..n].iter().enumerate() {
-        let hy = head_f32(b);
         let qy = load_i8x32(&b.qs);
         // -128 * sum(y) per lane: the correction for biasing x to unsigned.
         let offset = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, bias, qy));
-        for r in 0..R {
-            let a = &rows[r][i];
-            let d = _mm256_broadcastss_ps(_mm_mul_ss(head_f32(a), hy));
-            let ux = _mm256_xor_si256(load_i8x32(&a.qs), bias);
-            let q = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(offset, ux, qy));
-            acc[r] = _mm256_fmadd_ps(d, q, acc[r]);
-        }
+        let q: [__m256i; R] = std::array::from_fn(|r| {
+            let ux = _mm256_xor_si256(load_i8x32(&rows[r][i].qs), bias);
+            _mm256_dpbusd_epi32(offset, ux, qy)
+        });
+        let dx = avx2::scales_f32::<R>(std::array::from_fn(|r| rows[r][i].d));
+        acc = avx2::add_block_q8_0(acc, avx2::block_sums(q), dx, head_f32(b));
     }
-    acc.map(|a| hsum_float_8(a))
+    avx2::lanes(acc)
 }
 
 /// ggml `ggml_vec_dot_q8_0_q8_0`, with VNNI.
@@ -360,6 +366,128 @@ pub(crate) unsafe fn vec_dot_q4_1_q8_1_x4(rows: [&[BlockQ4_1]; 4], y: &[BlockQ8_
 // and the offsets the single-row dots compute per block), once per token rather than once per row
 // tile; the last tile of tokens is padded with zero tokens, whose results are dropped.
 
+/// Tokens per panel of the Q8_0 product: the lanes of one int32 vector.
+const PANEL: usize = 16;
+/// Weight rows that stream past a panel together (each holds one int32 and one f32 vector).
+const PANEL_ROWS: usize = 8;
+
+/// One block of a panel of [`PANEL`] tokens' Q8_0 activations: `qs[g][t]` holds bytes `4g..4g+4`
+/// of token `t` biased to unsigned (`^ 0x80`), `d[t]` its scale. Padding tokens are zero.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct PanelQ8 {
+    qs: [[u32; PANEL]; QK / 4],
+    d: [f32; PANEL],
+}
+
+impl Default for PanelQ8 {
+    fn default() -> Self {
+        Self {
+            qs: [[0x8080_8080; PANEL]; QK / 4],
+            d: [0.0; PANEL],
+        }
+    }
+}
+
+/// Per block of the rows in progress: `-128 * sum(x)` (the unsigned bias's correction) and the scale.
+#[derive(Clone, Copy, Default)]
+struct PreparedBlock {
+    correction: [i32; PANEL_ROWS],
+    d: [f32; PANEL_ROWS],
+}
+
+/// Unpacks `x` (tokens of `nb` blocks) into panels, `nb` entries per panel of tokens.
+fn pack_panels(x: &[BlockQ8_0], nb: usize, out: &mut Vec<PanelQ8>) {
+    let tokens = x.len() / nb;
+    out.clear();
+    out.resize(tokens.div_ceil(PANEL) * nb, PanelQ8::default());
+    for (t, blocks) in x.chunks_exact(nb).enumerate() {
+        let (panel, lane) = (t / PANEL, t % PANEL);
+        for (b, p) in blocks.iter().zip(&mut out[panel * nb..(panel + 1) * nb]) {
+            for (g, bytes) in b.qs.chunks_exact(4).enumerate() {
+                let word = u32::from_le_bytes([
+                    bytes[0] as u8,
+                    bytes[1] as u8,
+                    bytes[2] as u8,
+                    bytes[3] as u8,
+                ]);
+                p.qs[g][lane] = word ^ 0x8080_8080;
+            }
+            p.d[lane] = b.d.to_f32();
+        }
+    }
+}
+
+/// The corrections and scales of every block of `rows`, into `out`.
+fn prepare_rows(rows: &[&[BlockQ8_0]; PANEL_ROWS], out: &mut Vec<PreparedBlock>) {
+    let nb = rows[0].len();
+    out.clear();
+    out.extend((0..nb).map(|i| {
+        let mut block = PreparedBlock::default();
+        for (r, row) in rows.iter().enumerate() {
+            let sum: i32 = row[i].qs.iter().map(|&q| i32::from(q)).sum();
+            block.correction[r] = -128 * sum;
+            block.d[r] = row[i].d.to_f32();
+        }
+        block
+    }));
+}
+
+/// The `R` rows of `w` (rows of `nb` blocks) from `first`; past the last row, the last row again
+/// (its results are dropped).
+#[inline(always)]
+fn tile_rows_of<const R: usize, W>(w: &[W], nb: usize, first: usize) -> [&[W]; R] {
+    let last = (w.len() / nb).saturating_sub(1);
+    std::array::from_fn(|r| &w[(first + r).min(last) * nb..][..nb])
+}
+
+/// Reads bytes `4g..4g+4` of a block as one little-endian word.
+#[inline(always)]
+fn group(qs: &[i8; QK], g: usize) -> i32 {
+    let b = &qs[4 * g..4 * g + 4];
+    i32::from_le_bytes([b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8])
+}
+
+/// The [`PANEL_ROWS`] prepared rows against one panel of tokens: `values[r][t]`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_q8_0_panel(
+    rows: (&[&[BlockQ8_0]; PANEL_ROWS], &[PreparedBlock]),
+    panel: &[PanelQ8],
+) -> [[f32; PANEL]; PANEL_ROWS] {
+    let (weights, prepared) = rows;
+    let n = panel.len().min(prepared.len());
+    let mut acc = [_mm512_set1_ps(-0.0); PANEL_ROWS];
+    for i in 0..n {
+        let p = &panel[i];
+        // SAFETY: each `p.qs[g]` and `p.d` is 16 aligned 32-bit values.
+        let (a, dy) = unsafe {
+            (
+                std::array::from_fn::<__m512i, { QK / 4 }, _>(|g| {
+                    _mm512_load_si512(p.qs[g].as_ptr().cast())
+                }),
+                _mm512_load_ps(p.d.as_ptr()),
+            )
+        };
+        let block = &prepared[i];
+        for r in 0..PANEL_ROWS {
+            let qs = &weights[r][i].qs;
+            let mut sum = _mm512_set1_epi32(block.correction[r]);
+            for (g, a) in a.iter().enumerate() {
+                sum = _mm512_dpbusd_epi32(sum, *a, _mm512_set1_epi32(group(qs, g)));
+            }
+            let d = _mm512_mul_ps(_mm512_set1_ps(block.d[r]), dy);
+            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d));
+        }
+    }
+    let mut out = [[0f32; PANEL]; PANEL_ROWS];
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: `o` is 16 f32; unaligned store.
+        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
+    }
+    out
+}
+
 /// Weight rows per register tile.
 const TILE_ROWS: usize = 4;
 /// Tokens per register tile.
@@ -408,6 +536,8 @@ struct RowTileScratch {
 /// Per-thread buffers of the tiled products: allocated on a thread's first product, then reused.
 #[derive(Default)]
 struct TileScratch {
+    panels: Vec<PanelQ8>,
+    prepared: Vec<PreparedBlock>,
     q8: Vec<TokensQ8>,
     q8_1: Vec<TokensQ8_1>,
     rows: RowTileScratch,
@@ -645,7 +775,13 @@ fn over_tiles<W, P: PackedTokens>(
 }
 
 /// [`vec_dot_q8_0_q8_0`] of every row of `w` against every token of `x` (`nb` blocks each), into
-/// `out` as `layout` places them.
+/// `out` as `layout` places them, with the same bits.
+///
+/// Tokens go in the lanes: each panel of [`PANEL`] tokens is packed once, per block, as eight
+/// vectors (bytes `4g..4g+4` of every token, biased to unsigned), and every weight row streams past
+/// it with its four-byte groups broadcast (`vpdpbusd` with the weights as the signed side). A lane's
+/// int32 is then the exact block sum of one (row, token), corrected by `-128 * sum(x)` per row and
+/// block, and scaled and added in block order as the single-row dot does.
 ///
 /// # Safety
 /// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
@@ -660,18 +796,22 @@ pub(crate) unsafe fn gemm_q8_0_q8_0(
     let Some(tokens) = x.len().checked_div(nb) else {
         return;
     };
-    let bias = _mm256_set1_epi8(i8::MIN);
-    let unpack = |b: &BlockQ8_0| _mm256_xor_si256(load_i8x32(&b.qs), bias);
+    let rows = w.len() / nb;
+    if rows == 0 || tokens == 0 {
+        return;
+    }
     SCRATCH.with_borrow_mut(|s| {
-        pack_q8(x, nb, i8::MIN, &mut s.q8);
-        over_tiles(
-            (w, nb),
-            (&s.q8, tokens),
-            (out, layout),
-            (|b| b.d, None),
-            &mut s.rows,
-            |rows, p, d, _| dot_q8_tile(rows, p, d, unpack),
-        );
+        pack_panels(x, nb, &mut s.panels);
+        for first_row in (0..rows).step_by(PANEL_ROWS) {
+            let tile = tile_rows_of::<PANEL_ROWS, _>(w, nb, first_row);
+            prepare_rows(&tile, &mut s.prepared);
+            for (j, panel) in s.panels.chunks_exact(nb).enumerate() {
+                let first_token = j * PANEL;
+                let values = dot_q8_0_panel((&tile, &s.prepared), panel);
+                let real = (rows - first_row, tokens - first_token);
+                store_tile(out, layout, (first_row, first_token), real, values);
+            }
+        }
     });
 }
 
