@@ -224,12 +224,22 @@ pub(crate) unsafe fn vec_dot_f16_x4(rows: [&[f16]; 4], y: &[f16]) -> [f32; 4] {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 fn dot_q8_0_rows<const R: usize>(rows: [&[BlockQ8_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
+    q8_0_rows_from(_mm_set1_ps(-0.0), rows, y)
+}
+
+/// [`dot_q8_0_rows`] continuing from the sums `acc` (row `r` in lane `r`).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn q8_0_rows_from<const R: usize>(
+    mut acc: __m128,
+    rows: [&[BlockQ8_0]; R],
+    y: &[BlockQ8_0],
+) -> [f32; R] {
     const { assert!(R >= 1 && R <= 4) };
     let n = common_len(&rows, y);
     let rows = cut(rows, n);
     let bias = _mm256_set1_epi8(i8::MIN);
     let zero = _mm256_setzero_si256();
-    let mut acc = _mm_set1_ps(-0.0);
     for (i, b) in y[..n].iter().enumerate() {
         let qy = load_i8x32(&b.qs);
         // -128 * sum(y) per lane: the correction for biasing x to unsigned.
@@ -244,13 +254,60 @@ fn dot_q8_0_rows<const R: usize>(rows: [&[BlockQ8_0]; R], y: &[BlockQ8_0]) -> [f
     avx2::lanes(acc)
 }
 
-/// ggml `ggml_vec_dot_q8_0_q8_0`, with VNNI.
+/// The exact int32 sums of eight blocks' eight lanes each, block `k` in lane `k`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn eight_block_sums(q: [__m256i; 8]) -> __m256i {
+    let low = _mm256_hadd_epi32(_mm256_hadd_epi32(q[0], q[1]), _mm256_hadd_epi32(q[2], q[3]));
+    let high = _mm256_hadd_epi32(_mm256_hadd_epi32(q[4], q[5]), _mm256_hadd_epi32(q[6], q[7]));
+    // Lanes 0..4 of `low` / `high` hold the first half of blocks 0..4 / 4..8, lanes 4..8 the second.
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(low, high),
+        _mm256_permute2x128_si256::<0x31>(low, high),
+    )
+}
+
+/// The scales of eight consecutive blocks as f32 lanes.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn eight_scales(blocks: &[BlockQ8_0; 8]) -> __m256 {
+    let bits: [i16; 8] = std::array::from_fn(|k| blocks[k].d.to_bits() as i16);
+    // SAFETY: `bits` is 16 readable bytes; unaligned load.
+    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(bits.as_ptr().cast()) })
+}
+
+/// ggml `ggml_vec_dot_q8_0_q8_0`, with VNNI, in the scalar reference's numerics (see
+/// [`dot_q8_0_rows`]): eight blocks' lane sums are reduced together, their products with the scales
+/// formed in one vector, then added to the sum one block after another.
 ///
 /// # Safety
 /// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
-    dot_q8_0_rows([x], y)[0]
+    let n = x.len().min(y.len());
+    let (x, y) = (&x[..n], &y[..n]);
+    let bias = _mm256_set1_epi8(i8::MIN);
+    let zero = _mm256_setzero_si256();
+    let mut sum = -0.0f32;
+    let (xs, x_tail) = x.as_chunks::<8>();
+    let (ys, y_tail) = y.as_chunks::<8>();
+    for (bx, by) in xs.iter().zip(ys) {
+        let q: [__m256i; 8] = std::array::from_fn(|k| {
+            let qy = load_i8x32(&by[k].qs);
+            let offset = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, bias, qy));
+            let ux = _mm256_xor_si256(load_i8x32(&bx[k].qs), bias);
+            _mm256_dpbusd_epi32(offset, ux, qy)
+        });
+        let d = _mm256_mul_ps(eight_scales(bx), eight_scales(by));
+        let products = _mm256_mul_ps(_mm256_cvtepi32_ps(eight_block_sums(q)), d);
+        let mut lanes = [0f32; 8];
+        // SAFETY: `lanes` is 8 f32; unaligned store.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), products) };
+        for p in lanes {
+            sum += p;
+        }
+    }
+    q8_0_rows_from(_mm_set1_ps(sum), [x_tail], y_tail)[0]
 }
 
 /// Four rows of [`vec_dot_q8_0_q8_0`] sharing the activation loads and offsets.
