@@ -31,7 +31,7 @@ use std::{arch::x86_64::*, cell::RefCell};
 
 use half::f16;
 
-use super::tiles::{OutLayout, store_tile};
+use super::tiles::{OutLayout, store_tile, tile_rows};
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
 
 /// Elements per f32 vector.
@@ -667,14 +667,6 @@ fn dot_q4_1_tile<const R: usize>(
     out
 }
 
-/// The `TILE_ROWS` rows of `w` (rows of `nb` blocks) from `first`; past the last row, the last row
-/// again (its results are dropped).
-#[inline(always)]
-fn tile_rows<W>(w: &[W], nb: usize, first: usize) -> [&[W]; TILE_ROWS] {
-    let last = (w.len() / nb).saturating_sub(1);
-    std::array::from_fn(|r| &w[(first + r).min(last) * nb..][..nb])
-}
-
 /// Runs `kernel` on every tile of the product of `w` (rows of `nb` blocks, scales `scale` and, for
 /// Q4_1, minimums `minimum`) by the packed tokens `packed` (`nb` entries per tile, `tokens` real ones),
 /// and stores the real rows' and tokens' results. A block of rows goes across every token before the
@@ -697,7 +689,7 @@ fn over_tiles<W, P: PackedTokens>(
 ) {
     let rows = w.len() / nb;
     for first_row in (0..rows).step_by(TILE_ROWS) {
-        let tile = tile_rows(w, nb, first_row);
+        let tile = tile_rows::<TILE_ROWS, _>(w, nb, first_row);
         row_scales(&tile, scale, &mut s.d);
         if let Some(minimum) = minimum {
             row_scales(&tile, minimum, &mut s.m);
@@ -731,7 +723,7 @@ pub(crate) unsafe fn gemm_q8_0_q8_0(
     }
     let rows = w.len() / nb;
     for first_row in (0..rows).step_by(4) {
-        let tile = tile_rows(w, nb, first_row);
+        let tile = tile_rows::<TILE_ROWS, _>(w, nb, first_row);
         for (t, y) in x.chunks_exact(nb).enumerate() {
             let values = dot_q8_0_rows(tile, y).map(|v| [v]);
             store_tile(out, layout, (first_row, t), (rows - first_row, 1), values);

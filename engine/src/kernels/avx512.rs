@@ -30,7 +30,7 @@ use half::f16;
 
 use super::{
     avx2,
-    tiles::{OutLayout, store_tile},
+    tiles::{OutLayout, store_tile, tile_rows},
 };
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
 
@@ -219,6 +219,26 @@ pub(crate) unsafe fn vec_dot_f16_x4(rows: [&[f16]; 4], y: &[f16]) -> [f32; 4] {
 // ---------------------------------------------------------------------------------------------
 // Quantized dots.
 
+/// An activation block's bytes and, per lane, `-128 * sum(y)`: the correction for biasing the
+/// weights to unsigned.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn q8_0_activation(y: &BlockQ8_0) -> (__m256i, __m256i) {
+    let zero = _mm256_setzero_si256();
+    let qy = load_i8x32(&y.qs);
+    let sum = _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(i8::MIN), qy);
+    (qy, _mm256_sub_epi32(zero, sum))
+}
+
+/// The eight exact int32 lane sums of one Q8_0 weight block against an activation block given as
+/// [`q8_0_activation`] returns it: `dpbusd(offset, x ^ 0x80, y)`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn q8_0_lanes(x: &BlockQ8_0, qy: __m256i, offset: __m256i) -> __m256i {
+    let ux = _mm256_xor_si256(load_i8x32(&x.qs), _mm256_set1_epi8(i8::MIN));
+    _mm256_dpbusd_epi32(offset, ux, qy)
+}
+
 /// Q8_0 x Q8_0 dots of `R` (at most four) rows against `y`, in the scalar reference's numerics (as
 /// the AVX2 tier: [`avx2::add_block_q8_0`]), the int32 lanes from `vpdpbusd`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -238,16 +258,9 @@ fn q8_0_rows_from<const R: usize>(
     const { assert!(R >= 1 && R <= 4) };
     let n = common_len(&rows, y);
     let rows = cut(rows, n);
-    let bias = _mm256_set1_epi8(i8::MIN);
-    let zero = _mm256_setzero_si256();
     for (i, b) in y[..n].iter().enumerate() {
-        let qy = load_i8x32(&b.qs);
-        // -128 * sum(y) per lane: the correction for biasing x to unsigned.
-        let offset = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, bias, qy));
-        let q: [__m256i; R] = std::array::from_fn(|r| {
-            let ux = _mm256_xor_si256(load_i8x32(&rows[r][i].qs), bias);
-            _mm256_dpbusd_epi32(offset, ux, qy)
-        });
+        let (qy, offset) = q8_0_activation(b);
+        let q: [__m256i; R] = std::array::from_fn(|r| q8_0_lanes(&rows[r][i], qy, offset));
         let dx = avx2::scales_f32::<R>(std::array::from_fn(|r| rows[r][i].d));
         acc = avx2::add_block_q8_0(acc, avx2::block_sums(q), dx, head_f32(b));
     }
@@ -286,17 +299,13 @@ fn eight_scales(blocks: &[BlockQ8_0; 8]) -> __m256 {
 pub(crate) unsafe fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
     let n = x.len().min(y.len());
     let (x, y) = (&x[..n], &y[..n]);
-    let bias = _mm256_set1_epi8(i8::MIN);
-    let zero = _mm256_setzero_si256();
     let mut sum = -0.0f32;
     let (xs, x_tail) = x.as_chunks::<8>();
     let (ys, y_tail) = y.as_chunks::<8>();
     for (bx, by) in xs.iter().zip(ys) {
         let q: [__m256i; 8] = std::array::from_fn(|k| {
-            let qy = load_i8x32(&by[k].qs);
-            let offset = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, bias, qy));
-            let ux = _mm256_xor_si256(load_i8x32(&bx[k].qs), bias);
-            _mm256_dpbusd_epi32(offset, ux, qy)
+            let (qy, offset) = q8_0_activation(&by[k]);
+            q8_0_lanes(&bx[k], qy, offset)
         });
         let d = _mm256_mul_ps(eight_scales(bx), eight_scales(by));
         let products = _mm256_mul_ps(_mm256_cvtepi32_ps(eight_block_sums(q)), d);
@@ -461,14 +470,8 @@ fn pack_panels(x: &[BlockQ8_0], nb: usize, out: &mut Vec<PanelQ8>) {
     for (t, blocks) in x.chunks_exact(nb).enumerate() {
         let (panel, lane) = (t / PANEL, t % PANEL);
         for (b, p) in blocks.iter().zip(&mut out[panel * nb..(panel + 1) * nb]) {
-            for (g, bytes) in b.qs.chunks_exact(4).enumerate() {
-                let word = u32::from_le_bytes([
-                    bytes[0] as u8,
-                    bytes[1] as u8,
-                    bytes[2] as u8,
-                    bytes[3] as u8,
-                ]);
-                p.qs[g][lane] = word ^ 0x8080_8080;
+            for (g, words) in p.qs.iter_mut().enumerate() {
+                words[lane] = group(&b.qs, g) as u32 ^ 0x8080_8080;
             }
             p.d[lane] = b.d.to_f32();
         }
@@ -488,14 +491,6 @@ fn prepare_rows(rows: &[&[BlockQ8_0]; PANEL_ROWS], out: &mut Vec<PreparedBlock>)
         }
         block
     }));
-}
-
-/// The `R` rows of `w` (rows of `nb` blocks) from `first`; past the last row, the last row again
-/// (its results are dropped).
-#[inline(always)]
-fn tile_rows_of<const R: usize, W>(w: &[W], nb: usize, first: usize) -> [&[W]; R] {
-    let last = (w.len() / nb).saturating_sub(1);
-    std::array::from_fn(|r| &w[(first + r).min(last) * nb..][..nb])
 }
 
 /// Reads bytes `4g..4g+4` of a block as one little-endian word.
@@ -625,16 +620,15 @@ impl PackedTokens for TokensQ8_1 {
     }
 }
 
-/// Unpacks `x` (tokens of `nb` blocks) into `out`, `nb` entries per tile of tokens. The weights'
-/// side of `vpdpbusd` is offset by `unsigned` (`0x80` for Q8_0, 8 for Q4_0); each entry keeps the
-/// correction `-unsigned * sum(y)` per lane, as the single-row dots form it.
+/// Unpacks `x` (tokens of `nb` blocks) into `out`, `nb` entries per tile of tokens, for the Q4_0
+/// product: each entry keeps the correction `-8 * sum(y)` per lane, as the single-row dot forms it.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn pack_q8(x: &[BlockQ8_0], nb: usize, unsigned: i8, out: &mut Vec<TokensQ8>) {
+fn pack_q8(x: &[BlockQ8_0], nb: usize, out: &mut Vec<TokensQ8>) {
     let tokens = x.len() / nb;
     out.clear();
     out.resize(tokens.div_ceil(TILE_TOKENS) * nb, TokensQ8::default());
     let zero = _mm256_setzero_si256();
-    let bytes = _mm256_set1_epi8(unsigned);
+    let bytes = _mm256_set1_epi8(8);
     for (t, blocks) in x.chunks_exact(nb).enumerate() {
         let (tile, lane) = (t / TILE_TOKENS, t % TILE_TOKENS);
         for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
@@ -708,8 +702,8 @@ fn load_i32x8(v: &[i32; 8]) -> __m256i {
     unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
 }
 
-/// Q8_0 or Q4_0 dots of `R` rows against one tile of tokens (`nb` entries); `unpack` gives a weight
-/// block's bytes for the unsigned side of `vpdpbusd`, as the single-row dot forms them.
+/// Q4_0 dots of `R` rows against one tile of tokens (`nb` entries); `unpack` gives a weight block's
+/// bytes for the unsigned side of `vpdpbusd`, as the single-row dot forms them.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 fn dot_q8_tile<W, const R: usize>(
@@ -786,14 +780,6 @@ fn dot_q4_1_tile<const R: usize>(
     out
 }
 
-/// The `TILE_ROWS` rows of `w` (rows of `nb` blocks) from `first`; past the last row, the last row
-/// again (its results are dropped).
-#[inline(always)]
-fn tile_rows<W>(w: &[W], nb: usize, first: usize) -> [&[W]; TILE_ROWS] {
-    let last = (w.len() / nb).saturating_sub(1);
-    std::array::from_fn(|r| &w[(first + r).min(last) * nb..][..nb])
-}
-
 /// Runs `kernel` on every tile of the product of `w` (rows of `nb` blocks, scales `scale` and, for
 /// Q4_1, minimums `minimum`) by the packed tokens `packed` (`nb` entries per tile, `tokens` real ones),
 /// and stores the real rows' and tokens' results. A block of rows goes across every token before the
@@ -816,7 +802,7 @@ fn over_tiles<W, P: PackedTokens>(
 ) {
     let rows = w.len() / nb;
     for first_row in (0..rows).step_by(TILE_ROWS) {
-        let tile = tile_rows(w, nb, first_row);
+        let tile = tile_rows::<TILE_ROWS, _>(w, nb, first_row);
         row_scales(&tile, scale, &mut s.d);
         if let Some(minimum) = minimum {
             row_scales(&tile, minimum, &mut s.m);
@@ -860,7 +846,7 @@ pub(crate) unsafe fn gemm_q8_0_q8_0(
     SCRATCH.with_borrow_mut(|s| {
         pack_panels(x, nb, &mut s.panels);
         for first_row in (0..rows).step_by(PANEL_ROWS) {
-            let tile = tile_rows_of::<PANEL_ROWS, _>(w, nb, first_row);
+            let tile = tile_rows::<PANEL_ROWS, _>(w, nb, first_row);
             prepare_rows(&tile, &mut s.prepared);
             for (j, panel) in s.panels.chunks_exact(nb).enumerate() {
                 let first_token = j * PANEL;
@@ -889,7 +875,7 @@ pub(crate) unsafe fn gemm_q4_0_q8_0(
     };
     let unpack = |b: &BlockQ4_0| bytes_from_nibbles_32(&b.qs);
     SCRATCH.with_borrow_mut(|s| {
-        pack_q8(x, nb, 8, &mut s.q8);
+        pack_q8(x, nb, &mut s.q8);
         over_tiles(
             (w, nb),
             (&s.q8, tokens),

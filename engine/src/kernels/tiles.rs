@@ -50,6 +50,14 @@ pub(crate) fn store_tile<const R: usize, const C: usize>(
     }
 }
 
+/// The `R` rows of `w` (rows of `nb` blocks) from `first`; past the last row, the last row again
+/// (its results are dropped).
+#[inline(always)]
+pub(crate) fn tile_rows<const R: usize, W>(w: &[W], nb: usize, first: usize) -> [&[W]; R] {
+    let last = (w.len() / nb).saturating_sub(1);
+    std::array::from_fn(|r| &w[(first + r).min(last) * nb..][..nb])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
