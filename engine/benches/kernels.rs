@@ -138,6 +138,15 @@ fn kernels(c: &mut Criterion) {
             |k, w, a| k.vec_dot_q8_0_q8_0(w, a),
             Some(|k, w, a| k.vec_dot_q8_0_q8_0_x4(w, a)),
         );
+        let mut out = vec![0f32; rows];
+        for k in tables() {
+            g.bench_function(format!("{shape}/{}/gemv", k.tier().name()), |b| {
+                b.iter(|| {
+                    k.gemv_q8_0_q8_0(&w8, black_box(&a8), &mut out);
+                    black_box(&out);
+                })
+            });
+        }
         g.finish();
 
         let mut g = group(c, "vec_dot_q4_0_q8_0", size_of_val(w40.as_slice()));

@@ -5,8 +5,8 @@
 //! the mean taken over the absolute element products, so the bound scales with the data rather than
 //! with the possibly cancelling result).
 //!
-//! Stronger, exact checks: the `_x4` forms and the tiled products (`gemm_*`) equal single-row calls bit
-//! for bit, and the SIMD tiers reproduce ggml's x86 float order bit for bit (emulated here lane by
+//! Stronger, exact checks: the `_x4` forms, the Q8_0 product of many rows with one activation row
+//! (`gemv_q8_0_q8_0`) and the tiled products (`gemm_*`) equal single-row calls bit for bit, and the SIMD tiers reproduce ggml's x86 float order bit for bit (emulated here lane by
 //! lane), except Q8_0 x Q8_0, which gives the scalar reference's bits.
 
 use half::f16;
@@ -341,6 +341,28 @@ fn tiled_products_equal_single_row_dots_bit_for_bit() {
                         |w, x, out, layout| k.gemm_q4_1_q8_1(w, x, nb, out, layout),
                         |w, x| k.vec_dot_q4_1_q8_1(w, x),
                     );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_0_products_of_many_rows_equal_single_row_dots_bit_for_bit() {
+    let mut rng = StdRng::seed_from_u64(0x5eed_0007);
+    // Past 512 blocks the AVX-512 form falls back to single-row dots.
+    for nb in BLOCK_COUNTS.into_iter().chain([0, 8, 16, 600]) {
+        for rows in [1, 5, 64] {
+            let w = q8_0_weights(&mut rng, rows * nb);
+            let y = q8_0_activations(&mut rng, nb);
+            for k in tables() {
+                let mut out = vec![f32::NAN; rows];
+                k.gemv_q8_0_q8_0(&w, &y, &mut out);
+                for (r, &got) in out.iter().enumerate() {
+                    let row = &w[r * nb..(r + 1) * nb];
+                    let at = format!("{} {rows} rows x{nb} row {r}", k.tier());
+                    assert_bits(&at, got, k.vec_dot_q8_0_q8_0(row, &y));
+                    assert_bits(&at, got, scalar::vec_dot_q8_0_q8_0(row, &y));
                 }
             }
         }

@@ -327,6 +327,19 @@ pub(crate) unsafe fn vec_dot_q8_0_q8_0_x4(rows: [&[BlockQ8_0]; 4], y: &[BlockQ8_
     dot_q8_0_rows(rows, y)
 }
 
+/// The rows of `w` (rows of `y.len()` blocks, one per entry of `out`) against one activation row:
+/// one [`vec_dot_q8_0_q8_0`] per row.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn gemv_q8_0_q8_0(w: &[BlockQ8_0], y: &[BlockQ8_0], out: &mut [f32]) {
+    let nb = y.len();
+    for (r, o) in out.iter_mut().enumerate() {
+        *o = dot_q8_0_rows([w.get(r * nb..(r + 1) * nb).unwrap_or(&[])], y)[0];
+    }
+}
+
 /// Q4_0 x Q8_0 dots of `R` rows against `y` (ggml `ggml_vec_dot_q4_0_q8_0`, AVX2). The int lanes
 /// are `sum(q*y) - 8*sum(y)` over each 4 bytes, which equals ggml's `sum((q-8)*y)`.
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -328,6 +328,68 @@ pub(crate) unsafe fn vec_dot_q8_0_q8_0_x4(rows: [&[BlockQ8_0]; 4], y: &[BlockQ8_
     dot_q8_0_rows(rows, y)
 }
 
+/// Most activation blocks [`gemv_q8_0_q8_0`] prepares on its stack; longer rows take the single-row dot.
+const GEMV_MAX_BLOCKS: usize = 512;
+
+/// One row's Q8_0 dot against an activation prepared once for every row: `corr[k]` is block `k`'s
+/// `-128 * sum(y)` and `dy[k]` its scale. Same numerics as [`vec_dot_q8_0_q8_0`].
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_q8_0_prepared(x: &[BlockQ8_0], y: &[BlockQ8_0], corr: &[i32], dy: &[f32]) -> f32 {
+    let n = x.len().min(y.len()).min(corr.len()).min(dy.len());
+    let (xs, x_tail) = x[..n].as_chunks::<8>();
+    let (ys, y_tail) = y[..n].as_chunks::<8>();
+    let (cs, _) = corr[..n].as_chunks::<8>();
+    let (ds, _) = dy[..n].as_chunks::<8>();
+    let zero = _mm256_setzero_si256();
+    let bias = _mm256_set1_epi8(i8::MIN);
+    let mut sum = -0.0f32;
+    for (((bx, by), c), d) in xs.iter().zip(ys).zip(cs).zip(ds) {
+        let q: [__m256i; 8] = std::array::from_fn(|k| {
+            let ux = _mm256_xor_si256(load_i8x32(&bx[k].qs), bias);
+            _mm256_dpbusd_epi32(zero, ux, load_i8x32(&by[k].qs))
+        });
+        let sums = _mm256_add_epi32(eight_block_sums(q), load_i32x8(c));
+        // SAFETY: `d` is 8 readable f32; `loadu` has no alignment requirement.
+        let d = _mm256_mul_ps(eight_scales(bx), unsafe { _mm256_loadu_ps(d.as_ptr()) });
+        let products = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), d);
+        let mut lanes = [0f32; 8];
+        // SAFETY: `lanes` is 8 f32; unaligned store.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), products) };
+        for p in lanes {
+            sum += p;
+        }
+    }
+    q8_0_rows_from(_mm_set1_ps(sum), [x_tail], y_tail)[0]
+}
+
+/// `out[r] = ` [`vec_dot_q8_0_q8_0`]`(row r of w, y)` for the rows of `w` (rows of `y.len()` blocks,
+/// one per entry of `out`), bit for bit: the activation's per-block offsets and scales are formed once
+/// for every row instead of once per row.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn gemv_q8_0_q8_0(w: &[BlockQ8_0], y: &[BlockQ8_0], out: &mut [f32]) {
+    let nb = y.len();
+    if nb == 0 || nb > GEMV_MAX_BLOCKS {
+        for (r, o) in out.iter_mut().enumerate() {
+            // SAFETY: the caller guarantees the CPU features.
+            *o = unsafe { vec_dot_q8_0_q8_0(w.get(r * nb..(r + 1) * nb).unwrap_or(&[]), y) };
+        }
+        return;
+    }
+    let mut corr = [0i32; GEMV_MAX_BLOCKS];
+    let mut dy = [0f32; GEMV_MAX_BLOCKS];
+    for ((c, d), b) in corr.iter_mut().zip(dy.iter_mut()).zip(y) {
+        *c = -128 * b.qs.iter().map(|&v| i32::from(v)).sum::<i32>();
+        *d = f16_to_f32(b.d);
+    }
+    for (row, o) in w.chunks_exact(nb).zip(out.iter_mut()) {
+        *o = dot_q8_0_prepared(row, y, &corr[..nb], &dy[..nb]);
+    }
+}
+
 /// Q4_0 x Q8_0 dots of `R` rows against `y`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]

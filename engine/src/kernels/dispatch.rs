@@ -38,6 +38,7 @@ pub struct KernelTable {
     bf16: unsafe fn(&[bf16], &[bf16]) -> f32,
     q8_0: unsafe fn(&[BlockQ8_0], &[BlockQ8_0]) -> f32,
     q8_0_x4: unsafe fn([&[BlockQ8_0]; 4], &[BlockQ8_0]) -> [f32; 4],
+    q8_0_gemv: unsafe fn(&[BlockQ8_0], &[BlockQ8_0], &mut [f32]),
     q4_0: unsafe fn(&[BlockQ4_0], &[BlockQ8_0]) -> f32,
     q4_0_x4: unsafe fn([&[BlockQ4_0]; 4], &[BlockQ8_0]) -> [f32; 4],
     q4_1: unsafe fn(&[BlockQ4_1], &[BlockQ8_1]) -> f32,
@@ -57,6 +58,7 @@ static SCALAR: KernelTable = KernelTable {
     bf16: scalar::vec_dot_bf16,
     q8_0: scalar::vec_dot_q8_0_q8_0,
     q8_0_x4: scalar::vec_dot_q8_0_q8_0_x4,
+    q8_0_gemv: scalar::gemv_q8_0_q8_0,
     q4_0: scalar::vec_dot_q4_0_q8_0,
     q4_0_x4: scalar::vec_dot_q4_0_q8_0_x4,
     q4_1: scalar::vec_dot_q4_1_q8_1,
@@ -77,6 +79,7 @@ static AVX2: KernelTable = KernelTable {
     bf16: scalar::vec_dot_bf16,
     q8_0: avx2::vec_dot_q8_0_q8_0,
     q8_0_x4: avx2::vec_dot_q8_0_q8_0_x4,
+    q8_0_gemv: avx2::gemv_q8_0_q8_0,
     q4_0: avx2::vec_dot_q4_0_q8_0,
     q4_0_x4: avx2::vec_dot_q4_0_q8_0_x4,
     q4_1: avx2::vec_dot_q4_1_q8_1,
@@ -97,6 +100,7 @@ static AVX512: KernelTable = KernelTable {
     bf16: scalar::vec_dot_bf16,
     q8_0: avx512::vec_dot_q8_0_q8_0,
     q8_0_x4: avx512::vec_dot_q8_0_q8_0_x4,
+    q8_0_gemv: avx512::gemv_q8_0_q8_0,
     q4_0: avx512::vec_dot_q4_0_q8_0,
     q4_0_x4: avx512::vec_dot_q4_0_q8_0_x4,
     q4_1: avx512::vec_dot_q4_1_q8_1,
@@ -209,6 +213,14 @@ impl KernelTable {
     pub fn vec_dot_q8_0_q8_0_x4(&self, rows: [&[BlockQ8_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
         // SAFETY: as in `vec_dot_f32`.
         unsafe { (self.q8_0_x4)(rows, y) }
+    }
+
+    /// `out[r]` = the Q8_0 dot of row `r` of `w` (rows of `y.len()` blocks) with `y`, for every entry
+    /// of `out`; equal to single-row calls.
+    #[inline]
+    pub fn gemv_q8_0_q8_0(&self, w: &[BlockQ8_0], y: &[BlockQ8_0], out: &mut [f32]) {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q8_0_gemv)(w, y, out) }
     }
 
     /// Q4_0 weights against Q8_0 activations (ggml `ggml_vec_dot_q4_0_q8_0`).

@@ -164,6 +164,10 @@ fn rows_dot(
                 *o = k.vec_dot_bf16(&v[r * c..(r + 1) * c], y);
             }
         }
+        (WeightData::Q8_0(v), Converted::Q8_0(a)) if !quads => {
+            let y = &a[t * b..(t + 1) * b];
+            k.gemv_q8_0_q8_0(&v[first_row * b..(first_row + out.len()) * b], y, out);
+        }
         (WeightData::Q8_0(v), Converted::Q8_0(a)) => {
             blocks!(v, a, vec_dot_q8_0_q8_0, vec_dot_q8_0_q8_0_x4)
         }
