@@ -210,6 +210,8 @@ pub struct ReplayReport {
     pub config: String,
     /// True when a GPU endpoint took part.
     pub with_gpu: bool,
+    /// How fast the host ran the profiling shape when profiled and around the replay.
+    pub host_pace: Option<HostPace>,
     /// Every request together, observed against predicted.
     pub all: Comparison,
     /// Per class, observed against predicted.
@@ -220,6 +222,25 @@ pub struct ReplayReport {
     pub observed_cost_usd: f64,
     /// The same from the simulation's routing, $.
     pub predicted_cost_usd: f64,
+}
+
+/// The host's speed on the profiling shape (closed loop at the batch size, straight to the engine):
+/// when the config was profiled, right before the replay and right after it. The prediction comes from
+/// the profile as measured; on a shared host whose speed drifts between profiling and replay, these
+/// figures tell a reviewer how much of an error is the host's rather than the simulator's.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostPace {
+    /// The shape measured.
+    pub shape: String,
+    /// Output tokens/s when the config was profiled (this run or a stored one).
+    pub profiled_output_tokens_per_s: f64,
+    /// Output tokens/s right before the replay.
+    pub before_replay_output_tokens_per_s: f64,
+    /// Output tokens/s right after the replay.
+    pub after_replay_output_tokens_per_s: f64,
+    /// Mean of the speeds before and after the replay over the profiled speed: below 1 the host ran
+    /// slower around the replay than when profiled.
+    pub replay_over_profiled: f64,
 }
 
 /// p99s of a set of replayed requests, observed against predicted.
@@ -344,6 +365,7 @@ async fn evaluate(pilot: &Pilot<'_>, on_step: &mut impl FnMut(Step)) -> Result<P
         .filter(|s| passing.contains(&s.weights.as_str()))
         .collect();
     let mut configs = Vec::new();
+    let mut paces = BTreeMap::new();
     let sweep = profiling_sweep(pilot);
     for settings in &candidates {
         let outcome = profile::run_config(
@@ -356,6 +378,9 @@ async fn evaluate(pilot: &Pilot<'_>, on_step: &mut impl FnMut(Step)) -> Result<P
             |p| on_step(Step::Profiling(settings.clone(), p)),
         )
         .await?;
+        if let Some(run) = outcome.runs.iter().find(|r| r.shape == PACE_SHAPE) {
+            paces.insert(settings.to_string(), run.report.output_tokens_per_s);
+        }
         configs.push(ConfigResult {
             config: settings.to_string(),
             profile_id: profile_id(pilot, settings),
@@ -395,7 +420,7 @@ async fn evaluate(pilot: &Pilot<'_>, on_step: &mut impl FnMut(Step)) -> Result<P
             ..SimOptions::default()
         },
     )?;
-    let replay = replay(pilot, &plan, &input.profiles, on_step).await?;
+    let replay = replay(pilot, &plan, &input.profiles, &paces, on_step).await?;
     let evidence: Vec<ReplayEvidence> = replay
         .classes
         .iter()
@@ -524,19 +549,8 @@ fn mix_mean(
 /// size, then a capacity search at the tightest class SLA.
 fn profiling_sweep(pilot: &Pilot<'_>) -> Sweep {
     let w = pilot.workload;
-    let prompt = mix_mean(w, |c| c.prompt_tokens.mean()).round().max(1.0) as usize;
-    let output = mix_mean(w, |c| c.output_tokens.mean()).round().max(2.0) as usize;
-    let batch = pilot.spec.max_batch.iter().copied().max().unwrap_or(8) as usize;
     let (ttft_ms, tpot_ms) = capacity_sla(w);
-    let shape = NamedShape {
-        name: "pilot-mix".into(),
-        prompt_tokens: Lengths::Fixed(prompt),
-        output_tokens: Lengths::Fixed(output),
-        arrival: Arrival::Closed { concurrency: batch },
-        requests: 2 * batch,
-        duration_s: None,
-        warmup: 2,
-    };
+    let shape = profiling_shape(w, pilot.spec);
     Sweep {
         model: pilot.ctx.model.name.clone(),
         weights: Vec::new(),
@@ -561,7 +575,7 @@ fn profiling_sweep(pilot: &Pilot<'_>) -> Sweep {
             } else {
                 1_000.0
             },
-            shape: "pilot-mix".into(),
+            shape: PACE_SHAPE.into(),
             probe_requests: pilot.spec.probe_requests as usize,
             bisections: 1,
             confirmations: 1,
@@ -569,6 +583,26 @@ fn profiling_sweep(pilot: &Pilot<'_>) -> Sweep {
         }),
         seed: pilot.spec.seed,
         quality: false,
+    }
+}
+
+/// Name of the closed-loop shape every config is profiled with first, which also measures the host's
+/// pace around the replay.
+const PACE_SHAPE: &str = "pilot-mix";
+
+/// The workload's mean request, closed-loop at the largest batch size.
+fn profiling_shape(w: &Workload, spec: &PilotSpec) -> NamedShape {
+    let prompt = mix_mean(w, |c| c.prompt_tokens.mean()).round().max(1.0) as usize;
+    let output = mix_mean(w, |c| c.output_tokens.mean()).round().max(2.0) as usize;
+    let batch = spec.max_batch.iter().copied().max().unwrap_or(8) as usize;
+    NamedShape {
+        name: PACE_SHAPE.into(),
+        prompt_tokens: Lengths::Fixed(prompt),
+        output_tokens: Lengths::Fixed(output),
+        arrival: Arrival::Closed { concurrency: batch },
+        requests: 2 * batch,
+        duration_s: None,
+        warmup: 2,
     }
 }
 
@@ -711,6 +745,7 @@ async fn replay(
     pilot: &Pilot<'_>,
     plan: &Plan,
     profiles: &[ConfigProfile],
+    profiled_paces: &BTreeMap<String, f64>,
     on_step: &mut impl FnMut(Step),
 ) -> Result<ReplayReport> {
     let spec = pilot.spec;
@@ -811,14 +846,34 @@ async fn replay(
         ..load_spec.clone()
     };
     loadgen::replay(&warmup_spec, &warmup).await?;
+    let pace_shape = profiling_shape(pilot.workload, spec);
+    let profiled_pace = profiled_paces.get(&settings.to_string()).copied();
+    let before = match profiled_pace {
+        Some(_) => Some(measure_pace(&engine.base_url, served, &pace_shape, spec.seed).await?),
+        None => None,
+    };
     on_step(Step::Replay {
         requests: timed.len(),
         seconds: spec.replay_s,
     });
     let records = loadgen::replay(&load_spec, &timed).await?;
+    let after = match profiled_pace {
+        Some(_) => Some(measure_pace(&engine.base_url, served, &pace_shape, spec.seed).await?),
+        None => None,
+    };
     drop(gateway);
     drop(engine);
-    Ok(compare(
+    let host_pace = match (profiled_pace, before, after) {
+        (Some(profiled), Some(before), Some(after)) => Some(HostPace {
+            shape: pace_shape.name.clone(),
+            profiled_output_tokens_per_s: profiled,
+            before_replay_output_tokens_per_s: before,
+            after_replay_output_tokens_per_s: after,
+            replay_over_profiled: (before + after) / 2.0 / profiled,
+        }),
+        _ => None,
+    };
+    let mut report = compare(
         pilot,
         plan,
         load,
@@ -827,7 +882,18 @@ async fn replay(
         &predicted,
         settings,
         host_hourly,
-    ))
+    );
+    report.host_pace = host_pace;
+    Ok(report)
+}
+
+/// Output tokens/s of the profiling shape on the running engine, measured as profiling measured it
+/// (straight to the engine, closed loop at the batch size).
+async fn measure_pace(base_url: &str, served: &str, shape: &NamedShape, seed: u64) -> Result<f64> {
+    let mut spec = profile::load_spec(base_url, shape, Sla::default(), seed);
+    spec.model = served.to_owned();
+    let report = loadgen::run(&spec).await?;
+    Ok(report.output_tokens_per_s)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -886,6 +952,7 @@ fn compare(
         .reduce(f64::max);
     let everything: Vec<&ReplayRecord> = records.iter().collect();
     let all = Comparison::of(&everything, predicted.ttft_p99_s, predicted.e2e_p99_s);
+
     let cpu_cost = host_hourly * pilot.spec.replay_s / 3600.0;
     let observed_gpu: f64 = records
         .iter()
@@ -906,6 +973,7 @@ fn compare(
         errors: records.iter().filter(|r| r.record.error.is_some()).count(),
         config: settings.to_string(),
         with_gpu: pilot.gpu_endpoint.is_some(),
+        host_pace: None,
         all,
         classes,
         worst_e2e_p99_error: worst,

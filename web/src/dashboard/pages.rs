@@ -644,6 +644,7 @@ struct PilotGateCells {
 
 struct PilotReplayCells {
     headline: String,
+    pace: String,
     worst: String,
     cost: String,
     rows: Vec<PilotReplayRow>,
@@ -667,6 +668,22 @@ fn signed_percent(value: Option<f64>) -> String {
     value.map_or_else(
         || fmt::MISSING.to_owned(),
         |v| format!("{:+.1}%", v * 100.0),
+    )
+}
+
+/// The host's pace around the replay against its pace when profiled, as a sentence (empty for reports
+/// without pace measurements).
+fn host_pace_text(r: &view::PilotReplay) -> String {
+    let Some(pace) = &r.host_pace else {
+        return String::new();
+    };
+    format!(
+        "Host pace on the profiling shape: {} output tokens/s when profiled, {} right before the replay, \
+         {} right after ({} of the profiled pace around the replay).",
+        fmt::opt(pace.profiled_output_tokens_per_s, 1),
+        fmt::opt(pace.before_replay_output_tokens_per_s, 1),
+        fmt::opt(pace.after_replay_output_tokens_per_s, 1),
+        fmt::percent(pace.replay_over_profiled, 0),
     )
 }
 
@@ -750,6 +767,7 @@ fn pilot_detail_cells(d: &view::PilotDetail) -> PilotDetailCells {
                 },
                 r.errors
             ),
+            pace: host_pace_text(r),
             worst: signed_percent(r.worst_e2e_p99_error)
                 .trim_start_matches('+')
                 .to_owned(),

@@ -642,12 +642,24 @@ pub(crate) struct PilotReplay {
     pub(crate) config: String,
     pub(crate) with_gpu: bool,
     pub(crate) load: Value,
+    /// The host's speed on the profiling shape: profiled, before and after the replay.
+    pub(crate) host_pace: Option<PilotHostPace>,
     /// Every request together (its `class` is empty).
     pub(crate) all: Option<PilotReplayClass>,
     pub(crate) classes: Vec<PilotReplayClass>,
     pub(crate) worst_e2e_p99_error: Option<f64>,
     pub(crate) observed_cost_usd: Option<f64>,
     pub(crate) predicted_cost_usd: Option<f64>,
+}
+
+/// The host's pace around the replay (output tokens/s of the profiling shape).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PilotHostPace {
+    pub(crate) profiled_output_tokens_per_s: Option<f64>,
+    pub(crate) before_replay_output_tokens_per_s: Option<f64>,
+    pub(crate) after_replay_output_tokens_per_s: Option<f64>,
+    pub(crate) replay_over_profiled: Option<f64>,
 }
 
 /// One class in the replay.
