@@ -289,6 +289,21 @@ fn eight_scales(blocks: &[BlockQ8_0; 8]) -> __m256 {
     _mm256_cvtph_ps(unsafe { _mm_loadu_si128(bits.as_ptr().cast()) })
 }
 
+/// `sum` plus eight blocks' products `sums[k] * d[k]` (exact int32 block sums, scale products), added
+/// one block after another.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn add_eight_blocks(mut sum: f32, sums: __m256i, d: __m256) -> f32 {
+    let products = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), d);
+    let mut lanes = [0f32; 8];
+    // SAFETY: `lanes` is 8 f32; unaligned store.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), products) };
+    for p in lanes {
+        sum += p;
+    }
+    sum
+}
+
 /// ggml `ggml_vec_dot_q8_0_q8_0`, with VNNI, in the scalar reference's numerics (see
 /// [`dot_q8_0_rows`]): eight blocks' lane sums are reduced together, their products with the scales
 /// formed in one vector, then added to the sum one block after another.
@@ -308,13 +323,7 @@ pub(crate) unsafe fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 
             q8_0_lanes(&bx[k], qy, offset)
         });
         let d = _mm256_mul_ps(eight_scales(bx), eight_scales(by));
-        let products = _mm256_mul_ps(_mm256_cvtepi32_ps(eight_block_sums(q)), d);
-        let mut lanes = [0f32; 8];
-        // SAFETY: `lanes` is 8 f32; unaligned store.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), products) };
-        for p in lanes {
-            sum += p;
-        }
+        sum = add_eight_blocks(sum, eight_block_sums(q), d);
     }
     q8_0_rows_from(_mm_set1_ps(sum), [x_tail], y_tail)[0]
 }
@@ -352,13 +361,7 @@ fn dot_q8_0_prepared(x: &[BlockQ8_0], y: &[BlockQ8_0], corr: &[i32], dy: &[f32])
         let sums = _mm256_add_epi32(eight_block_sums(q), load_i32x8(c));
         // SAFETY: `d` is 8 readable f32; `loadu` has no alignment requirement.
         let d = _mm256_mul_ps(eight_scales(bx), unsafe { _mm256_loadu_ps(d.as_ptr()) });
-        let products = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), d);
-        let mut lanes = [0f32; 8];
-        // SAFETY: `lanes` is 8 f32; unaligned store.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), products) };
-        for p in lanes {
-            sum += p;
-        }
+        sum = add_eight_blocks(sum, sums, d);
     }
     q8_0_rows_from(_mm_set1_ps(sum), [x_tail], y_tail)[0]
 }
