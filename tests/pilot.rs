@@ -133,6 +133,16 @@ async fn a_pilot_runs_end_to_end_and_its_exit_status_is_its_verdict() {
         assert!(c["predicted_e2e_p99_s"].as_f64() > Some(0.0), "{c}");
         assert!(c["e2e_p99_error"].is_number(), "{c}");
     }
+    // The host's pace on the profiling shape, when profiled and around the replay.
+    let pace = &replay["host_pace"];
+    for key in [
+        "profiled_output_tokens_per_s",
+        "before_replay_output_tokens_per_s",
+        "after_replay_output_tokens_per_s",
+        "replay_over_profiled",
+    ] {
+        assert!(pace[key].as_f64() > Some(0.0), "{key}: {pace}");
+    }
 
     // Stored with its verdict; reproducible settings are part of it.
     let db = store::open(&url).await.expect("store");
@@ -157,6 +167,7 @@ async fn a_pilot_runs_end_to_end_and_its_exit_status_is_its_verdict() {
     let page = dashboard_pilots_page(&url).await;
     assert!(page.contains("class=\"pilot-replay\""), "{page}");
     assert!(page.contains("pilot-e2e"), "{page}");
+    assert!(page.contains("Host pace on the profiling shape"), "{page}");
 }
 
 /// `/pilots` of a `strata dashboard` started on the store at `url`.

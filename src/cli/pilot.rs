@@ -329,6 +329,17 @@ fn render(r: &PilotReport, id: i64, workload: &Path) -> String {
             "replay cost ${:.4} observed vs ${:.4} predicted",
             replay.observed_cost_usd, replay.predicted_cost_usd
         );
+        if let Some(pace) = &replay.host_pace {
+            let _ = writeln!(
+                out,
+                "host pace ({}): {:.1} output tokens/s profiled, {:.1} before the replay, {:.1} after ({:.0}%)",
+                pace.shape,
+                pace.profiled_output_tokens_per_s,
+                pace.before_replay_output_tokens_per_s,
+                pace.after_replay_output_tokens_per_s,
+                pace.replay_over_profiled * 100.0
+            );
+        }
     }
     let _ = writeln!(
         out,
