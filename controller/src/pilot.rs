@@ -774,6 +774,7 @@ async fn replay(
             &trace,
             &[],
             &predicted,
+            None,
             settings,
             0.0,
         ));
@@ -847,44 +848,35 @@ async fn replay(
     };
     loadgen::replay(&warmup_spec, &warmup).await?;
     let pace_shape = profiling_shape(pilot.workload, spec);
-    let profiled_pace = profiled_paces.get(&settings.to_string()).copied();
-    let before = match profiled_pace {
-        Some(_) => Some(measure_pace(&engine.base_url, served, &pace_shape, spec.seed).await?),
-        None => None,
-    };
+    let before = measure_pace(&engine.base_url, served, &pace_shape, spec.seed).await?;
     on_step(Step::Replay {
         requests: timed.len(),
         seconds: spec.replay_s,
     });
     let records = loadgen::replay(&load_spec, &timed).await?;
-    let after = match profiled_pace {
-        Some(_) => Some(measure_pace(&engine.base_url, served, &pace_shape, spec.seed).await?),
-        None => None,
-    };
+    let after = measure_pace(&engine.base_url, served, &pace_shape, spec.seed).await?;
     drop(gateway);
     drop(engine);
-    let host_pace = match (profiled_pace, before, after) {
-        (Some(profiled), Some(before), Some(after)) => Some(HostPace {
+    let host_pace = profiled_paces
+        .get(&settings.to_string())
+        .map(|&profiled| HostPace {
             shape: pace_shape.name.clone(),
             profiled_output_tokens_per_s: profiled,
             before_replay_output_tokens_per_s: before,
             after_replay_output_tokens_per_s: after,
             replay_over_profiled: (before + after) / 2.0 / profiled,
-        }),
-        _ => None,
-    };
-    let mut report = compare(
+        });
+    Ok(compare(
         pilot,
         plan,
         load,
         &trace,
         &records,
         &predicted,
+        host_pace,
         settings,
         host_hourly,
-    );
-    report.host_pace = host_pace;
-    Ok(report)
+    ))
 }
 
 /// Output tokens/s of the profiling shape on the running engine, measured as profiling measured it
@@ -904,6 +896,7 @@ fn compare(
     trace: &[TraceRecord],
     records: &[ReplayRecord],
     predicted: &SimReport,
+    host_pace: Option<HostPace>,
     settings: EngineSettings,
     host_hourly: f64,
 ) -> ReplayReport {
@@ -952,7 +945,6 @@ fn compare(
         .reduce(f64::max);
     let everything: Vec<&ReplayRecord> = records.iter().collect();
     let all = Comparison::of(&everything, predicted.ttft_p99_s, predicted.e2e_p99_s);
-
     let cpu_cost = host_hourly * pilot.spec.replay_s / 3600.0;
     let observed_gpu: f64 = records
         .iter()
@@ -973,7 +965,7 @@ fn compare(
         errors: records.iter().filter(|r| r.record.error.is_some()).count(),
         config: settings.to_string(),
         with_gpu: pilot.gpu_endpoint.is_some(),
-        host_pace: None,
+        host_pace,
         all,
         classes,
         worst_e2e_p99_error: worst,

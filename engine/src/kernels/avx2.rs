@@ -31,7 +31,7 @@ use std::{arch::x86_64::*, cell::RefCell};
 
 use half::f16;
 
-use super::tiles::{OutLayout, store_tile, tile_rows};
+use super::tiles::{OutLayout, each_row, store_tile, tile_rows};
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
 
 /// Elements per f32 vector.
@@ -334,10 +334,8 @@ pub(crate) unsafe fn vec_dot_q8_0_q8_0_x4(rows: [&[BlockQ8_0]; 4], y: &[BlockQ8_
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn gemv_q8_0_q8_0(w: &[BlockQ8_0], y: &[BlockQ8_0], out: &mut [f32]) {
-    let nb = y.len();
-    for (r, o) in out.iter_mut().enumerate() {
-        *o = dot_q8_0_rows([w.get(r * nb..(r + 1) * nb).unwrap_or(&[])], y)[0];
-    }
+    // SAFETY: the caller guarantees the CPU features.
+    each_row(w, y.len(), out, |row| unsafe { vec_dot_q8_0_q8_0(row, y) });
 }
 
 /// Q4_0 x Q8_0 dots of `R` rows against `y` (ggml `ggml_vec_dot_q4_0_q8_0`, AVX2). The int lanes

@@ -30,7 +30,7 @@ use half::f16;
 
 use super::{
     avx2,
-    tiles::{OutLayout, store_tile, tile_rows},
+    tiles::{OutLayout, each_row, store_tile, tile_rows},
 };
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
 
@@ -376,10 +376,8 @@ fn dot_q8_0_prepared(x: &[BlockQ8_0], y: &[BlockQ8_0], corr: &[i32], dy: &[f32])
 pub(crate) unsafe fn gemv_q8_0_q8_0(w: &[BlockQ8_0], y: &[BlockQ8_0], out: &mut [f32]) {
     let nb = y.len();
     if nb == 0 || nb > GEMV_MAX_BLOCKS {
-        for (r, o) in out.iter_mut().enumerate() {
-            // SAFETY: the caller guarantees the CPU features.
-            *o = unsafe { vec_dot_q8_0_q8_0(w.get(r * nb..(r + 1) * nb).unwrap_or(&[]), y) };
-        }
+        // SAFETY: the caller guarantees the CPU features.
+        each_row(w, nb, out, |row| unsafe { vec_dot_q8_0_q8_0(row, y) });
         return;
     }
     let mut corr = [0i32; GEMV_MAX_BLOCKS];
@@ -388,9 +386,9 @@ pub(crate) unsafe fn gemv_q8_0_q8_0(w: &[BlockQ8_0], y: &[BlockQ8_0], out: &mut 
         *c = -128 * b.qs.iter().map(|&v| i32::from(v)).sum::<i32>();
         *d = f16_to_f32(b.d);
     }
-    for (row, o) in w.chunks_exact(nb).zip(out.iter_mut()) {
-        *o = dot_q8_0_prepared(row, y, &corr[..nb], &dy[..nb]);
-    }
+    each_row(w, nb, out, |row| {
+        dot_q8_0_prepared(row, y, &corr[..nb], &dy[..nb])
+    });
 }
 
 /// Q4_0 x Q8_0 dots of `R` rows against `y`.

@@ -4,7 +4,7 @@
 
 use half::{bf16, f16};
 
-use super::tiles::OutLayout;
+use super::tiles::{OutLayout, each_row};
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
 
 /// Lanes of independent accumulators, so that the compiler can vectorize float sums.
@@ -113,10 +113,7 @@ pub fn vec_dot_q8_0_q8_0_x4(rows: [&[BlockQ8_0]; 4], y: &[BlockQ8_0]) -> [f32; 4
 /// The rows of `w` (rows of `y.len()` blocks, one per entry of `out`) against one activation row:
 /// one call of [`vec_dot_q8_0_q8_0`] per row.
 pub fn gemv_q8_0_q8_0(w: &[BlockQ8_0], y: &[BlockQ8_0], out: &mut [f32]) {
-    let nb = y.len();
-    for (r, o) in out.iter_mut().enumerate() {
-        *o = vec_dot_q8_0_q8_0(w.get(r * nb..(r + 1) * nb).unwrap_or(&[]), y);
-    }
+    each_row(w, y.len(), out, |row| vec_dot_q8_0_q8_0(row, y));
 }
 
 /// Four Q4_0 weight rows against one activation row: four calls of [`vec_dot_q4_0_q8_0`].

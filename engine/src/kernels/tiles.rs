@@ -1,4 +1,4 @@
-//! Register tiles of a quantized matrix product: where a tile's results go.
+//! Register tiles of a quantized matrix product: which rows a tile takes and where its results go.
 //!
 //! A tile is `R` weight rows by `C` tokens. The tiled kernels keep its `R x C` accumulators in
 //! registers across every block of the rows, so each weight block is loaded once for `C` tokens and
@@ -47,6 +47,19 @@ pub(crate) fn store_tile<const R: usize, const C: usize>(
         for (t, &v) in row.iter().enumerate().take(tokens) {
             out[(first_token + t) * layout.token_stride + (first_row + r) * layout.row_stride] = v;
         }
+    }
+}
+
+/// `out[r] = dot(row r of w)` for the rows of `w` (rows of `nb` blocks), one per entry of `out` (rows
+/// past the end of `w` leave their entries as they are); with `nb` = 0 every row is empty.
+#[inline(always)]
+pub(crate) fn each_row<W>(w: &[W], nb: usize, out: &mut [f32], mut dot: impl FnMut(&[W]) -> f32) {
+    if nb == 0 {
+        out.fill_with(|| dot(&[]));
+        return;
+    }
+    for (row, o) in w.chunks_exact(nb).zip(out) {
+        *o = dot(row);
     }
 }
 
