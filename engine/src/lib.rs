@@ -15,6 +15,7 @@ pub mod placement;
 pub mod quant;
 pub mod sampling;
 pub mod serve;
+pub mod team;
 pub mod tokenizer;
 pub mod weights;
 

@@ -11,6 +11,10 @@ use strata_engine::{
 };
 
 fn tiny(kind: WeightType) -> Llama {
+    tiny_on(kind, 2)
+}
+
+fn tiny_on(kind: WeightType, threads: usize) -> Llama {
     let file =
         GgufFile::from_bytes(Path::new("tiny.gguf"), tiny_llama_gguf(7, kind)).expect("parses");
     let config = LlamaConfig::from_gguf(&file).expect("config");
@@ -19,7 +23,7 @@ fn tiny(kind: WeightType) -> Llama {
         &file,
         LoadOptions {
             weights: None,
-            threads: 2,
+            threads,
             placement: Default::default(),
         },
     )
@@ -52,6 +56,25 @@ fn alone(model: &Llama, kv: KvType, prompt: &[u32], follow: &[u32]) -> Vec<Vec<u
         ));
     }
     out
+}
+
+/// Decode steps run on a team of the pool's threads, long prompts as fork-joins on the pool; both
+/// give the bits of a one-thread model.
+#[test]
+fn one_thread_and_a_team_of_two_give_the_same_bits() {
+    for kind in [WeightType::Q8_0, WeightType::Q4_1, WeightType::F16] {
+        let (one, two) = (tiny_on(kind, 1), tiny_on(kind, 2));
+        for kv in [KvType::F16, KvType::F32] {
+            for prompt_len in [5, 40] {
+                let (p, follow) = (prompt(prompt_len, 4), [7, 70, 170]);
+                assert_eq!(
+                    alone(&one, kv, &p, &follow),
+                    alone(&two, kv, &p, &follow),
+                    "{kind} {kv:?} prompt of {prompt_len}"
+                );
+            }
+        }
+    }
 }
 
 #[test]

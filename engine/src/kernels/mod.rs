@@ -21,6 +21,7 @@ use self::dispatch::KernelTable;
 pub use self::tiles::OutLayout;
 use crate::{
     quant::{self, BlockQ8_0, BlockQ8_1, QK},
+    team::Split,
     weights::{Weight, WeightData},
 };
 
@@ -53,8 +54,14 @@ enum Converted<'a> {
 }
 
 /// Converts `x` (rows of `w.cols`) for `w`'s type; the quantized types quantize the rows in parallel
-/// when there are several.
-fn convert<'a>(w: &Weight, x: &'a [f32], scratch: &'a mut MatmulScratch) -> Converted<'a> {
+/// on the pool when there are several (on a team, where passes are small, the caller does them).
+fn convert<'a>(
+    w: &Weight,
+    x: &'a [f32],
+    split: Split<'_>,
+    scratch: &'a mut MatmulScratch,
+) -> Converted<'a> {
+    let parallel = matches!(split, Split::Pool);
     match &w.data {
         WeightData::F32(_) => Converted::F32(x),
         WeightData::F16(_) => {
@@ -74,6 +81,7 @@ fn convert<'a>(w: &Weight, x: &'a [f32], scratch: &'a mut MatmulScratch) -> Conv
                 w.cols,
                 &mut scratch.q8_0,
                 quant::quantize_activations_q8_0,
+                parallel,
             );
             Converted::Q8_0(&scratch.q8_0)
         }
@@ -84,17 +92,24 @@ fn convert<'a>(w: &Weight, x: &'a [f32], scratch: &'a mut MatmulScratch) -> Conv
                 w.cols,
                 &mut scratch.q8_1,
                 quant::quantize_activations_q8_1,
+                parallel,
             );
             Converted::Q8_1(&scratch.q8_1)
         }
     }
 }
 
-/// `quantize` of every row of `x` (`cols` each) into its blocks of `out`, rows in parallel when there are
-/// several.
-fn quantize_rows<B: Send>(x: &[f32], cols: usize, out: &mut [B], quantize: fn(&[f32], &mut [B])) {
+/// `quantize` of every row of `x` (`cols` each) into its blocks of `out`, rows in parallel when asked
+/// and there are several.
+fn quantize_rows<B: Send>(
+    x: &[f32],
+    cols: usize,
+    out: &mut [B],
+    quantize: fn(&[f32], &mut [B]),
+    parallel: bool,
+) {
     let nb = cols / QK;
-    if x.len() <= cols || nb == 0 {
+    if !parallel || x.len() <= cols || nb == 0 {
         quantize(x, out);
         return;
     }
@@ -202,22 +217,34 @@ pub fn matmul_with(
     out: &mut [f32],
     scratch: &mut MatmulScratch,
 ) {
+    matmul_split(k, Split::Pool, w, x, n_tokens, out, scratch);
+}
+
+/// [`matmul_with`] with its parallel loops run as `split` says (a forward pass's team, or the pool).
+/// Same results either way: the split decides only which thread computes each output.
+pub fn matmul_split(
+    k: &KernelTable,
+    split: Split<'_>,
+    w: &Weight,
+    x: &[f32],
+    n_tokens: usize,
+    out: &mut [f32],
+    scratch: &mut MatmulScratch,
+) {
     debug_assert_eq!(x.len(), n_tokens * w.cols);
     debug_assert_eq!(out.len(), n_tokens * w.rows);
     if n_tokens == 1 {
-        let converted = convert(w, x, scratch);
-        out.par_chunks_mut(ROWS_PER_TASK)
-            .enumerate()
-            .for_each(|(task, chunk)| {
-                rows_dot(k, w, &converted, task * ROWS_PER_TASK, 0, chunk, false);
-            });
+        let converted = convert(w, x, split, scratch);
+        split.chunks_mut(out, ROWS_PER_TASK, |task, chunk| {
+            rows_dot(k, w, &converted, task * ROWS_PER_TASK, 0, chunk, false);
+        });
         return;
     }
     let mut transposed = std::mem::take(&mut scratch.transposed);
     {
-        let converted = convert(w, x, scratch);
-        if !tiled_matmul(k, w, &converted, n_tokens, out, &mut transposed) {
-            rows_matmul(k, w, &converted, n_tokens, out, &mut transposed);
+        let converted = convert(w, x, split, scratch);
+        if !tiled_matmul(k, split, w, &converted, n_tokens, out, &mut transposed) {
+            rows_matmul(k, split, w, &converted, n_tokens, out, &mut transposed);
         }
     }
     scratch.transposed = transposed;
@@ -227,6 +254,7 @@ pub fn matmul_with(
 /// token, into a row-major `rows x tokens` buffer that is transposed at the end.
 fn rows_matmul(
     k: &KernelTable,
+    split: Split<'_>,
     w: &Weight,
     converted: &Converted<'_>,
     n_tokens: usize,
@@ -234,20 +262,17 @@ fn rows_matmul(
     transposed: &mut Vec<f32>,
 ) {
     transposed.resize(n_tokens * w.rows, 0.0);
-    transposed
-        .par_chunks_mut(ROWS_PER_TASK * n_tokens)
-        .enumerate()
-        .for_each_init(Vec::new, |row_out, (task, chunk)| {
-            let first_row = task * ROWS_PER_TASK;
-            let rows = chunk.len() / n_tokens;
-            row_out.resize(rows, 0.0);
-            for t in 0..n_tokens {
-                rows_dot(k, w, converted, first_row, t, row_out, true);
-                for (i, &v) in row_out.iter().enumerate() {
-                    chunk[i * n_tokens + t] = v;
-                }
+    split.chunks_mut(transposed, ROWS_PER_TASK * n_tokens, |task, chunk| {
+        let first_row = task * ROWS_PER_TASK;
+        let mut row_out = [0.0f32; ROWS_PER_TASK];
+        let row_out = &mut row_out[..chunk.len() / n_tokens];
+        for t in 0..n_tokens {
+            rows_dot(k, w, converted, first_row, t, row_out, true);
+            for (i, &v) in row_out.iter().enumerate() {
+                chunk[i * n_tokens + t] = v;
             }
-        });
+        }
+    });
     transpose_into(transposed, n_tokens, w.rows, out);
 }
 
@@ -255,6 +280,7 @@ fn rows_matmul(
 /// float types and empty matrices.
 fn tiled_matmul(
     k: &KernelTable,
+    split: Split<'_>,
     w: &Weight,
     converted: &Converted<'_>,
     n_tokens: usize,
@@ -269,6 +295,7 @@ fn tiled_matmul(
         nb,
         rows: w.rows,
         n_tokens,
+        split,
     };
     match (&w.data, converted) {
         (WeightData::Q8_0(v), Converted::Q8_0(a)) => {
@@ -291,15 +318,16 @@ fn tiled_matmul(
     true
 }
 
-/// The shape of a quantized product of several tokens.
-struct TiledProduct {
+/// The shape of a quantized product of several tokens, and how its loops run.
+struct TiledProduct<'a> {
     /// Blocks per weight row and per token.
     nb: usize,
     rows: usize,
     n_tokens: usize,
+    split: Split<'a>,
 }
 
-impl TiledProduct {
+impl TiledProduct<'_> {
     /// `out = w x` with `gemm` (a tier's tiled kernel for `w`'s type, given weight rows, tokens, the
     /// output and its layout), split over blocks of tokens (each task writes its tokens' results in
     /// place) or, with few tokens, over blocks of rows (into `transposed`, then transposed into `out`).
@@ -313,20 +341,16 @@ impl TiledProduct {
     ) {
         let (nb, rows, n_tokens) = (self.nb, self.rows, self.n_tokens);
         if let Some(per_task) = tokens_per_task(n_tokens, rayon::current_num_threads()) {
-            out.par_chunks_mut(per_task * rows)
-                .enumerate()
-                .for_each(|(task, chunk)| {
-                    let first = task * per_task * nb;
-                    let tokens = &x[first..first + chunk.len() / rows * nb];
-                    gemm(w, tokens, chunk, OutLayout::token_major(rows));
-                });
+            self.split.chunks_mut(out, per_task * rows, |task, chunk| {
+                let first = task * per_task * nb;
+                let tokens = &x[first..first + chunk.len() / rows * nb];
+                gemm(w, tokens, chunk, OutLayout::token_major(rows));
+            });
             return;
         }
         transposed.resize(n_tokens * rows, 0.0);
-        transposed
-            .par_chunks_mut(ROWS_PER_TASK * n_tokens)
-            .enumerate()
-            .for_each(|(task, chunk)| {
+        self.split
+            .chunks_mut(transposed, ROWS_PER_TASK * n_tokens, |task, chunk| {
                 let first = task * ROWS_PER_TASK * nb;
                 let weights = &w[first..first + chunk.len() / n_tokens * nb];
                 gemm(weights, x, chunk, OutLayout::row_major(n_tokens));
@@ -465,6 +489,39 @@ mod tests {
                             );
                         }
                     }
+                }
+            }
+        }
+    }
+
+    /// A product whose loops run on a team of the pool's threads, or on the calling thread alone, gives
+    /// the bits of the same product run as fork-joins on the pool, for every weight type and tier.
+    #[test]
+    fn a_team_computes_the_bits_of_the_pool() {
+        let (rows, cols) = (200, 96);
+        let values = random(rows * cols, 5);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("pool");
+        for n in [1, 4, 16] {
+            let x = random(n * cols, 6 + n as u64);
+            for kind in WeightType::ALL {
+                let w = Weight::from_f32(values.clone(), rows, cols, kind);
+                for tier in cpu::available_tiers() {
+                    let table = KernelTable::for_tier(tier).expect("available tier");
+                    let run = |split: Split<'_>| {
+                        let mut out = vec![0f32; n * rows];
+                        let mut scratch = MatmulScratch::default();
+                        matmul_split(table, split, &w, &x, n, &mut out, &mut scratch);
+                        out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                    };
+                    let (pooled, teamed, here) = pool.install(|| {
+                        let teamed = crate::team::with_team(|team| run(Split::Team(team)));
+                        (run(Split::Pool), teamed, run(Split::Here))
+                    });
+                    assert_eq!(pooled, teamed, "{kind} {tier:?} {n} tokens on a team");
+                    assert_eq!(pooled, here, "{kind} {tier:?} {n} tokens on one thread");
                 }
             }
         }

@@ -3,8 +3,6 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use rayon::prelude::*;
-
 use crate::{
     error::{Error, Result},
     format::{RawTensor, TensorSource},
@@ -18,6 +16,7 @@ use crate::{
     },
     placement::{self, Applied, Placement, Topology},
     quant::{self, GgmlType},
+    team::{self, Split},
     weights::{Weight, WeightType},
 };
 
@@ -85,6 +84,7 @@ impl Stacked {
     /// `outs[i] = parts[i] x` for `n` input rows; `combined` is scratch.
     fn matmul(
         &self,
+        split: Split<'_>,
         x: &[f32],
         n: usize,
         outs: &mut [&mut [f32]],
@@ -93,12 +93,12 @@ impl Stacked {
     ) {
         let Some(fused) = &self.fused else {
             for (w, out) in self.parts.iter().zip(outs.iter_mut()) {
-                kernels::matmul(w, x, n, out, scratch);
+                matmul(split, w, x, n, out, scratch);
             }
             return;
         };
         combined.resize(n * fused.rows, 0.0);
-        kernels::matmul(fused, x, n, combined, scratch);
+        matmul(split, fused, x, n, combined, scratch);
         for (t, row) in combined.chunks_exact(fused.rows).enumerate() {
             let mut at = 0;
             for (out, &width) in outs.iter_mut().zip(&self.widths) {
@@ -233,6 +233,8 @@ struct Buffers {
     blocks: Vec<QueryBlock>,
     /// Per token, per RoPE pair: the cosine and sine of its rotation (shared by every layer and head).
     rotations: Vec<[f32; 2]>,
+    /// Where each query block's attention output starts in `att`, and where the last one ends.
+    block_bounds: Vec<usize>,
 }
 
 impl Buffers {
@@ -554,8 +556,28 @@ impl Llama {
     }
 
     /// The forward pass over every token of `pass`; writes the logits of its `logit_rows` to `out`.
+    /// A small pass (decode steps) runs its loops on a [`team::Team`] of the pool's threads, a larger
+    /// one as fork-joins on the pool; the results are the same.
     fn run_pass(
         &self,
+        pass: &Pass<'_>,
+        storage: &mut KvStorage,
+        kv_dim: usize,
+        b: &mut Buffers,
+        out: &mut Vec<f32>,
+    ) {
+        if pass.tokens.len() <= TEAM_TOKENS && self.pool.current_num_threads() > 1 {
+            team::with_team(|team| {
+                self.run_layers(Split::Team(team), pass, storage, kv_dim, b, out);
+            });
+        } else {
+            self.run_layers(Split::Pool, pass, storage, kv_dim, b, out);
+        }
+    }
+
+    fn run_layers(
+        &self,
+        split: Split<'_>,
         pass: &Pass<'_>,
         storage: &mut KvStorage,
         kv_dim: usize,
@@ -571,14 +593,16 @@ impl Llama {
                 .row_to_f32(token as usize, &mut b.x[t * c.dim..(t + 1) * c.dim]);
         }
         for (index, layer) in self.layers.iter().enumerate() {
-            self.attention_block(index, layer, b, pass, storage, kv_dim);
-            self.ffn_block(layer, b, n);
+            self.attention_block(split, index, layer, b, pass, storage, kv_dim);
+            self.ffn_block(split, layer, b, n);
         }
-        self.head(b, pass.logit_rows, out);
+        self.head(split, b, pass.logit_rows, out);
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn attention_block(
         &self,
+        split: Split<'_>,
         index: usize,
         layer: &Layer,
         b: &mut Buffers,
@@ -588,8 +612,9 @@ impl Llama {
     ) {
         let c = &self.config;
         let n = pass.tokens.len();
-        rms_norm(&b.x, &layer.attn_norm, c.rms_eps, &mut b.xb);
+        rms_norm(split, &b.x, &layer.attn_norm, c.rms_eps, &mut b.xb);
         layer.qkv.matmul(
+            split,
             &b.xb,
             n,
             &mut [&mut b.q, &mut b.k, &mut b.v],
@@ -599,29 +624,24 @@ impl Llama {
         add_bias(&mut b.q, layer.bq.as_deref());
         add_bias(&mut b.k, layer.bk.as_deref());
         add_bias(&mut b.v, layer.bv.as_deref());
-        let half = c.head_dim / 2;
-        let rotations = &b.rotations;
-        b.q.par_chunks_mut(c.dim * ELEMENTWISE_TOKENS)
-            .zip(b.k.par_chunks_mut(kv_dim * ELEMENTWISE_TOKENS))
-            .enumerate()
-            .for_each(|(task, (q, k))| {
-                let rows = q.chunks_exact_mut(c.dim).zip(k.chunks_exact_mut(kv_dim));
-                for (i, (q, k)) in rows.enumerate() {
-                    let t = task * ELEMENTWISE_TOKENS + i;
-                    let rotations = &rotations[t * half..(t + 1) * half];
-                    self.rope(q, rotations);
-                    self.rope(k, rotations);
-                }
-            });
+        for (x, width) in [(&mut b.q, c.dim), (&mut b.k, kv_dim)] {
+            self.rope_rows(split, x, width, &b.rotations);
+        }
         for (t, at) in pass.at.iter().enumerate() {
             let row = t * kv_dim..(t + 1) * kv_dim;
             let offset = pass.layouts[at.seq].offset(index, at.pos, kv_dim);
             storage.store(offset, &b.k[row.clone()], &b.v[row]);
         }
         query_blocks(pass.at, &mut b.blocks);
+        b.block_bounds.clear();
+        b.block_bounds
+            .extend(b.blocks.iter().map(|block| block.first * c.dim));
+        b.block_bounds.push(n * c.dim);
         let k = kernels::dispatch::table();
+        let blocks = (&b.blocks[..], &b.block_bounds[..]);
         match storage {
             KvStorage::F32 { k: keys, v: values } => self.attend_blocks(
+                split,
                 &AttentionInputs {
                     pass,
                     layer: index,
@@ -631,10 +651,11 @@ impl Llama {
                     values,
                     kernel: &|q, kv, out| k.attend_f32(q, kv, out),
                 },
-                &b.blocks,
+                blocks,
                 &mut b.att,
             ),
             KvStorage::F16 { k: keys, v: values } => self.attend_blocks(
+                split,
                 &AttentionInputs {
                     pass,
                     layer: index,
@@ -644,40 +665,45 @@ impl Llama {
                     values,
                     kernel: &|q, kv, out| k.attend_f16(q, kv, out),
                 },
-                &b.blocks,
+                blocks,
                 &mut b.att,
             ),
         }
-        kernels::matmul(&layer.wo, &b.att, n, &mut b.proj, &mut b.scratch);
-        add_residual(&mut b.x, &b.proj, c.dim);
+        matmul(split, &layer.wo, &b.att, n, &mut b.proj, &mut b.scratch);
+        add_residual(split, &mut b.x, &b.proj, c.dim);
     }
 
-    /// Causal grouped-query attention of the tokens of `blocks` (consecutive, starting where `out`
-    /// does), the blocks split over the pool's threads.
+    /// Causal grouped-query attention of the tokens of `blocks` (their query blocks and where each
+    /// one's output starts in `out`, then where the last ends), the blocks split over the threads.
     fn attend_blocks<T: Sync>(
         &self,
+        split: Split<'_>,
         inputs: &AttentionInputs<'_, T>,
-        blocks: &[QueryBlock],
+        (blocks, bounds): (&[QueryBlock], &[usize]),
         out: &mut [f32],
     ) {
-        match blocks {
-            [] => {}
-            [block] => self.attend_block(inputs, *block, out),
-            _ => {
-                let mid = blocks.len() / 2;
-                let split = (blocks[mid].first - blocks[0].first) * self.config.dim;
-                let (left, right) = out.split_at_mut(split);
-                rayon::join(
-                    || self.attend_blocks(inputs, &blocks[..mid], left),
-                    || self.attend_blocks(inputs, &blocks[mid..], right),
-                );
-            }
+        if let [block] = blocks {
+            self.attend_block(split, inputs, *block, out);
+            return;
         }
+        // A pool's task may split further; a team's tasks must not start loops of their own.
+        let inner = match split {
+            Split::Pool => Split::Pool,
+            Split::Team(_) | Split::Here => Split::Here,
+        };
+        split
+            .parts_mut(out, bounds, |i, part| {
+                self.attend_block(inner, inputs, blocks[i], part)
+            })
+            .unwrap_or_else(|bad| {
+                unreachable!("query blocks cover the pass in order, not at {bad:?}")
+            });
     }
 
     /// One query block, one key/value head at a time (a lone token splits over the heads instead).
     fn attend_block<T: Sync>(
         &self,
+        split: Split<'_>,
         inputs: &AttentionInputs<'_, T>,
         block: QueryBlock,
         out: &mut [f32],
@@ -705,9 +731,11 @@ impl Llama {
             (inputs.kernel)(&queries, &head, out);
         };
         if block.tokens == 1 {
-            out.par_chunks_mut(group * hd)
-                .enumerate()
-                .for_each(|(g, o)| group_attends(g, o));
+            split.chunks_mut(
+                &mut out[..c.n_kv_heads * group * hd],
+                group * hd,
+                group_attends,
+            );
         } else {
             for g in 0..c.n_kv_heads {
                 group_attends(g, &mut out[g * group * hd..]);
@@ -715,10 +743,11 @@ impl Llama {
         }
     }
 
-    fn ffn_block(&self, layer: &Layer, b: &mut Buffers, n: usize) {
+    fn ffn_block(&self, split: Split<'_>, layer: &Layer, b: &mut Buffers, n: usize) {
         let c = &self.config;
-        rms_norm(&b.x, &layer.ffn_norm, c.rms_eps, &mut b.xb);
+        rms_norm(split, &b.x, &layer.ffn_norm, c.rms_eps, &mut b.xb);
         layer.gate_up.matmul(
+            split,
             &b.xb,
             n,
             &mut [&mut b.gate, &mut b.up],
@@ -726,19 +755,24 @@ impl Llama {
             &mut b.scratch,
         );
         let width = c.ffn_dim * ELEMENTWISE_TOKENS;
-        b.gate
-            .par_chunks_mut(width)
-            .zip(b.up.par_chunks(width))
-            .for_each(|(gate, up)| {
-                for (g, &u) in gate.iter_mut().zip(up) {
-                    *g = silu(*g) * u;
-                }
-            });
-        kernels::matmul(&layer.w_down, &b.gate, n, &mut b.proj, &mut b.scratch);
-        add_residual(&mut b.x, &b.proj, c.dim);
+        let up = &b.up;
+        split.chunks_mut(&mut b.gate, width, |task, gate| {
+            for (g, &u) in gate.iter_mut().zip(&up[task * width..]) {
+                *g = silu(*g) * u;
+            }
+        });
+        matmul(
+            split,
+            &layer.w_down,
+            &b.gate,
+            n,
+            &mut b.proj,
+            &mut b.scratch,
+        );
+        add_residual(split, &mut b.x, &b.proj, c.dim);
     }
 
-    fn head(&self, b: &mut Buffers, logit_rows: &[usize], out: &mut Vec<f32>) {
+    fn head(&self, split: Split<'_>, b: &mut Buffers, logit_rows: &[usize], out: &mut Vec<f32>) {
         let c = &self.config;
         let d = c.dim;
         let rows = logit_rows.len();
@@ -750,10 +784,10 @@ impl Llama {
             b.proj[i * d..(i + 1) * d].copy_from_slice(&b.x[t * d..(t + 1) * d]);
         }
         let xb = &mut b.xb[..rows * d];
-        rms_norm(&b.proj[..rows * d], &self.output_norm, c.rms_eps, xb);
+        rms_norm(split, &b.proj[..rows * d], &self.output_norm, c.rms_eps, xb);
         let head = self.output.as_ref().unwrap_or(&self.embedding);
         out.resize(rows * c.vocab_size, 0.0);
-        kernels::matmul(head, xb, rows, out, &mut b.scratch);
+        matmul(split, head, xb, rows, out, &mut b.scratch);
     }
 
     /// Each RoPE pair's cosine and sine for every token of `pass`, into `out`.
@@ -765,6 +799,17 @@ impl Llama {
                 [theta.cos() as f32, theta.sin() as f32]
             }));
         }
+    }
+
+    /// RoPE of every row of `x` (one token's q or k, `width` wide) by its token's `rotations`.
+    fn rope_rows(&self, split: Split<'_>, x: &mut [f32], width: usize, rotations: &[[f32; 2]]) {
+        let half = self.config.head_dim / 2;
+        split.chunks_mut(x, width * ELEMENTWISE_TOKENS, |task, rows| {
+            for (i, row) in rows.chunks_exact_mut(width).enumerate() {
+                let t = task * ELEMENTWISE_TOKENS + i;
+                self.rope(row, &rotations[t * half..(t + 1) * half]);
+            }
+        });
     }
 
     /// Rotates every head of `x` (one token's q or k) by its position's `rotations`.
@@ -930,13 +975,27 @@ fn check_len(
 /// Tokens per parallel task of the element-wise steps (norms, RoPE, SwiGLU, residual adds): a few
 /// tokens stay on one thread, a prompt spreads over the pool.
 const ELEMENTWISE_TOKENS: usize = 16;
+/// Most tokens of a pass that runs on a team: decode steps, whose element-wise steps are one task.
+const TEAM_TOKENS: usize = ELEMENTWISE_TOKENS;
+
+/// A product of the pass's loops on `split` with the process's kernel tier.
+fn matmul(
+    split: Split<'_>,
+    w: &Weight,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+    scratch: &mut MatmulScratch,
+) {
+    kernels::matmul_split(kernels::dispatch::table(), split, w, x, n, out, scratch);
+}
 
 /// RMS norm of every row of `x` (rows of `weight.len()`), scaled by `weight`, into `out`.
-fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+fn rms_norm(split: Split<'_>, x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let width = weight.len() * ELEMENTWISE_TOKENS;
-    out.par_chunks_mut(width)
-        .zip(x.par_chunks(width))
-        .for_each(|(out, x)| rms_norm_rows(x, weight, eps, out));
+    split.chunks_mut(out, width, |task, out| {
+        rms_norm_rows(&x[task * width..], weight, eps, out);
+    });
 }
 
 fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
@@ -960,12 +1019,10 @@ fn add_in_place(x: &mut [f32], y: &[f32]) {
     }
 }
 
-/// The residual add `x += y` of whole activations (rows of `dim`), split over the pool.
-fn add_residual(x: &mut [f32], y: &[f32], dim: usize) {
+/// The residual add `x += y` of whole activations (rows of `dim`), split over the threads.
+fn add_residual(split: Split<'_>, x: &mut [f32], y: &[f32], dim: usize) {
     let width = dim * ELEMENTWISE_TOKENS;
-    x.par_chunks_mut(width)
-        .zip(y.par_chunks(width))
-        .for_each(|(x, y)| add_in_place(x, y));
+    split.chunks_mut(x, width, |task, x| add_in_place(x, &y[task * width..]));
 }
 
 fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
