@@ -17,7 +17,19 @@ pub struct ServiceCurve {
     pub tpot_by_batch: Vec<(f64, f64)>,
     /// Copies of the measured host this instance amounts to (the scaling factor).
     pub copies: f64,
+    /// (requests decoding together on one measured host, seconds of one engine step that runs only
+    /// their tokens), increasing in the first: the TPOT curve with the prompts that shared the measured
+    /// steps taken out. Empty: the TPOT curve itself.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decode_step_by_batch: Vec<(f64, f64)>,
 }
+
+/// Tokens one engine step runs at most (decode tokens plus prompt chunks): the engine's default.
+pub const STEP_TOKENS: u32 = 512;
+
+/// Largest share of a load point's time the prompts are taken to fill when the decode step is derived
+/// from its TPOT: beyond it the point says little about decoding.
+const MAX_PREFILL_SHARE: f64 = 0.8;
 
 impl ServiceCurve {
     /// Derives the model: concurrency at each load point by Little's law on decoding streams
@@ -38,9 +50,11 @@ impl ServiceCurve {
         let slots = (f64::from(p.max_batch) * scaling.factor)
             .round()
             .clamp(1.0, 1e6) as u32;
+        let prefill_tokens_per_s = p.prefill_rate();
         ServiceCurve {
             slots,
-            prefill_tokens_per_s: p.prefill_rate(),
+            prefill_tokens_per_s,
+            decode_step_by_batch: decode_steps(p, prefill_tokens_per_s),
             tpot_by_batch: pts,
             copies: scaling.factor,
         }
@@ -53,7 +67,30 @@ impl ServiceCurve {
             prefill_tokens_per_s: f64::INFINITY,
             tpot_by_batch: vec![(1.0, tpot_s)],
             copies: 1.0,
+            decode_step_by_batch: Vec::new(),
         }
+    }
+
+    /// Tokens one step runs at most.
+    pub fn step_tokens(&self) -> u32 {
+        STEP_TOKENS
+    }
+
+    /// Seconds of one engine step of the instance that runs one token of each of `decoding` requests
+    /// and `prompt_tokens` prompt tokens: the decode-only step at that batch plus the prompt tokens at
+    /// the prefill speed (both scaled by the copies of the measured host).
+    pub fn step_s(&self, decoding: f64, prompt_tokens: f64) -> f64 {
+        let decode = if decoding > 0.0 {
+            let pts = if self.decode_step_by_batch.is_empty() {
+                &self.tpot_by_batch
+            } else {
+                &self.decode_step_by_batch
+            };
+            interpolate(pts, decoding / self.copies)
+        } else {
+            0.0
+        };
+        decode + prompt_tokens / (self.prefill_tokens_per_s * self.copies.max(1e-9))
     }
 
     /// Prompts an instance prefills at a time: one per whole copy of the measured host (at least 1).
@@ -71,24 +108,7 @@ impl ServiceCurve {
     /// TPOT when `busy` requests decode on the instance: interpolated on the per-host curve at
     /// `busy / copies`; beyond the last point the host's aggregate token rate stays at its measured peak.
     pub fn tpot_s(&self, busy: f64) -> f64 {
-        let b = busy / self.copies;
-        let pts = &self.tpot_by_batch;
-        let Some(&(b0, t0)) = pts.first() else {
-            return 0.0;
-        };
-        if b <= b0 {
-            return t0;
-        }
-        match pts.iter().position(|&(x, _)| x >= b) {
-            Some(j) => {
-                let ((xa, ya), (xb, yb)) = (pts[j - 1], pts[j]);
-                ya + (yb - ya) * (b - xa) / (xb - xa)
-            }
-            None => {
-                let &(xl, yl) = pts.last().unwrap_or(&(b0, t0));
-                yl * b / xl
-            }
-        }
+        interpolate(&self.tpot_by_batch, busy / self.copies)
     }
 
     /// Seconds to decode the output tokens after the first while `busy` requests decode together.
@@ -100,6 +120,51 @@ impl ServiceCurve {
     pub fn service_s(&self, prompt_tokens: f64, output_tokens: f64, busy: f64) -> f64 {
         self.prefill_s(prompt_tokens) + (output_tokens - 1.0).max(0.0) * self.tpot_s(busy)
     }
+}
+
+/// The value at batch `b` of a curve of (batch, seconds) points: flat below the first, linear between
+/// points, and beyond the last the aggregate rate stays at its peak (seconds grow with the batch).
+fn interpolate(pts: &[(f64, f64)], b: f64) -> f64 {
+    let Some(&(b0, t0)) = pts.first() else {
+        return 0.0;
+    };
+    if b <= b0 {
+        return t0;
+    }
+    match pts.iter().position(|&(x, _)| x >= b) {
+        Some(j) => {
+            let ((xa, ya), (xb, yb)) = (pts[j - 1], pts[j]);
+            ya + (yb - ya) * (b - xa) / (xb - xa)
+        }
+        None => {
+            let &(xl, yl) = pts.last().unwrap_or(&(b0, t0));
+            yl * b / xl
+        }
+    }
+}
+
+/// The decode-only step at each load point of `p`: its typical TPOT without the share of the time the
+/// prompts filled (arrivals x mean prompt / prefill speed, at most [`MAX_PREFILL_SHARE`]), since in
+/// the engine a prompt runs in the same steps as the decoding requests and holds them up. Kept rising
+/// in the batch (a point cannot decode a larger batch faster than a smaller one).
+fn decode_steps(p: &ConfigProfile, prefill_tokens_per_s: f64) -> Vec<(f64, f64)> {
+    let mut pts: Vec<(f64, f64)> = p
+        .load_curve
+        .iter()
+        .map(|l| {
+            let tpot = l.typical_tpot_s();
+            let batch = (l.output_tokens_per_s * tpot).max(1.0);
+            let prefill_share = (l.rate_rps * p.mean_prompt_tokens / prefill_tokens_per_s)
+                .clamp(0.0, MAX_PREFILL_SHARE);
+            (batch, tpot * (1.0 - prefill_share))
+        })
+        .collect();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    pts.dedup_by(|a, b| a.0 <= b.0);
+    for i in 1..pts.len() {
+        pts[i].1 = pts[i].1.max(pts[i - 1].1);
+    }
+    pts
 }
 
 #[cfg(test)]
@@ -122,5 +187,39 @@ mod tests {
         let far = c.tpot_s(100.0);
         let (xl, yl) = *c.tpot_by_batch.last().expect("points");
         assert!((far - yl * 50.0 / xl).abs() < 1e-12);
+    }
+
+    /// A decode step is the TPOT without the prompts' share of the time; the derived curve rises with
+    /// the batch even where a loaded point's share would make it fall, and prompts add their time.
+    #[test]
+    fn decode_steps_leave_out_the_prompts_time() {
+        let mut p = smol();
+        p.prefill_tokens_per_s = Some(1000.0);
+        p.mean_prompt_tokens = 100.0;
+        // The busiest point decodes 4.224 requests at 0.0150 s a token, 15% of it prompts: 0.01275,
+        // faster than the point before; it is lifted to that point's step.
+        p.load_curve[3].tpot_p99_s = 0.0150;
+        p.load_curve[3].output_tokens_per_s = 4.224 / 0.0150;
+        let steps = decode_steps(&p, p.prefill_rate());
+        // Points one and two both decode under one request: the first stands for batch 1.
+        let want = [
+            (1.0, 0.009 * 0.975),
+            (1.92, 0.015 * 0.9),
+            (4.224, 0.015 * 0.9),
+        ];
+        assert_eq!(steps.len(), want.len());
+        for (&(b, s), (wb, ws)) in steps.iter().zip(want) {
+            assert!((b - wb).abs() < 1e-9 && (s - ws).abs() < 1e-12, "{steps:?}");
+        }
+        let c = ServiceCurve::from_profile(
+            &p,
+            Scaling {
+                rule: ScalingRule::PerCore,
+                factor: 1.0,
+            },
+        );
+        assert!((c.step_s(0.0, 250.0) - 0.25).abs() < 1e-12);
+        assert!(c.step_s(1.0, 0.0) < c.tpot_s(1.0));
+        assert!((c.step_s(1.0, 250.0) - c.step_s(1.0, 0.0) - 0.25).abs() < 1e-12);
     }
 }

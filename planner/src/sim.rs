@@ -1,6 +1,7 @@
 //! Seeded discrete-event simulation of a plan: Poisson arrivals per hour (or a trace), lengths drawn from
 //! the classes, [`route`](crate::route::route()) deciding each request, CPU instances as continuously
-//! batching hosts ([`BatchingHost`]: slots, serial prefill, a shared decode pace from the measured curve),
+//! batching hosts ([`BatchingHost`]: slots, and steps that run every decoding request's next token beside
+//! the prompts being prefilled, each step as long as the measured curve says),
 //! GPU fallback at its stated p99s. Deterministic per seed; separate random streams for arrivals, lengths
 //! and routing draws keep common random numbers across plans. O(requests x slots).
 
@@ -134,11 +135,20 @@ impl Station {
 struct Job {
     class: usize,
     arrival: f64,
-    prompt_tokens: f64,
-    /// When its prefill ends (set when it gets a slot).
+    /// Prompt tokens not yet run.
+    prompt_left: f64,
+    /// Output tokens not yet produced (the first comes with the step that ends the prompt).
+    output_left: f64,
+    /// When its first token came out (NaN until then).
     first_token: f64,
-    /// Output tokens still to decode after the first.
-    remaining: f64,
+    /// Prompt tokens it runs in the step in flight (0 while it decodes).
+    chunk: f64,
+}
+
+impl Job {
+    fn prefilling(&self) -> bool {
+        self.prompt_left > 0.0
+    }
 }
 
 /// A request a [`BatchingHost`] has finished.
@@ -154,23 +164,25 @@ pub struct Finished {
     pub finish: f64,
 }
 
-/// Remaining tokens below this count as none (floating-point dust from advancing in steps).
-const TOKEN_DUST: f64 = 1e-9;
+/// Shortest step the host runs, seconds (keeps a curve of zeros from stalling the clock).
+const MIN_STEP_S: f64 = 1e-6;
 
-/// One CPU instance's continuous batching, run event by event: a request holds one of the `slots` batch
-/// slots from its admission (FCFS while all are taken) to its last token; prompts prefill one after
-/// another per lane (prefill is compute-bound, one lane per copy of the measured host); every decoding
-/// request advances together, one token each `tpot_s(n)` seconds while `n` decode, so a request slows down
-/// when others join its batch and speeds up when they leave, as in the engine's step loop.
+/// One CPU instance's continuous batching, run step by step as the engine's scheduler runs it: at each
+/// step's start, waiting requests take free slots (first come, first served; `slots` at most); the step
+/// runs one token of every decoding request and, within the step's token budget, the prompts of those
+/// still prefilling, and lasts [`ServiceCurve::step_s`] of both. A request that arrives during a step
+/// waits for its end; a prompt's first token comes out with the step that ends it; every decoding
+/// request pays for the prompts that share its steps.
 #[derive(Debug, Clone)]
 pub struct BatchingHost {
     curve: ServiceCurve,
+    /// The time the host has been run to.
     now: f64,
-    /// When each prefill lane is next free.
-    lanes: Vec<f64>,
+    /// The end of the step in flight, if one is.
+    step_end: Option<f64>,
     waiting: VecDeque<Job>,
-    prefilling: Vec<Job>,
-    decoding: Vec<Job>,
+    /// Admitted requests, in admission order.
+    running: Vec<Job>,
     finished: Vec<Finished>,
 }
 
@@ -180,10 +192,9 @@ impl BatchingHost {
         BatchingHost {
             curve: curve.clone(),
             now: 0.0,
-            lanes: vec![0.0; curve.prefill_lanes() as usize],
+            step_end: None,
             waiting: VecDeque::new(),
-            prefilling: Vec::new(),
-            decoding: Vec::new(),
+            running: Vec::new(),
             finished: Vec::new(),
         }
     }
@@ -194,11 +205,12 @@ impl BatchingHost {
         self.waiting.push_back(Job {
             class,
             arrival: t,
-            prompt_tokens,
+            prompt_left: prompt_tokens.round().max(1.0),
+            output_left: output_tokens.round().max(1.0),
             first_token: f64::NAN,
-            remaining: (output_tokens - 1.0).max(0.0),
+            chunk: 0.0,
         });
-        self.grant_slots();
+        self.start_step();
     }
 
     /// Load at `t`, after running the host until then.
@@ -206,7 +218,7 @@ impl BatchingHost {
         self.advance(t);
         let waiting = self.waiting.len() as u32;
         InstanceLoad {
-            in_flight: waiting + (self.prefilling.len() + self.decoding.len()) as u32,
+            in_flight: waiting + self.running.len() as u32,
             queue_depth: waiting,
         }
     }
@@ -221,98 +233,110 @@ impl BatchingHost {
         self.advance(f64::INFINITY);
     }
 
-    fn in_use(&self) -> usize {
-        self.prefilling.len() + self.decoding.len()
-    }
-
-    /// Gives free slots to waiting requests, first come first served; each prefill starts when a lane is free.
-    fn grant_slots(&mut self) {
-        while self.in_use() < self.curve.slots as usize {
-            let Some(mut job) = self.waiting.pop_front() else {
-                return;
-            };
-            let (lane, lane_free) = self
-                .lanes
-                .iter()
-                .copied()
-                .enumerate()
-                .min_by(|a, b| a.1.total_cmp(&b.1))
-                .unwrap_or((0, 0.0));
-            job.first_token = self.now.max(lane_free) + self.curve.prefill_s(job.prompt_tokens);
-            if let Some(free) = self.lanes.get_mut(lane) {
-                *free = job.first_token;
-            }
-            self.prefilling.push(job);
-        }
-    }
-
-    /// Runs the host's events (prefill ends, last tokens) up to `t`.
+    /// Runs the host's steps that end by `t`.
     fn advance(&mut self, t: f64) {
-        loop {
-            let tpot = self.curve.tpot_s(self.decoding.len().max(1) as f64);
-            let next_prefill = self
-                .prefilling
-                .iter()
-                .map(|j| j.first_token)
-                .fold(f64::INFINITY, f64::min);
-            let next_decode = match self.decoding.iter().map(|j| j.remaining).reduce(f64::min) {
-                Some(fewest) => self.now + fewest * tpot,
-                None => f64::INFINITY,
-            };
-            let next = next_prefill.min(next_decode);
-            if !next.is_finite() || next > t {
-                if t.is_finite() && t > self.now {
-                    self.decode_for(t - self.now, tpot);
-                    self.now = t;
-                }
-                return;
+        while let Some(end) = self.step_end {
+            if end > t {
+                break;
             }
-            self.decode_for(next - self.now, tpot);
-            self.now = next.max(self.now);
-            self.end_prefills();
-            self.end_decodes();
-            self.grant_slots();
+            self.now = end;
+            self.end_step();
+            self.skip_decode_steps(t);
+            self.start_step();
+        }
+        if t.is_finite() && t > self.now {
+            self.now = t;
         }
     }
 
-    fn decode_for(&mut self, dt: f64, tpot: f64) {
-        if dt <= 0.0 {
+    /// Starts a step at `now` unless one is in flight: waiting requests take free slots, then every
+    /// decoding request takes one token and the prompts share what is left of the token budget.
+    fn start_step(&mut self) {
+        if self.step_end.is_some() {
             return;
         }
-        let tokens = if tpot > 0.0 { dt / tpot } else { f64::INFINITY };
-        for job in &mut self.decoding {
-            job.remaining -= tokens;
+        while self.running.len() < self.curve.slots as usize {
+            let Some(job) = self.waiting.pop_front() else {
+                break;
+            };
+            self.running.push(job);
         }
+        if self.running.is_empty() {
+            return;
+        }
+        let decoding = self.running.iter().filter(|j| !j.prefilling()).count() as f64;
+        let mut budget = (f64::from(self.curve.step_tokens()) - decoding).max(0.0);
+        let mut prompt_tokens = 0.0;
+        for job in self.running.iter_mut().filter(|j| j.prefilling()) {
+            job.chunk = job.prompt_left.min(budget);
+            budget -= job.chunk;
+            prompt_tokens += job.chunk;
+        }
+        let step = self.curve.step_s(decoding, prompt_tokens).max(MIN_STEP_S);
+        self.step_end = Some(self.now + step);
     }
 
-    fn end_prefills(&mut self) {
+    /// Ends the step in flight at `now`: prompts advance by their chunks (a finished prompt brings its
+    /// first token), decoding requests by one token; finished requests leave.
+    fn end_step(&mut self) {
+        self.step_end = None;
         let now = self.now;
-        let mut i = 0;
-        while i < self.prefilling.len() {
-            if self.prefilling[i].first_token <= now {
-                let job = self.prefilling.swap_remove(i);
-                self.decoding.push(job);
-            } else {
-                i += 1;
+        for job in &mut self.running {
+            if job.prefilling() {
+                job.prompt_left -= job.chunk;
+                job.chunk = 0.0;
+                if job.prefilling() {
+                    continue;
+                }
+                job.first_token = now;
             }
+            job.output_left -= 1.0;
         }
-    }
-
-    fn end_decodes(&mut self) {
-        let now = self.now;
-        let mut i = 0;
-        while i < self.decoding.len() {
-            if self.decoding[i].remaining <= TOKEN_DUST {
-                let job = self.decoding.swap_remove(i);
-                self.finished.push(Finished {
+        let finished = &mut self.finished;
+        self.running.retain(|job| {
+            let done = job.output_left < 0.5;
+            if done {
+                finished.push(Finished {
                     class: job.class,
                     arrival: job.arrival,
                     first_token: job.first_token,
-                    finish: now.max(job.first_token),
+                    finish: now,
                 });
-            } else {
-                i += 1;
             }
+            !done
+        });
+    }
+
+    /// Jumps over decode-only steps that change nothing but the token counts: while every running
+    /// request decodes and none can join, the steps are alike until one finishes or `t` comes.
+    fn skip_decode_steps(&mut self, t: f64) {
+        let free_slot = self.running.len() < self.curve.slots as usize;
+        if self.running.is_empty()
+            || (free_slot && !self.waiting.is_empty())
+            || self.running.iter().any(Job::prefilling)
+        {
+            return;
+        }
+        let step = self
+            .curve
+            .step_s(self.running.len() as f64, 0.0)
+            .max(MIN_STEP_S);
+        let fewest = self
+            .running
+            .iter()
+            .map(|j| j.output_left)
+            .fold(f64::INFINITY, f64::min);
+        let before_t = if t.is_finite() {
+            ((t - self.now) / step).floor().max(0.0)
+        } else {
+            f64::INFINITY
+        };
+        let skip = (fewest - 1.0).min(before_t).max(0.0);
+        if skip >= 1.0 {
+            for job in &mut self.running {
+                job.output_left -= skip;
+            }
+            self.now += skip * step;
         }
     }
 }
@@ -731,6 +755,7 @@ fn p99(v: &mut [f32]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::service::STEP_TOKENS;
 
     /// 10-token prompts prefill in 0.1 s; one decoding request takes 0.1 s a token, two 0.2 s each.
     fn curve(slots: u32) -> ServiceCurve {
@@ -739,6 +764,7 @@ mod tests {
             prefill_tokens_per_s: 100.0,
             tpot_by_batch: vec![(1.0, 0.1), (2.0, 0.2)],
             copies: 1.0,
+            decode_step_by_batch: Vec::new(),
         }
     }
 
@@ -770,13 +796,46 @@ mod tests {
     }
 
     #[test]
-    fn prompts_prefill_one_after_another_and_a_joining_request_slows_the_batch() {
+    fn a_prompt_waits_for_the_step_in_flight_then_holds_up_the_decoding_requests() {
         let mut host = BatchingHost::new(&curve(2));
         host.admit(0.0, 0, 10.0, 5.0);
         host.admit(0.0, 1, 10.0, 5.0);
-        // A decodes one token alone (0.1-0.2), then three at 0.2 s beside B (to 0.8); B has one left at
-        // 0.8 and decodes it alone.
-        assert_eq!(finished(&mut host), vec![(0.1, 0.8), (0.2, 0.9)]);
+        // A's prompt is the first step (to 0.1). B's prompt shares the second with A's next token
+        // (0.1 + 0.1 s, to 0.3); then both decode at 0.2 s a step until A's last token at 0.9, and B's
+        // last runs alone (0.1 s).
+        assert_eq!(finished(&mut host), vec![(0.1, 0.9), (0.3, 1.0)]);
+    }
+
+    #[test]
+    fn a_step_runs_at_most_its_token_budget_of_prompt() {
+        let mut host = BatchingHost::new(&curve(2));
+        let long = f64::from(STEP_TOKENS) + 100.0;
+        host.admit(0.0, 0, long, 1.0);
+        // Two steps: the budget (5.12 s at 100 prompt tokens a second), then the last 100 tokens.
+        assert_eq!(finished(&mut host), vec![(6.12, 6.12)]);
+    }
+
+    #[test]
+    fn skipping_alike_decode_steps_changes_nothing() {
+        let run = |probe_every: f64| {
+            let mut host = BatchingHost::new(&curve(3));
+            let mut t = 0.0;
+            for (i, (prompt, output)) in [(10.0, 40.0), (30.0, 7.0), (5.0, 90.0), (20.0, 3.0)]
+                .into_iter()
+                .enumerate()
+            {
+                host.admit(t, i, prompt, output);
+                t += 0.7;
+            }
+            // Looking at the load often splits the skipped stretches at other places.
+            let mut probe = t;
+            while probe < 30.0 {
+                host.load(probe);
+                probe += probe_every;
+            }
+            finished(&mut host)
+        };
+        assert_eq!(run(100.0), run(0.013));
     }
 
     #[test]
