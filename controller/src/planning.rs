@@ -150,7 +150,8 @@ impl StoredLoadPoint {
 /// The curve is the newest capacity result's `load_curve` ([`StoredLoadPoint`]s) for that config and host;
 /// without one, each profiling run of the pair is one point ([`StoredLoadPoint::from_run`]), the latest run
 /// kept when two share a rate and runs where every request failed left out. Mean prompt and output tokens
-/// are the `mean_prompt_tokens` / `mean_output_tokens` of the newest run's `workload_shape` when recorded,
+/// are the `mean_prompt_tokens` / `mean_output_tokens` of the newest run's `workload_shape` when recorded
+/// (or its `prompt_tokens` / `output_tokens` when those are plain numbers: a shape of one mean request),
 /// else derived from the curve: output tokens/s over requests/s, and (total - output) tokens/s over
 /// requests/s. The host is the hardware row: `vcpus` = its hardware threads, bandwidth and int8 GOPS as
 /// measured (0 when not measured, which rules out the memory-bandwidth scaling rule). Pairs with no
@@ -409,8 +410,12 @@ fn profile_of(
             mem_bandwidth_gbs: host.bandwidth_gb_per_s.unwrap_or(0.0),
             int8_gops: host.peak_int8_gops.unwrap_or(0.0),
         },
-        mean_prompt_tokens: shape_mean("mean_prompt_tokens").unwrap_or(prompt / rate),
-        mean_output_tokens: shape_mean("mean_output_tokens").unwrap_or(output / rate),
+        mean_prompt_tokens: shape_mean("mean_prompt_tokens")
+            .or_else(|| shape_mean("prompt_tokens"))
+            .unwrap_or(prompt / rate),
+        mean_output_tokens: shape_mean("mean_output_tokens")
+            .or_else(|| shape_mean("output_tokens"))
+            .unwrap_or(output / rate),
         load_curve,
         prompt_token_weight: 0.2,
         prefill_tokens_per_s: None,
@@ -851,6 +856,15 @@ mod tests {
             "{}",
             p.mean_prompt_tokens
         );
+
+        // A newer run of one mean request (a profiling shape) gives the means, whatever the curve's
+        // overloaded points achieved.
+        let mut shaped = run(config.id, host.id, 0.5, 5);
+        shaped.workload_shape = json!({ "name": "mix", "prompt_tokens": 114, "output_tokens": 22 });
+        store.insert_profile_run(&shaped).await.unwrap();
+        let profiles = profiles_from_store(&*store, None).await.unwrap();
+        let p = &profiles[0];
+        assert_eq!((p.mean_prompt_tokens, p.mean_output_tokens), (114.0, 22.0));
     }
 
     #[tokio::test]

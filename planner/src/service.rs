@@ -22,6 +22,10 @@ pub struct ServiceCurve {
     /// steps taken out. Empty: the TPOT curve itself.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub decode_step_by_batch: Vec<(f64, f64)>,
+    /// Prompt tokens/s inside a step of one measured host: the prefill speed without the decode step
+    /// and the wait that a light load's first-token time also holds. Absent: `prefill_tokens_per_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_prefill_tokens_per_s: Option<f64>,
 }
 
 /// Tokens one engine step runs at most (decode tokens plus prompt chunks): the engine's default.
@@ -50,11 +54,12 @@ impl ServiceCurve {
         let slots = (f64::from(p.max_batch) * scaling.factor)
             .round()
             .clamp(1.0, 1e6) as u32;
-        let prefill_tokens_per_s = p.prefill_rate();
+        let (step_prefill, decode_step_by_batch) = step_model(p);
         ServiceCurve {
             slots,
-            prefill_tokens_per_s,
-            decode_step_by_batch: decode_steps(p, prefill_tokens_per_s),
+            prefill_tokens_per_s: p.prefill_rate(),
+            decode_step_by_batch,
+            step_prefill_tokens_per_s: Some(step_prefill),
             tpot_by_batch: pts,
             copies: scaling.factor,
         }
@@ -68,6 +73,7 @@ impl ServiceCurve {
             tpot_by_batch: vec![(1.0, tpot_s)],
             copies: 1.0,
             decode_step_by_batch: Vec::new(),
+            step_prefill_tokens_per_s: None,
         }
     }
 
@@ -90,7 +96,10 @@ impl ServiceCurve {
         } else {
             0.0
         };
-        decode + prompt_tokens / (self.prefill_tokens_per_s * self.copies.max(1e-9))
+        let prefill = self
+            .step_prefill_tokens_per_s
+            .unwrap_or(self.prefill_tokens_per_s);
+        decode + prompt_tokens / (prefill * self.copies.max(1e-9))
     }
 
     /// Prompts an instance prefills at a time: one per whole copy of the measured host (at least 1).
@@ -143,6 +152,29 @@ fn interpolate(pts: &[(f64, f64)], b: f64) -> f64 {
     }
 }
 
+/// The engine's step on the host `p` was measured on: the prompt tokens/s inside a step and the
+/// decode-only step by batch. A prefill speed measured apart is taken as it is. Otherwise the lightest
+/// load point's median first-token time holds the prompt's own step, which also runs the other
+/// requests' next tokens: the prompt's share is that time less one decode step (at least half of it),
+/// and the decode steps in turn leave out the prompts' share at that speed (three rounds settle both).
+fn step_model(p: &ConfigProfile) -> (f64, Vec<(f64, f64)>) {
+    let mut prefill = p.prefill_rate();
+    let light = match (p.prefill_tokens_per_s, p.load_curve.first()) {
+        (None, Some(light)) if p.mean_prompt_tokens > 0.0 => light,
+        _ => return (prefill, decode_steps(p, prefill)),
+    };
+    let ttft = light.typical_ttft_s();
+    for _ in 0..3 {
+        let steps = decode_steps(p, prefill);
+        let decode = steps.first().map_or(0.0, |&(_, step)| step);
+        let prompt_s = (ttft - decode).max(0.5 * ttft);
+        if prompt_s > 0.0 {
+            prefill = p.mean_prompt_tokens / prompt_s;
+        }
+    }
+    (prefill, decode_steps(p, prefill))
+}
+
 /// The decode-only step at each load point of `p`: its typical TPOT without the share of the time the
 /// prompts filled (arrivals x mean prompt / prefill speed, at most [`MAX_PREFILL_SHARE`]), since in
 /// the engine a prompt runs in the same steps as the decoding requests and holds them up. Kept rising
@@ -187,6 +219,20 @@ mod tests {
         let far = c.tpot_s(100.0);
         let (xl, yl) = *c.tpot_by_batch.last().expect("points");
         assert!((far - yl * 50.0 / xl).abs() < 1e-12);
+    }
+
+    /// Without a prefill speed measured apart, the prompt's time in a step is the lightest point's
+    /// first-token time less one decode step; with one, that speed stands.
+    #[test]
+    fn the_step_prefill_speed_leaves_out_the_decode_step() {
+        let mut p = smol();
+        p.prefill_tokens_per_s = None;
+        let (prefill, steps) = step_model(&p);
+        let ttft = p.load_curve[0].typical_ttft_s();
+        assert!(prefill > p.prefill_rate());
+        assert!((p.mean_prompt_tokens / prefill - (ttft - steps[0].1)).abs() < 1e-4);
+        p.prefill_tokens_per_s = Some(650.0);
+        assert_eq!(step_model(&p).0, 650.0);
     }
 
     /// A decode step is the TPOT without the prompts' share of the time; the derived curve rises with

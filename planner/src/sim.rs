@@ -765,6 +765,7 @@ mod tests {
             tpot_by_batch: vec![(1.0, 0.1), (2.0, 0.2)],
             copies: 1.0,
             decode_step_by_batch: Vec::new(),
+            step_prefill_tokens_per_s: None,
         }
     }
 

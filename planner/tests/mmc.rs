@@ -70,6 +70,7 @@ fn run_batching(lambda: f64, mu: f64, c: u32, n: usize, seed: u64) -> (f64, f64)
         tpot_by_batch: vec![(1.0, STEP_S), (f64::from(c.max(2)), STEP_S)],
         copies: 1.0,
         decode_step_by_batch: Vec::new(),
+        step_prefill_tokens_per_s: None,
     });
     let warmup = n / 20;
     let mut t = 0.0;
