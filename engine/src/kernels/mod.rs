@@ -1,7 +1,8 @@
 //! The one dispatch point for matrix products: activations are converted once per matmul to the type
 //! the weights pair with (ggml's `vec_dot_type`), then every output row is a dot product.
 //!
-//! Work is split on the caller's rayon pool; kernels never spawn threads. One token (decode) splits
+//! Work is split as the caller's `team::Split` says (fork-joins on the caller's rayon pool, or the
+//! tasks of a forward pass's team); kernels never spawn threads. One token (decode) splits
 //! over output rows. Several tokens of a quantized type go through the tier's tiled kernels (register
 //! tiles of rows by tokens), split over blocks of tokens when there are enough of them to share the
 //! weights' loads, otherwise over blocks of rows.
