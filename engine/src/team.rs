@@ -63,11 +63,6 @@ impl Team {
         }
     }
 
-    /// Threads in the team, the caller's included.
-    pub fn members(&self) -> usize {
-        self.members
-    }
-
     /// Runs `f(0)`, ..., `f(tasks - 1)` across the team and returns when all have finished.
     pub fn run(&self, tasks: usize, f: &(dyn Fn(usize) + Sync)) {
         if tasks <= 1 || tasks > MAX_TASKS || self.members <= 1 {

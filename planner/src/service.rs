@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::profile::{ConfigProfile, Scaling};
+use crate::profile::{ConfigProfile, LoadPoint, Scaling};
 
 /// How one instance serves requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,7 +23,7 @@ pub struct ServiceCurve {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub decode_step_by_batch: Vec<(f64, f64)>,
     /// Prompt tokens/s inside a step of one measured host: the prefill speed without the decode step
-    /// and the wait that a light load's first-token time also holds. Absent: `prefill_tokens_per_s`.
+    /// that a light load's first-token time also holds. Absent: `prefill_tokens_per_s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_prefill_tokens_per_s: Option<f64>,
 }
@@ -41,16 +41,7 @@ impl ServiceCurve {
     /// median where the curve has it, else the p99): the simulator draws the tail from arrivals, lengths
     /// and queueing rather than giving every request the p99 pace.
     pub fn from_profile(p: &ConfigProfile, scaling: Scaling) -> ServiceCurve {
-        let mut pts: Vec<(f64, f64)> = p
-            .load_curve
-            .iter()
-            .map(|l| {
-                let tpot = l.typical_tpot_s();
-                ((l.output_tokens_per_s * tpot).max(1.0), tpot)
-            })
-            .collect();
-        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-        pts.dedup_by(|a, b| a.0 <= b.0);
+        let pts = by_batch(p, |_, tpot| tpot);
         let slots = (f64::from(p.max_batch) * scaling.factor)
             .round()
             .clamp(1.0, 1e6) as u32;
@@ -152,6 +143,23 @@ fn interpolate(pts: &[(f64, f64)], b: f64) -> f64 {
     }
 }
 
+/// `(batch, seconds(point, typical TPOT))` for each load point of `p`, the batch by Little's law on
+/// decoding streams (output tokens/s x TPOT, at least 1), in increasing batch with the first point of
+/// equal batches kept.
+fn by_batch(p: &ConfigProfile, seconds: impl Fn(&LoadPoint, f64) -> f64) -> Vec<(f64, f64)> {
+    let mut pts: Vec<(f64, f64)> = p
+        .load_curve
+        .iter()
+        .map(|l| {
+            let tpot = l.typical_tpot_s();
+            ((l.output_tokens_per_s * tpot).max(1.0), seconds(l, tpot))
+        })
+        .collect();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    pts.dedup_by(|a, b| a.0 <= b.0);
+    pts
+}
+
 /// The engine's step on the host `p` was measured on: the prompt tokens/s inside a step and the
 /// decode-only step by batch. A prefill speed measured apart is taken as it is. Otherwise the lightest
 /// load point's median first-token time holds the prompt's own step, which also runs the other
@@ -180,19 +188,11 @@ fn step_model(p: &ConfigProfile) -> (f64, Vec<(f64, f64)>) {
 /// the engine a prompt runs in the same steps as the decoding requests and holds them up. Kept rising
 /// in the batch (a point cannot decode a larger batch faster than a smaller one).
 fn decode_steps(p: &ConfigProfile, prefill_tokens_per_s: f64) -> Vec<(f64, f64)> {
-    let mut pts: Vec<(f64, f64)> = p
-        .load_curve
-        .iter()
-        .map(|l| {
-            let tpot = l.typical_tpot_s();
-            let batch = (l.output_tokens_per_s * tpot).max(1.0);
-            let prefill_share = (l.rate_rps * p.mean_prompt_tokens / prefill_tokens_per_s)
-                .clamp(0.0, MAX_PREFILL_SHARE);
-            (batch, tpot * (1.0 - prefill_share))
-        })
-        .collect();
-    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-    pts.dedup_by(|a, b| a.0 <= b.0);
+    let mut pts = by_batch(p, |l, tpot| {
+        let prefill_share = (l.rate_rps * p.mean_prompt_tokens / prefill_tokens_per_s)
+            .clamp(0.0, MAX_PREFILL_SHARE);
+        tpot * (1.0 - prefill_share)
+    });
     for i in 1..pts.len() {
         pts[i].1 = pts[i].1.max(pts[i - 1].1);
     }
