@@ -554,18 +554,24 @@ fn pack_q8_1(x: &[BlockQ8_1], nb: usize, out: &mut Vec<TokensQ8_1>) {
     }
 }
 
-/// `field` of every block of `rows` (at most `TILE_ROWS`), as [`RowScales`], into `out`.
+/// `field` of every block of `rows`, as [`RowScales`], into `out`: per block, the rows' four f16
+/// values widened together and each spread over its row's token lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn row_scales<W>(rows: &[&[W]], field: impl Fn(&W) -> f16, out: &mut Vec<RowScales>) {
+fn row_scales<W>(rows: &[&[W]; TILE_ROWS], field: impl Fn(&W) -> f16, out: &mut Vec<RowScales>) {
+    const { assert!(TILE_ROWS == 4 && TILE_TOKENS == 2) };
     let nb = rows.iter().map(|r| r.len()).min().unwrap_or(0);
+    let spread = _mm256_set_epi32(3, 3, 2, 2, 1, 1, 0, 0);
     out.clear();
-    out.extend((0..nb).map(|i| {
-        let mut lanes = [0f32; TILE];
-        for (row, chunk) in rows.iter().zip(lanes.chunks_exact_mut(TILE_TOKENS)) {
-            chunk.fill(f16_to_f32(field(&row[i])));
-        }
-        RowScales(lanes)
-    }));
+    out.resize(nb, RowScales::default());
+    // A plain loop: a closure here would be called per block rather than inlined.
+    for (i, scales) in out.iter_mut().enumerate() {
+        let bits = |r: usize| field(&rows[r][i]).to_bits() as i16;
+        let (a, b, c, d) = (bits(0), bits(1), bits(2), bits(3));
+        let four = _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, d, c, b, a));
+        let lanes = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(four), spread);
+        // SAFETY: `scales.0` is 8 f32; unaligned store.
+        unsafe { _mm256_storeu_ps(scales.0.as_mut_ptr(), lanes) };
+    }
 }
 
 /// `TILE_TOKENS` f32 repeated over the 8 lanes.
@@ -587,8 +593,8 @@ fn scale_products<'a>(
     out: &mut Vec<RowScales>,
 ) {
     out.clear();
-    out.extend(rows.iter().zip(token_d).map(|(dx, dy)| {
-        let mut d = RowScales::default();
+    out.resize(rows.len(), RowScales::default());
+    for ((dx, dy), d) in rows.iter().zip(token_d).zip(out.iter_mut()) {
         // SAFETY: `dx` and `d` are 8 f32; unaligned accesses.
         unsafe {
             _mm256_storeu_ps(
@@ -596,8 +602,7 @@ fn scale_products<'a>(
                 _mm256_mul_ps(load_f32x8(&dx.0), tokens_f32(dy)),
             )
         };
-        d
-    }));
+    }
 }
 
 #[target_feature(enable = "avx2")]

@@ -383,7 +383,7 @@ pub(crate) unsafe fn gemv_q8_0_q8_0(w: &[BlockQ8_0], y: &[BlockQ8_0], out: &mut 
     let mut corr = [0i32; GEMV_MAX_BLOCKS];
     let mut dy = [0f32; GEMV_MAX_BLOCKS];
     for ((c, d), b) in corr.iter_mut().zip(dy.iter_mut()).zip(y) {
-        *c = -128 * b.qs.iter().map(|&v| i32::from(v)).sum::<i32>();
+        *c = -128 * sum_i8(&b.qs);
         *d = f16_to_f32(b.d);
     }
     each_row(w, nb, out, |row| {
@@ -542,18 +542,35 @@ fn pack_panels(x: &[BlockQ8_0], nb: usize, out: &mut Vec<PanelQ8>) {
 }
 
 /// The corrections and scales of every block of `rows`, into `out`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn prepare_rows(rows: &[&[BlockQ8_0]; PANEL_ROWS], out: &mut Vec<PreparedBlock>) {
     let nb = rows[0].len();
     out.clear();
-    out.extend((0..nb).map(|i| {
-        let mut block = PreparedBlock::default();
+    out.resize(nb, PreparedBlock::default());
+    // Plain loops: a closure here would be called per block rather than inlined.
+    for (i, block) in out.iter_mut().enumerate() {
         for (r, row) in rows.iter().enumerate() {
-            let sum: i32 = row[i].qs.iter().map(|&q| i32::from(q)).sum();
-            block.correction[r] = -128 * sum;
-            block.d[r] = row[i].d.to_f32();
+            block.correction[r] = -128 * sum_i8(&row[i].qs);
+            block.d[r] = f16_to_f32(row[i].d);
         }
-        block
-    }));
+    }
+}
+
+/// The sum of a block's 32 signed bytes: summed as unsigned bytes biased by 128 (`vpsadbw`), less
+/// the bias.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn sum_i8(qs: &[i8; QK]) -> i32 {
+    // SAFETY: `qs` is 32 readable bytes; `loadu` has no alignment requirement.
+    let q = unsafe { _mm256_loadu_si256(qs.as_ptr().cast()) };
+    let biased = _mm256_xor_si256(q, _mm256_set1_epi8(i8::MIN));
+    let sums = _mm256_sad_epu8(biased, _mm256_setzero_si256());
+    let halves = _mm_add_epi64(
+        _mm256_castsi256_si128(sums),
+        _mm256_extracti128_si256::<1>(sums),
+    );
+    let total = _mm_cvtsi128_si64(halves) + _mm_extract_epi64::<1>(halves);
+    total as i32 - 128 * QK as i32
 }
 
 /// Reads bytes `4g..4g+4` of a block as one little-endian word.
@@ -721,18 +738,24 @@ fn pack_q8_1(x: &[BlockQ8_1], nb: usize, out: &mut Vec<TokensQ8_1>) {
     }
 }
 
-/// `field` of every block of `rows` (at most `TILE_ROWS`), as [`RowScales`], into `out`.
+/// `field` of every block of `rows`, as [`RowScales`], into `out`: per block, the rows' four f16
+/// values widened together and each spread over its row's token lanes.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn row_scales<W>(rows: &[&[W]], field: impl Fn(&W) -> f16, out: &mut Vec<RowScales>) {
+fn row_scales<W>(rows: &[&[W]; TILE_ROWS], field: impl Fn(&W) -> f16, out: &mut Vec<RowScales>) {
+    const { assert!(TILE_ROWS == 4 && TILE_TOKENS == 4) };
     let nb = rows.iter().map(|r| r.len()).min().unwrap_or(0);
+    let spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     out.clear();
-    out.extend((0..nb).map(|i| {
-        let mut lanes = [0f32; TILE];
-        for (row, chunk) in rows.iter().zip(lanes.chunks_exact_mut(TILE_TOKENS)) {
-            chunk.fill(f16_to_f32(field(&row[i])));
-        }
-        RowScales(lanes)
-    }));
+    out.resize(nb, RowScales::default());
+    // A plain loop: a closure here would be called per block rather than inlined.
+    for (i, scales) in out.iter_mut().enumerate() {
+        let bits = |r: usize| field(&rows[r][i]).to_bits() as i16;
+        let (a, b, c, d) = (bits(0), bits(1), bits(2), bits(3));
+        let four = _mm_cvtph_ps(_mm_set_epi16(0, 0, 0, 0, d, c, b, a));
+        let lanes = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(four));
+        // SAFETY: `scales.0` is 16 f32; unaligned store.
+        unsafe { _mm512_storeu_ps(scales.0.as_mut_ptr(), lanes) };
+    }
 }
 
 /// Every scale product of a tile, block by block, into `out`: lane `k` of block `i` is
@@ -746,16 +769,15 @@ fn scale_products<'a>(
     out: &mut Vec<RowScales>,
 ) {
     out.clear();
-    out.extend(rows.iter().zip(token_d).map(|(dx, dy)| {
-        let mut d = RowScales::default();
+    out.resize(rows.len(), RowScales::default());
+    for ((dx, dy), d) in rows.iter().zip(token_d).zip(out.iter_mut()) {
         // SAFETY: `dx` and `d` are 16 f32, `dy` 4 f32; unaligned accesses.
         unsafe {
             let dy = _mm512_broadcast_f32x4(_mm_loadu_ps(dy.as_ptr()));
             let dx = _mm512_loadu_ps(dx.0.as_ptr());
             _mm512_storeu_ps(d.0.as_mut_ptr(), _mm512_mul_ps(dx, dy));
         }
-        d
-    }));
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
