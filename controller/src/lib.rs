@@ -9,5 +9,6 @@ pub mod planning;
 pub mod process;
 pub mod profile;
 pub mod quality;
+pub mod step_fit;
 pub mod store;
 pub mod worker;

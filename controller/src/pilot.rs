@@ -25,7 +25,7 @@ use strata_planner::{
     },
     plan::{Plan, PlanInput, plan},
     profile::{ConfigProfile, Scaling, ScalingRule},
-    service::ServiceCurve,
+    service::{ServiceCurve, StepModel},
     sim::{SimOptions, SimReport, simulate},
     workload::{GpuFallback, GpuPricing, TraceRecord, Workload},
 };
@@ -184,6 +184,8 @@ pub struct ConfigResult {
     pub capacity_rps: Option<f64>,
     /// True when every measurement came from the store.
     pub reused: bool,
+    /// The engine's steps as fitted from its timings during the capacity search the plan used.
+    pub step_model: Option<StepModel>,
 }
 
 /// The plan simulated twice.
@@ -386,10 +388,17 @@ async fn evaluate(pilot: &Pilot<'_>, on_step: &mut impl FnMut(Step)) -> Result<P
             profile_id: profile_id(pilot, settings),
             capacity_rps: outcome.capacity_rps,
             reused: outcome.runs.iter().all(|r| r.reused) && outcome.capacity_rps.is_none(),
+            step_model: None,
         });
     }
     on_step(Step::Planning);
     let profiles = pilot_profiles(pilot, &configs).await?;
+    for config in &mut configs {
+        config.step_model = profiles
+            .iter()
+            .find(|p| p.id == config.profile_id)
+            .and_then(|p| p.step_model.clone());
+    }
     let reproduce = reproduce(pilot, threads);
     if profiles.is_empty() {
         return Ok(stay_without_plan(

@@ -14,7 +14,7 @@ use strata_planner::{
     catalog::{Catalog, HOURS_PER_MONTH, InstanceType},
     plan::Plan,
     profile::{ConfigProfile, LoadPoint, MeasuredOn, Provenance, Scaling, ScalingRule},
-    service::ServiceCurve,
+    service::{ServiceCurve, StepModel},
     workload::Workload,
 };
 
@@ -37,6 +37,14 @@ pub enum PlanningError {
         id: i64,
         /// The 0-based index of the point (0 when the curve is not a list at all).
         index: usize,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A capacity result's `step_model` is not a [`StepModel`].
+    #[error("capacity result {id}: step_model: {problem}")]
+    StepModel {
+        /// The capacity result's id.
+        id: i64,
         /// What is wrong with it.
         problem: String,
     },
@@ -147,8 +155,8 @@ impl StoredLoadPoint {
 /// Builds one [`ConfigProfile`] per (config, host) from the store's measurements, of every model or of
 /// the one named `model`, in model, config and host order.
 ///
-/// The curve is the newest capacity result's `load_curve` ([`StoredLoadPoint`]s) for that config and host;
-/// without one, each profiling run of the pair is one point ([`StoredLoadPoint::from_run`]), the latest run
+/// The curve is the newest capacity result's `load_curve` ([`StoredLoadPoint`]s) for that config and host,
+/// and the engine's steps that result's fitted `step_model` when it has one; without one, each profiling run of the pair is one point ([`StoredLoadPoint::from_run`]), the latest run
 /// kept when two share a rate and runs where every request failed left out. Mean prompt and output tokens
 /// are the `mean_prompt_tokens` / `mean_output_tokens` of the newest run's `workload_shape` when recorded
 /// (or its `prompt_tokens` / `output_tokens` when those are plain numbers: a shape of one mean request),
@@ -190,9 +198,9 @@ pub async fn profiles_from_store(
                 by_host.entry(run.hardware_id).or_default().1.push(run);
             }
             for (hardware_id, (result, runs)) in by_host {
-                let points = match result {
-                    Some(result) => curve_of(result)?,
-                    None => curve_of_runs(&runs),
+                let (points, step_model) = match result {
+                    Some(result) => (curve_of(result)?, step_model_of(result)?),
+                    None => (curve_of_runs(&runs), None),
                 };
                 if points.is_empty() {
                     continue;
@@ -201,7 +209,8 @@ pub async fn profiles_from_store(
                     Entry::Occupied(known) => known.into_mut(),
                     Entry::Vacant(slot) => slot.insert(store.get_hardware(hardware_id).await?),
                 };
-                let profile = profile_of(model, &config, host, points, runs.first().copied())?;
+                let mut profile = profile_of(model, &config, host, points, runs.first().copied())?;
+                profile.step_model = step_model;
                 profile.validate().map_err(PlanningError::Profile)?;
                 profiles.push(profile);
             }
@@ -283,6 +292,20 @@ pub async fn stored_service_curve(
                 .join(", "),
         }),
     }
+}
+
+/// A capacity result's fitted step model, when it has one.
+fn step_model_of(result: &CapacityResultRow) -> Result<Option<StepModel>> {
+    result
+        .step_model
+        .as_ref()
+        .map(|v| {
+            serde_json::from_value(v.clone()).map_err(|e| PlanningError::StepModel {
+                id: result.id.0,
+                problem: e.to_string(),
+            })
+        })
+        .transpose()
 }
 
 /// A capacity result's points, in increasing rate.
@@ -419,6 +442,7 @@ fn profile_of(
         load_curve,
         prompt_token_weight: 0.2,
         prefill_tokens_per_s: None,
+        step_model: None,
         provenance: Provenance::Measured,
     })
 }
@@ -828,6 +852,7 @@ mod tests {
                     sla_tpot_p99_ms: 50.0,
                     max_requests_per_s: 1.0,
                     load_curve: curve(scale),
+                    step_model: None,
                 })
                 .await
                 .unwrap();
@@ -881,6 +906,7 @@ mod tests {
                 sla_tpot_p99_ms: 50.0,
                 max_requests_per_s: 1.0,
                 load_curve: json!([{ "rate": 1.0, "ttft_p99_ms": 120.0 }]),
+                step_model: None,
             })
             .await
             .unwrap();
@@ -891,6 +917,45 @@ mod tests {
                 "capacity result {}: load_curve point 0: missing field",
                 result.id
             )),
+            "{text}"
+        );
+    }
+
+    /// The newest capacity result's step model reaches the profile; a malformed one is named.
+    #[tokio::test]
+    async fn the_step_model_comes_with_the_capacity_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = temp_store(&dir).await;
+        let (_, config, host) = seed(&*store).await;
+        let model = StepModel {
+            decode_s_by_batch: vec![(1.0, 0.006), (2.0, 0.007)],
+            prompt_token_s: 0.002,
+            prompt_step_s: 0.003,
+            steps: 400,
+        };
+        let point = json!([{ "rate_rps": 1.0, "ttft_p99_ms": 120.0, "tpot_p99_ms": 12.0,
+            "e2e_p99_ms": 900.0, "output_tokens_per_s": 40.0, "total_tokens_per_s": 140.0 }]);
+        let mut new = store::NewCapacityResult {
+            config_id: config.id,
+            hardware_id: host.id,
+            run_id: None::<ProfileRunId>,
+            sla_ttft_p99_ms: 500.0,
+            sla_tpot_p99_ms: 50.0,
+            max_requests_per_s: 1.0,
+            load_curve: point,
+            step_model: Some(serde_json::to_value(&model).unwrap()),
+        };
+        store.insert_capacity_result(&new).await.unwrap();
+        let profiles = profiles_from_store(&*store, None).await.unwrap();
+        assert_eq!(profiles[0].step_model.as_ref(), Some(&model));
+        new.step_model = Some(json!({ "prompt_token_s": "fast" }));
+        let bad = store.insert_capacity_result(&new).await.unwrap();
+        let text = profiles_from_store(&*store, None)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.starts_with(&format!("capacity result {}: step_model: ", bad.id)),
             "{text}"
         );
     }

@@ -1,19 +1,22 @@
 //! Profiling sweeps: every combination of a sweep's engine settings is started as a real
 //! `strata serve` process on loopback, driven over HTTP by the load generator for each workload
 //! shape (after a warm-up), watched for peak memory and CPU time, optionally searched for its
-//! capacity at an SLA, and recorded in the store with the host's fingerprint.
+//! capacity at an SLA (with the engine's step model fitted from its own timings of the search's
+//! steps), and recorded in the store with the host's fingerprint.
 
 use std::{path::Path, process::Command, time::Duration};
 
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use strata_engine::placement::Placement;
+use strata_engine::{placement::Placement, serve::StepTimes};
+use strata_planner::service::StepModel;
 
 use crate::{
     loadgen::{self, Api, Arrival, Lengths, LoadReport, LoadSpec, Shape, Sla},
     planning::StoredLoadPoint,
     process::ChildServer,
+    step_fit,
     store::{
         ConfigRow, HardwareRow, ModelRow, NewCapacityResult, NewConfig, NewProfileRun,
         ProfileRunRow, Store, StoreError,
@@ -332,6 +335,21 @@ impl EngineProcess {
         })
     }
 
+    /// The engine's step timings so far (its `/steps`).
+    ///
+    /// # Errors
+    /// When the server does not answer with them.
+    pub async fn step_times(&self) -> Result<StepTimes> {
+        let failed = |e: reqwest::Error| ProfileError::Server(format!("step timings: {e}"));
+        reqwest::get(format!("{}/steps", self.base_url))
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(failed)?
+            .json::<StepTimes>()
+            .await
+            .map_err(failed)
+    }
+
     /// Peak resident memory so far (VmHWM), bytes.
     pub fn peak_rss_bytes(&self) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.server.id())).ok()?;
@@ -388,13 +406,15 @@ fn curve_point(rate: f64, r: &LoadReport) -> CurvePoint {
     }
 }
 
-/// The highest Poisson rate meeting the SLA, and every probe.
+/// The highest Poisson rate meeting the SLA, every probe, and the engine's steps during them.
 #[derive(Debug, Clone, Serialize)]
 pub struct Capacity {
     /// Highest rate found to meet the SLA (0 when even the lowest probe misses it).
     pub max_rps: f64,
     /// Every probe, sorted by rate.
     pub curve: Vec<CurvePoint>,
+    /// The step model fitted from the engine's timings of the probes' steps, when it had enough.
+    pub step_model: Option<StepModel>,
 }
 
 /// The engine's and the store's identity of one measurement.
@@ -629,6 +649,7 @@ pub async fn capacity_search(
         }
         Ok(true)
     };
+    let steps_before = server.step_times().await;
     let (mut low, mut high) = (0.0f64, start_rps.max(0.01));
     // Bracket: double until the SLA is missed (at most 8 doublings).
     let mut bracketed = false;
@@ -652,9 +673,17 @@ pub async fn capacity_search(
         }
     }
     curve.sort_by(|a, b| a.rate_rps.total_cmp(&b.rate_rps));
+    let step_model = match (steps_before, server.step_times().await) {
+        (Ok(before), Ok(after)) => step_fit::fit(&after.since(&before)),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!(error = %e, "the planner will derive the engine's steps from the curve");
+            None
+        }
+    };
     let capacity = Capacity {
         max_rps: low,
         curve,
+        step_model,
     };
     ctx.store
         .insert_capacity_result(&NewCapacityResult {
@@ -665,6 +694,10 @@ pub async fn capacity_search(
             sla_tpot_p99_ms: search.tpot_p99_ms,
             max_requests_per_s: capacity.max_rps,
             load_curve: serde_json::to_value(&capacity.curve).unwrap_or_default(),
+            step_model: capacity
+                .step_model
+                .as_ref()
+                .and_then(|m| serde_json::to_value(m).ok()),
         })
         .await?;
     Ok(capacity)

@@ -630,6 +630,7 @@ async fn config_summaries_join_the_latest_results(store: Arc<dyn Store>) {
                 sla_tpot_p99_ms: 50.0,
                 max_requests_per_s: rate,
                 load_curve: json!([]),
+                step_model: None,
             })
             .await
             .unwrap();
@@ -802,6 +803,7 @@ async fn capacity_and_quality_results_round_trip(store: Arc<dyn Store>) {
         sla_tpot_p99_ms: 50.0,
         max_requests_per_s: 3.75,
         load_curve: curve.clone(),
+        step_model: Some(json!({"prompt_token_s": 0.002, "decode_s_by_batch": [[1.0, 0.007]]})),
     };
     let first = store.insert_capacity_result(&new).await.unwrap();
     assert_eq!(
@@ -817,14 +819,16 @@ async fn capacity_and_quality_results_round_trip(store: Arc<dyn Store>) {
         (500.0, 50.0, 3.75)
     );
     assert_eq!(first.load_curve, curve);
+    assert_eq!(first.step_model, new.step_model);
     let second = store
         .insert_capacity_result(&NewCapacityResult {
             run_id: None,
+            step_model: None,
             ..new
         })
         .await
         .unwrap();
-    assert_eq!(second.run_id, None);
+    assert_eq!((second.run_id, second.step_model.clone()), (None, None));
     assert_eq!(
         store
             .list_capacity_results_for_config(config.id)

@@ -166,6 +166,8 @@ pub fn estimate_profile(
         mean_output_tokens: o,
         prompt_token_weight: measured.prompt_token_weight,
         prefill_tokens_per_s: Some(prefill_new),
+        // Steps timed on the measured host say nothing of the target's.
+        step_model: None,
         provenance: Provenance::Estimated { basis },
     })
 }

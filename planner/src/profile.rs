@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::InstanceType;
 use crate::error::{PlannerError, Result, invalid, non_negative, positive};
+use crate::service::StepModel;
 
 /// Where a figure comes from. Estimates are always labelled and never silently mixed with measurements.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -114,6 +115,9 @@ pub struct ConfigProfile {
     /// derived from the lightest load point as `mean_prompt_tokens / ttft_p99_s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefill_tokens_per_s: Option<f64>,
+    /// The engine's steps as fitted from its own timings on the measured host, when recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_model: Option<StepModel>,
     /// Measured or estimated.
     #[serde(default)]
     pub provenance: Provenance,
@@ -471,6 +475,7 @@ pub(crate) mod tests {
             mean_output_tokens: 128.0,
             prompt_token_weight: 0.2,
             prefill_tokens_per_s: Some(650.0),
+            step_model: None,
             provenance: Provenance::Measured,
         }
     }

@@ -1,6 +1,7 @@
 //! Service-time model of one CPU instance, derived from a measured curve: its continuous-batching slots,
-//! prefill speed, and time per output token as a function of how many requests decode together. Shared by
-//! the simulator and the router so both predict alike.
+//! prefill speed, and time per output token as a function of how many requests decode together; and the
+//! engine step model under it, fitted from the engine's own step timings when profiling recorded them.
+//! Shared by the simulator and the router so both predict alike.
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +27,50 @@ pub struct ServiceCurve {
     /// that a light load's first-token time also holds. Absent: `prefill_tokens_per_s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step_prefill_tokens_per_s: Option<f64>,
+    /// Seconds a step that runs prompt tokens takes on one measured host beyond its decode tokens and
+    /// its prompt tokens' own time (0 unless the engine's step timings say otherwise).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prompt_step_s: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
+/// An engine's steps as fitted from its own timings while it served a profiling load: a step that runs
+/// one token of each of `d` decoding requests and `p` prompt tokens lasts `decode(d)` when `p` is 0,
+/// else `decode(d) + prompt_step_s + p x prompt_token_s`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepModel {
+    /// (requests decoding, mean seconds of a step that ran only their next tokens), in increasing
+    /// batch and never falling.
+    pub decode_s_by_batch: Vec<(f64, f64)>,
+    /// Seconds one prompt token adds to a step.
+    pub prompt_token_s: f64,
+    /// Seconds a step with prompt tokens takes beyond its decode step and its prompt tokens' time.
+    pub prompt_step_s: f64,
+    /// Steps the fit drew on.
+    pub steps: u64,
+}
+
+impl StepModel {
+    /// Seconds of a step that runs only one token of each of `decoding` requests.
+    pub fn decode_s(&self, decoding: f64) -> f64 {
+        if decoding > 0.0 {
+            interpolate(&self.decode_s_by_batch, decoding)
+        } else {
+            0.0
+        }
+    }
+
+    /// Whether it can stand for the engine: some decode steps, and prompt tokens that take time.
+    pub fn is_usable(&self) -> bool {
+        !self.decode_s_by_batch.is_empty()
+            && self.prompt_token_s.is_finite()
+            && self.prompt_token_s > 0.0
+            && self.prompt_step_s.is_finite()
+            && self.prompt_step_s >= 0.0
+    }
 }
 
 /// Tokens one engine step runs at most (decode tokens plus prompt chunks): the engine's default.
@@ -39,18 +84,30 @@ impl ServiceCurve {
     /// Derives the model: concurrency at each load point by Little's law on decoding streams
     /// (output tokens/s x TPOT), slots = max batch x scaling factor. TPOT is the typical request's (the
     /// median where the curve has it, else the p99): the simulator draws the tail from arrivals, lengths
-    /// and queueing rather than giving every request the p99 pace.
+    /// and queueing rather than giving every request the p99 pace. The engine's steps come from the
+    /// profile's fitted [`StepModel`] when it has a usable one, else they are derived from the curve.
     pub fn from_profile(p: &ConfigProfile, scaling: Scaling) -> ServiceCurve {
         let pts = by_batch(p, |_, tpot| tpot);
         let slots = (f64::from(p.max_batch) * scaling.factor)
             .round()
             .clamp(1.0, 1e6) as u32;
-        let (step_prefill, decode_step_by_batch) = step_model(p);
+        let (step_prefill, decode_step_by_batch, prompt_step_s) = match &p.step_model {
+            Some(m) if m.is_usable() => (
+                1.0 / m.prompt_token_s,
+                m.decode_s_by_batch.clone(),
+                m.prompt_step_s,
+            ),
+            _ => {
+                let (prefill, steps) = step_model(p);
+                (prefill, steps, 0.0)
+            }
+        };
         ServiceCurve {
             slots,
             prefill_tokens_per_s: p.prefill_rate(),
             decode_step_by_batch,
             step_prefill_tokens_per_s: Some(step_prefill),
+            prompt_step_s,
             tpot_by_batch: pts,
             copies: scaling.factor,
         }
@@ -65,6 +122,7 @@ impl ServiceCurve {
             copies: 1.0,
             decode_step_by_batch: Vec::new(),
             step_prefill_tokens_per_s: None,
+            prompt_step_s: 0.0,
         }
     }
 
@@ -75,7 +133,8 @@ impl ServiceCurve {
 
     /// Seconds of one engine step of the instance that runs one token of each of `decoding` requests
     /// and `prompt_tokens` prompt tokens: the decode-only step at that batch plus the prompt tokens at
-    /// the prefill speed (both scaled by the copies of the measured host).
+    /// the prefill speed and, when there are some, the prompt step's own time (all scaled by the copies
+    /// of the measured host).
     pub fn step_s(&self, decoding: f64, prompt_tokens: f64) -> f64 {
         let decode = if decoding > 0.0 {
             let pts = if self.decode_step_by_batch.is_empty() {
@@ -90,7 +149,13 @@ impl ServiceCurve {
         let prefill = self
             .step_prefill_tokens_per_s
             .unwrap_or(self.prefill_tokens_per_s);
-        decode + prompt_tokens / (prefill * self.copies.max(1e-9))
+        let copies = self.copies.max(1e-9);
+        let prompt_step = if prompt_tokens > 0.0 {
+            self.prompt_step_s / copies
+        } else {
+            0.0
+        };
+        decode + prompt_step + prompt_tokens / (prefill * copies)
     }
 
     /// Prompts an instance prefills at a time: one per whole copy of the measured host (at least 1).
@@ -233,6 +298,36 @@ mod tests {
         assert!((p.mean_prompt_tokens / prefill - (ttft - steps[0].1)).abs() < 1e-4);
         p.prefill_tokens_per_s = Some(650.0);
         assert_eq!(step_model(&p).0, 650.0);
+    }
+
+    /// A usable fitted step model stands for the engine's steps; an unusable one leaves them to the
+    /// curve.
+    #[test]
+    fn a_fitted_step_model_gives_the_steps() {
+        let mut p = smol();
+        let model = StepModel {
+            decode_s_by_batch: vec![(1.0, 0.006), (4.0, 0.009)],
+            prompt_token_s: 0.002,
+            prompt_step_s: 0.004,
+            steps: 1000,
+        };
+        p.step_model = Some(model.clone());
+        let one_copy = Scaling {
+            rule: ScalingRule::PerCore,
+            factor: 1.0,
+        };
+        let c = ServiceCurve::from_profile(&p, one_copy);
+        assert!((c.step_s(2.0, 0.0) - 0.007).abs() < 1e-12);
+        assert!((c.step_s(2.0, 100.0) - (0.007 + 0.004 + 0.2)).abs() < 1e-12);
+        assert!((c.step_s(0.0, 50.0) - (0.004 + 0.1)).abs() < 1e-12);
+        assert_eq!(c.step_s(0.0, 0.0), 0.0);
+        p.step_model = Some(StepModel {
+            prompt_token_s: 0.0,
+            ..model
+        });
+        let derived = ServiceCurve::from_profile(&p, one_copy);
+        p.step_model = None;
+        assert_eq!(derived, ServiceCurve::from_profile(&p, one_copy));
     }
 
     /// A decode step is the TPOT without the prompts' share of the time; the derived curve rises with

@@ -766,6 +766,7 @@ mod tests {
             copies: 1.0,
             decode_step_by_batch: Vec::new(),
             step_prefill_tokens_per_s: None,
+            prompt_step_s: 0.0,
         }
     }
 

@@ -424,3 +424,31 @@ async fn metrics_expose_the_scheduler_and_latencies() {
         assert!(text.contains(name), "missing {name} in\n{text}");
     }
 }
+
+/// A completion is one step with the prompt, then a decode-only step of one request for each token
+/// after the first.
+#[tokio::test]
+async fn steps_report_what_each_step_ran() {
+    let app = app();
+    let (status, _, answer) = call(
+        &app,
+        "POST",
+        "/v1/completions",
+        Some(r#"{"model":"tiny","prompt":"the cat and the hat","max_tokens":3,"temperature":0}"#),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let generated = json(&answer)["usage"]["completion_tokens"]
+        .as_u64()
+        .expect(&answer);
+    let (status, _, text) = call(&app, "GET", "/steps", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let times: strata_engine::serve::StepTimes = serde_json::from_str(&text).expect(&text);
+    assert_eq!(times.steps(), generated, "{text}");
+    assert_eq!(times.prompt[0].steps, 1, "{text}");
+    assert!(
+        times.prompt[0].tokens >= 5.0 && times.prompt[0].seconds > 0.0,
+        "{text}"
+    );
+    assert_eq!(times.decode[1].steps, generated - 1, "{text}");
+}

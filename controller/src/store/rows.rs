@@ -388,6 +388,8 @@ pub struct NewCapacityResult {
     pub max_requests_per_s: f64,
     /// Latency against offered load, as JSON points.
     pub load_curve: Value,
+    /// The engine's step model fitted from its timings during the search, as JSON, when it had one.
+    pub step_model: Option<Value>,
 }
 
 /// A recorded capacity result. See [`NewCapacityResult`] for the fields.
@@ -410,6 +412,9 @@ pub struct CapacityResultRow {
     /// See [`NewCapacityResult::load_curve`].
     #[sqlx(json)]
     pub load_curve: Value,
+    /// See [`NewCapacityResult::step_model`].
+    #[sqlx(json(nullable))]
+    pub step_model: Option<Value>,
     /// When it was recorded.
     pub created_at: DateTime<Utc>,
 }

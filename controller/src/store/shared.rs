@@ -390,8 +390,8 @@ macro_rules! impl_store {
                 ) -> Result<CapacityResultRow> {
                     let row = query_as::<Db, CapacityResultRow>(
                         "INSERT INTO capacity_results (config_id, hardware_id, run_id, sla_ttft_p99_ms, \
-                         sla_tpot_p99_ms, max_requests_per_s, load_curve, created_at) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *",
+                         sla_tpot_p99_ms, max_requests_per_s, load_curve, step_model, created_at) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING *",
                     )
                     .bind(new.config_id)
                     .bind(new.hardware_id)
@@ -400,6 +400,7 @@ macro_rules! impl_store {
                     .bind(new.sla_tpot_p99_ms)
                     .bind(new.max_requests_per_s)
                     .bind(Json(&new.load_curve))
+                    .bind(new.step_model.as_ref().map(Json))
                     .bind(now())
                     .fetch_one(&self.pool)
                     .await?;

@@ -4,10 +4,11 @@
 
 mod blocks;
 mod scheduler;
+mod steps;
 
 use std::{
     sync::{
-        Arc,
+        Arc, Mutex, PoisonError,
         atomic::{AtomicU64, AtomicUsize, Ordering},
         mpsc,
     },
@@ -15,6 +16,7 @@ use std::{
 };
 
 pub use scheduler::Scheduler;
+pub use steps::{DecodeSteps, PromptSteps, StepTimes};
 
 use crate::{
     error::{Error, Result},
@@ -151,7 +153,7 @@ pub enum SubmitError {
     Stopped,
 }
 
-/// Counters and gauges of a running engine, read without locks.
+/// Counters and gauges of a running engine, read without locks, and its step timings.
 #[derive(Debug, Default)]
 pub struct EngineStats {
     /// Requests waiting for a slot.
@@ -178,6 +180,8 @@ pub struct EngineStats {
     pub steps: AtomicU64,
     /// Requests finished (any reason, cancellations included).
     pub finished: AtomicU64,
+    /// How long the steps took by what they ran (a lock the scheduler takes once a step).
+    step_times: Mutex<StepTimes>,
 }
 
 impl EngineStats {
@@ -188,6 +192,18 @@ impl EngineStats {
             return 0.0;
         }
         self.prefix_hit_tokens.load(Ordering::Relaxed) as f64 / lookups as f64
+    }
+
+    /// A copy of the step timings so far.
+    pub fn step_times(&self) -> StepTimes {
+        self.step_times_mut().clone()
+    }
+
+    /// The step timings, to record into (a panic elsewhere leaves sums that are still sums).
+    pub(crate) fn step_times_mut(&self) -> std::sync::MutexGuard<'_, StepTimes> {
+        self.step_times
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 }
 

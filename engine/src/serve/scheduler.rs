@@ -7,6 +7,7 @@
 use std::{
     collections::BTreeMap,
     sync::{Arc, atomic::Ordering},
+    time::Instant,
 };
 
 use crate::{
@@ -16,7 +17,7 @@ use crate::{
     sampling::{Sampler, StopMatcher},
     serve::{
         EngineStats, Event, EventSink, Finish, Priority, Request, ServeConfig, TokenLogprob,
-        TokenOut, blocks::BlockManager,
+        TokenOut, blocks::BlockManager, steps::StepTimes,
     },
     tokenizer::StreamDecoder,
 };
@@ -77,6 +78,7 @@ impl Scheduler {
         stats
             .kv_blocks_total
             .store(pool.n_blocks(), Ordering::Relaxed);
+        *stats.step_times_mut() = StepTimes::with_max_batch(config.max_batch);
         Self {
             model,
             pool,
@@ -155,9 +157,32 @@ impl Scheduler {
             self.publish();
             return;
         }
+        let started = Instant::now();
         let slots = self.plan_step();
-        self.run(&slots);
+        let (decoding, prompt_tokens) = self.step_shape(&slots);
+        if self.run(&slots) {
+            let seconds = started.elapsed().as_secs_f64();
+            self.stats
+                .step_times_mut()
+                .record(decoding, prompt_tokens, seconds);
+        }
         self.publish();
+    }
+
+    /// What a step of `slots` runs: requests decoding their next token, and prompt tokens (prefill
+    /// chunks, and recomputation after a preemption).
+    fn step_shape(&self, slots: &[Slot]) -> (usize, usize) {
+        let mut decoding = 0;
+        let mut prompt_tokens = 0;
+        for slot in slots {
+            let seq = &self.running[slot.index];
+            if slot.take == 1 && seq.computed >= seq.prompt_len {
+                decoding += 1;
+            } else {
+                prompt_tokens += slot.take;
+            }
+        }
+        (decoding, prompt_tokens)
     }
 
     fn drop_cancelled(&mut self) {
@@ -292,8 +317,8 @@ impl Scheduler {
     }
 
     /// Runs the forward pass for `slots`, then samples and streams for each sequence that reached
-    /// its last token.
-    fn run(&mut self, slots: &[Slot]) {
+    /// its last token; `false` when the forward pass failed.
+    fn run(&mut self, slots: &[Slot]) -> bool {
         let batch: Vec<BatchSeq<'_>> = slots
             .iter()
             .map(|slot| {
@@ -314,7 +339,7 @@ impl Scheduler {
             Err(e) => {
                 tracing::error!(error = %e, "a batched forward pass failed");
                 self.fail_running(&format!("the engine failed: {e}"));
-                return;
+                return false;
             }
         };
         let mut done = Vec::new();
@@ -342,6 +367,7 @@ impl Scheduler {
             let seq = self.running.swap_remove(index);
             self.retire(seq);
         }
+        true
     }
 
     /// Samples the next token of sequence `index` and streams it; `true` when the sequence is done.

@@ -1,5 +1,6 @@
 //! The engine's OpenAI-compatible HTTP server: `/v1/chat/completions`, `/v1/completions` (JSON or
-//! server-sent events), `/v1/models`, `/health` and Prometheus `/metrics`, in front of one
+//! server-sent events), `/v1/models`, `/health`, Prometheus `/metrics` and the step timings `/steps`
+//! (JSON sums by what each step ran, from which a service-time model is fitted), in front of one
 //! continuous-batching [`Engine`]. A client that disconnects cancels its request.
 
 mod api;
@@ -143,6 +144,7 @@ pub fn router(engine: Arc<Engine>, options: ServerOptions) -> Result<Router, Ser
         .merge(v1)
         .route("/health", get(health))
         .route("/metrics", get(metrics_text))
+        .route("/steps", get(step_times))
         .fallback(not_found)
         .with_state(state))
 }
@@ -219,6 +221,10 @@ async fn metrics_text(State(state): State<Arc<ServerState>>) -> impl IntoRespons
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         state.metrics.render(),
     )
+}
+
+async fn step_times(State(state): State<Arc<ServerState>>) -> impl IntoResponse {
+    Json(state.engine.stats().step_times())
 }
 
 async fn models(State(state): State<Arc<ServerState>>) -> impl IntoResponse {

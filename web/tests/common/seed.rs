@@ -176,6 +176,7 @@ pub(crate) async fn demo(store: &dyn Store) -> Seeded {
                 {"offered_rps": 2.0, "p99_ms": 760.0, "output_tokens_per_s": 250.0},
                 {"offered_rps": 3.0, "p99_ms": 1900.0, "output_tokens_per_s": 290.0}
             ]),
+            step_model: None,
         })
         .await
         .unwrap();

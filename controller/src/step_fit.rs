@@ -1,0 +1,133 @@
+//! Fits the planner's [`StepModel`] to a serving engine's own step timings (its `/steps` sums): the
+//! mean decode-only step at each batch, and a least-squares line of what steps with prompt tokens took
+//! beyond their decode step against their prompt tokens.
+
+use strata_engine::serve::StepTimes;
+use strata_planner::service::StepModel;
+
+/// Decode-only steps a batch needs before its mean stands in the model.
+pub const MIN_DECODE_STEPS: u64 = 3;
+
+/// Steps with prompt tokens the fit needs.
+pub const MIN_PROMPT_STEPS: u64 = 3;
+
+/// The step model of `times`, or `None` when they hold too few steps of either kind (or prompt
+/// tokens that seem to take no time).
+pub fn fit(times: &StepTimes) -> Option<StepModel> {
+    let decode = decode_means(times);
+    if decode.is_empty() {
+        return None;
+    }
+    let mut model = StepModel {
+        decode_s_by_batch: decode,
+        prompt_token_s: 0.0,
+        prompt_step_s: 0.0,
+        steps: times.steps(),
+    };
+    let (prompt_token_s, prompt_step_s) = prompt_line(times, &model)?;
+    model.prompt_token_s = prompt_token_s;
+    model.prompt_step_s = prompt_step_s;
+    model.is_usable().then_some(model)
+}
+
+/// (batch, mean seconds) of the decode-only steps of each batch with enough of them, lifted where a
+/// larger batch came out faster than a smaller one.
+fn decode_means(times: &StepTimes) -> Vec<(f64, f64)> {
+    let mut means: Vec<(f64, f64)> = times
+        .decode
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.steps >= MIN_DECODE_STEPS)
+        .map(|(batch, d)| (batch as f64, d.seconds / d.steps as f64))
+        .collect();
+    for i in 1..means.len() {
+        means[i].1 = means[i].1.max(means[i - 1].1);
+    }
+    means
+}
+
+/// Seconds per prompt token and per prompt step: the least-squares line of each prompt step's time
+/// beyond the decode step of its batch against its prompt tokens, through the origin when the
+/// intercept would come out negative.
+fn prompt_line(times: &StepTimes, decode: &StepModel) -> Option<(f64, f64)> {
+    let (mut n, mut tokens, mut tokens_sq, mut extra, mut token_extra) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    let mut steps = 0;
+    for (batch, s) in times.prompt.iter().enumerate() {
+        if s.steps == 0 {
+            continue;
+        }
+        let base = decode.decode_s(batch as f64);
+        steps += s.steps;
+        n += s.steps as f64;
+        tokens += s.tokens;
+        tokens_sq += s.tokens_squared;
+        extra += s.seconds - s.steps as f64 * base;
+        token_extra += s.token_seconds - base * s.tokens;
+    }
+    if steps < MIN_PROMPT_STEPS || tokens_sq <= 0.0 {
+        return None;
+    }
+    let through_origin = (token_extra / tokens_sq, 0.0);
+    let det = n * tokens_sq - tokens * tokens;
+    if det <= 1e-9 * n * tokens_sq {
+        return Some(through_origin);
+    }
+    let slope = (n * token_extra - tokens * extra) / det;
+    let intercept = (extra - slope * tokens) / n;
+    Some(if intercept >= 0.0 {
+        (slope, intercept)
+    } else {
+        through_origin
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Steps drawn from a known model come back as that model.
+    #[test]
+    fn a_known_step_model_is_recovered() {
+        let decode = |b: usize| 0.006 + 0.001 * b as f64;
+        let (per_token, per_step) = (0.002, 0.004);
+        let mut times = StepTimes::with_max_batch(4);
+        for b in 1..=4 {
+            for _ in 0..5 {
+                times.record(b, 0, decode(b));
+            }
+        }
+        for (b, p) in [(0, 100), (1, 150), (2, 60), (3, 200), (4, 90), (0, 30)] {
+            let base = if b == 0 { 0.0 } else { decode(b) };
+            times.record(b, p, base + per_step + per_token * p as f64);
+        }
+        let model = fit(&times).expect("a model");
+        assert_eq!(model.decode_s_by_batch.len(), 4);
+        for &(b, s) in &model.decode_s_by_batch {
+            assert!((s - decode(b as usize)).abs() < 1e-12, "{model:?}");
+        }
+        assert!((model.prompt_token_s - per_token).abs() < 1e-9, "{model:?}");
+        assert!((model.prompt_step_s - per_step).abs() < 1e-9, "{model:?}");
+        assert_eq!(model.steps, 26);
+    }
+
+    /// A negative intercept is not a time: the line then goes through the origin; a larger batch
+    /// that came out faster is lifted; too few steps give no model.
+    #[test]
+    fn the_fit_keeps_to_what_a_step_can_be() {
+        let mut times = StepTimes::with_max_batch(2);
+        for _ in 0..3 {
+            times.record(1, 0, 0.010);
+            times.record(2, 0, 0.008);
+        }
+        assert_eq!(fit(&times), None, "no prompt steps");
+        for p in [100, 200, 300] {
+            times.record(1, p, 0.010 + 0.003 * p as f64 - 0.05);
+        }
+        let model = fit(&times).expect("a model");
+        assert_eq!(model.decode_s_by_batch, [(1.0, 0.010), (2.0, 0.010)]);
+        assert_eq!(model.prompt_step_s, 0.0);
+        let through_origin = (0.003 * 14e4 - 0.05 * 600.0) / 14e4;
+        assert!((model.prompt_token_s - through_origin).abs() < 1e-12);
+        assert_eq!(fit(&StepTimes::with_max_batch(2)), None);
+    }
+}

@@ -1,0 +1,145 @@
+//! Step timings of a serving engine: how long its steps took by what they ran, summed so that a
+//! service-time model can be fitted from them (decode-only steps by batch; steps holding prompt tokens
+//! by batch, with the sums a least-squares fit of time on prompt tokens needs). Recording a step takes
+//! no allocation once the engine's batch sizes are known.
+
+use serde::{Deserialize, Serialize};
+
+/// Decode-only steps that ran one token of `batch` requests each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct DecodeSteps {
+    /// Steps.
+    pub steps: u64,
+    /// Their seconds, summed.
+    pub seconds: f64,
+}
+
+/// Steps that ran prompt tokens beside one token of each of `batch` decoding requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PromptSteps {
+    /// Steps.
+    pub steps: u64,
+    /// Their prompt tokens, summed.
+    pub tokens: f64,
+    /// Their prompt tokens squared, summed.
+    pub tokens_squared: f64,
+    /// Their seconds, summed.
+    pub seconds: f64,
+    /// Prompt tokens times seconds, summed.
+    pub token_seconds: f64,
+}
+
+/// Sums of an engine's step timings; index `b` of either list holds the steps that decoded `b`
+/// requests.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepTimes {
+    /// Steps that ran only decode tokens, by batch.
+    pub decode: Vec<DecodeSteps>,
+    /// Steps that ran prompt tokens (prefill, or recomputation after preemption), by decode batch.
+    pub prompt: Vec<PromptSteps>,
+}
+
+impl StepTimes {
+    /// Sums with room for batches up to `max_batch` (larger ones grow the lists when first seen).
+    pub fn with_max_batch(max_batch: usize) -> Self {
+        Self {
+            decode: vec![DecodeSteps::default(); max_batch + 1],
+            prompt: vec![PromptSteps::default(); max_batch + 1],
+        }
+    }
+
+    /// Adds a step that decoded `decoding` requests and ran `prompt_tokens` prompt tokens in
+    /// `seconds`.
+    pub fn record(&mut self, decoding: usize, prompt_tokens: usize, seconds: f64) {
+        if prompt_tokens == 0 {
+            if decoding == 0 {
+                return;
+            }
+            grow(&mut self.decode, decoding);
+            let d = &mut self.decode[decoding];
+            d.steps += 1;
+            d.seconds += seconds;
+        } else {
+            grow(&mut self.prompt, decoding);
+            let p = &mut self.prompt[decoding];
+            let tokens = prompt_tokens as f64;
+            p.steps += 1;
+            p.tokens += tokens;
+            p.tokens_squared += tokens * tokens;
+            p.seconds += seconds;
+            p.token_seconds += tokens * seconds;
+        }
+    }
+
+    /// The steps recorded since `earlier` (a copy of these sums taken before).
+    pub fn since(&self, earlier: &StepTimes) -> StepTimes {
+        let decode = self
+            .decode
+            .iter()
+            .enumerate()
+            .map(|(b, now)| {
+                let then = earlier.decode.get(b).copied().unwrap_or_default();
+                DecodeSteps {
+                    steps: now.steps.saturating_sub(then.steps),
+                    seconds: now.seconds - then.seconds,
+                }
+            })
+            .collect();
+        let prompt = self
+            .prompt
+            .iter()
+            .enumerate()
+            .map(|(b, now)| {
+                let then = earlier.prompt.get(b).copied().unwrap_or_default();
+                PromptSteps {
+                    steps: now.steps.saturating_sub(then.steps),
+                    tokens: now.tokens - then.tokens,
+                    tokens_squared: now.tokens_squared - then.tokens_squared,
+                    seconds: now.seconds - then.seconds,
+                    token_seconds: now.token_seconds - then.token_seconds,
+                }
+            })
+            .collect();
+        StepTimes { decode, prompt }
+    }
+
+    /// Steps recorded.
+    pub fn steps(&self) -> u64 {
+        self.decode.iter().map(|d| d.steps).sum::<u64>()
+            + self.prompt.iter().map(|p| p.steps).sum::<u64>()
+    }
+}
+
+fn grow<T: Default + Clone>(list: &mut Vec<T>, index: usize) {
+    if list.len() <= index {
+        list.resize(index + 1, T::default());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_are_summed_by_kind_and_batch() {
+        let mut t = StepTimes::with_max_batch(2);
+        t.record(2, 0, 0.010);
+        t.record(2, 0, 0.012);
+        t.record(1, 100, 0.2);
+        t.record(1, 50, 0.1);
+        t.record(0, 0, 1.0);
+        let before = t.clone();
+        t.record(5, 0, 0.03);
+        assert_eq!(t.decode[2].steps, 2);
+        assert!((t.decode[2].seconds - 0.022).abs() < 1e-12);
+        let p = t.prompt[1];
+        assert_eq!(p.steps, 2);
+        assert_eq!((p.tokens, p.tokens_squared), (150.0, 12_500.0));
+        assert!((p.token_seconds - 25.0).abs() < 1e-12);
+        assert_eq!(t.steps(), 5, "an empty step is not a step");
+        let later = t.since(&before);
+        assert_eq!(later.steps(), 1);
+        assert_eq!(later.decode[5].steps, 1);
+        assert_eq!(later.decode[2], DecodeSteps::default());
+    }
+}

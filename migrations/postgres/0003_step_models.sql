@@ -1,0 +1,5 @@
+-- The engine's steps as fitted from its own timings during a capacity search, PostgreSQL dialect.
+-- migrations/sqlite/0003_step_models.sql adds the same column.
+-- NULL when the engine recorded no usable timings (or the result predates them): the planner then
+-- derives the steps from the load curve.
+ALTER TABLE capacity_results ADD COLUMN step_model JSONB;
