@@ -224,6 +224,10 @@ pub struct ReplayReport {
     pub observed_cost_usd: f64,
     /// The same from the simulation's routing, $.
     pub predicted_cost_usd: f64,
+    /// The engine's steps during the replay, fitted as profiling fits them: set beside the profile's
+    /// step model (`configs[].step_model`), it tells whether the engine ran slower under the replay
+    /// (with the gateway and the load generator on the same cores) than under the capacity probes.
+    pub step_model: Option<StepModel>,
 }
 
 /// The host's speed on the profiling shape (closed loop at the batch size, straight to the engine):
@@ -862,7 +866,9 @@ async fn replay(
         requests: timed.len(),
         seconds: spec.replay_s,
     });
+    let steps_before = engine.step_times().await;
     let records = loadgen::replay(&load_spec, &timed).await?;
+    let step_model = engine.step_model_since(steps_before).await;
     let after = measure_pace(&engine.base_url, served, &pace_shape, spec.seed).await?;
     drop(gateway);
     drop(engine);
@@ -875,7 +881,7 @@ async fn replay(
             after_replay_output_tokens_per_s: after,
             replay_over_profiled: (before + after) / 2.0 / profiled,
         });
-    Ok(compare(
+    let report = compare(
         pilot,
         plan,
         load,
@@ -885,7 +891,11 @@ async fn replay(
         host_pace,
         settings,
         host_hourly,
-    ))
+    );
+    Ok(ReplayReport {
+        step_model,
+        ..report
+    })
 }
 
 /// Output tokens/s of the profiling shape on the running engine, measured as profiling measured it
@@ -980,6 +990,7 @@ fn compare(
         worst_e2e_p99_error: worst,
         observed_cost_usd: cpu_cost + observed_gpu,
         predicted_cost_usd: cpu_cost + predicted_gpu,
+        step_model: None,
     }
 }
 

@@ -350,6 +350,19 @@ impl EngineProcess {
             .map_err(failed)
     }
 
+    /// The step model fitted to the steps run since `before` (an earlier [`Self::step_times`]);
+    /// `None` when the steps were too few or a reading failed (logged: the planner then derives the
+    /// steps from the load curve).
+    pub async fn step_model_since(&self, before: Result<StepTimes>) -> Option<StepModel> {
+        match (before, self.step_times().await) {
+            (Ok(before), Ok(after)) => step_fit::fit(&after.since(&before)),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "no step timings from the engine");
+                None
+            }
+        }
+    }
+
     /// Peak resident memory so far (VmHWM), bytes.
     pub fn peak_rss_bytes(&self) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.server.id())).ok()?;
@@ -673,13 +686,7 @@ pub async fn capacity_search(
         }
     }
     curve.sort_by(|a, b| a.rate_rps.total_cmp(&b.rate_rps));
-    let step_model = match (steps_before, server.step_times().await) {
-        (Ok(before), Ok(after)) => step_fit::fit(&after.since(&before)),
-        (Err(e), _) | (_, Err(e)) => {
-            tracing::warn!(error = %e, "the planner will derive the engine's steps from the curve");
-            None
-        }
-    };
+    let step_model = server.step_model_since(steps_before).await;
     let capacity = Capacity {
         max_rps: low,
         curve,
