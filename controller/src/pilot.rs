@@ -228,6 +228,10 @@ pub struct ReplayReport {
     /// step model (`configs[].step_model`), it tells whether the engine ran slower under the replay
     /// (with the gateway and the load generator on the same cores) than under the capacity probes.
     pub step_model: Option<StepModel>,
+    /// Every request against the simulator run again with the replay's own step model in place of
+    /// the profile's: the simulator's error with the host's drift between profiling and replay taken
+    /// out (a diagnosis, not a prediction: it reads the replay it is compared with).
+    pub all_with_replay_steps: Option<Comparison>,
 }
 
 /// The host's speed on the profiling shape (closed loop at the batch size, straight to the engine):
@@ -892,8 +896,32 @@ async fn replay(
         settings,
         host_hourly,
     );
+    let all_with_replay_steps = match &step_model {
+        Some(steps) => {
+            let mut replayed = profiles.to_vec();
+            for p in replayed.iter_mut().filter(|p| p.id == profile.id) {
+                p.step_model = Some(steps.clone());
+            }
+            let again = decide::predict_replay(
+                plan,
+                pilot.workload,
+                &replayed,
+                &trace,
+                with_gpu,
+                spec.seed,
+            )?;
+            let everything: Vec<&ReplayRecord> = records.iter().collect();
+            Some(Comparison::of(
+                &everything,
+                again.ttft_p99_s,
+                again.e2e_p99_s,
+            ))
+        }
+        None => None,
+    };
     Ok(ReplayReport {
         step_model,
+        all_with_replay_steps,
         ..report
     })
 }
@@ -991,6 +1019,7 @@ fn compare(
         observed_cost_usd: cpu_cost + observed_gpu,
         predicted_cost_usd: cpu_cost + predicted_gpu,
         step_model: None,
+        all_with_replay_steps: None,
     }
 }
 
