@@ -18,6 +18,7 @@ use strata_planner::{
     workload::Workload,
 };
 
+use crate::loadgen::Lengths;
 use crate::store::{
     CapacityResultRow, ConfigRow, HardwareId, HardwareRow, ModelRow, NewCatalogPrice, NewPlan,
     NewWorkload, PlanRow, ProfileRunRow, Store, StoreError, WorkloadRow, constraint,
@@ -155,11 +156,12 @@ impl StoredLoadPoint {
 /// Builds one [`ConfigProfile`] per (config, host) from the store's measurements, of every model or of
 /// the one named `model`, in model, config and host order.
 ///
-/// The curve is the newest capacity result's `load_curve` ([`StoredLoadPoint`]s) for that config and host,
-/// and the engine's steps that result's fitted `step_model` when it has one; without one, each profiling run of the pair is one point ([`StoredLoadPoint::from_run`]), the latest run
-/// kept when two share a rate and runs where every request failed left out. Mean prompt and output tokens
-/// are the `mean_prompt_tokens` / `mean_output_tokens` of the newest run's `workload_shape` when recorded
-/// (or its `prompt_tokens` / `output_tokens` when those are plain numbers: a shape of one mean request),
+/// The curve is the newest capacity result's `load_curve` ([`StoredLoadPoint`]s) for that config and
+/// host, and the engine's steps that result's fitted `step_model` when it has one; without a result,
+/// each profiling run of the pair is one point ([`StoredLoadPoint::from_run`]), the latest run kept when
+/// two share a rate and runs where every request failed left out. Mean prompt and output tokens are the
+/// `mean_prompt_tokens` / `mean_output_tokens` of the newest run's `workload_shape` when recorded (or
+/// the means of its `prompt_tokens` / `output_tokens` lengths: a fixed number, or uniform `min`..`max`),
 /// else derived from the curve: output tokens/s over requests/s, and (total - output) tokens/s over
 /// requests/s. The host is the hardware row: `vcpus` = its hardware threads, bandwidth and int8 GOPS as
 /// measured (0 when not measured, which rules out the memory-bandwidth scaling rule). Pairs with no
@@ -405,7 +407,8 @@ fn profile_of(
     let shape_mean = |key: &str| {
         newest_run
             .and_then(|run| run.workload_shape.get(key))
-            .and_then(Value::as_f64)
+            .and_then(|v| serde_json::from_value::<Lengths>(v.clone()).ok())
+            .map(Lengths::mean)
             .filter(|v| *v > 0.0)
     };
     let rate: f64 = load_curve.iter().map(|p| p.rate_rps).sum();
@@ -890,6 +893,13 @@ mod tests {
         let profiles = profiles_from_store(&*store, None).await.unwrap();
         let p = &profiles[0];
         assert_eq!((p.mean_prompt_tokens, p.mean_output_tokens), (114.0, 22.0));
+        // So does a shape of uniform lengths.
+        let mut spread = run(config.id, host.id, 0.5, 6);
+        spread.workload_shape = json!({ "name": "mix",
+            "prompt_tokens": { "min": 57, "max": 171 }, "output_tokens": 22 });
+        store.insert_profile_run(&spread).await.unwrap();
+        let profiles = profiles_from_store(&*store, None).await.unwrap();
+        assert_eq!(profiles[0].mean_prompt_tokens, 114.0);
     }
 
     #[tokio::test]
