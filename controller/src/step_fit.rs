@@ -50,7 +50,7 @@ fn decode_means(times: &StepTimes) -> Vec<(f64, f64)> {
 /// beyond the decode step of its batch against its prompt tokens, through the origin when the
 /// intercept would come out negative.
 fn prompt_line(times: &StepTimes, decode: &StepModel) -> Option<(f64, f64)> {
-    let (mut n, mut tokens, mut tokens_sq, mut extra, mut token_extra) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    let (mut tokens, mut tokens_sq, mut extra, mut token_extra) = (0.0, 0.0, 0.0, 0.0);
     let mut steps = 0;
     for (batch, s) in times.prompt.iter().enumerate() {
         if s.steps == 0 {
@@ -58,7 +58,6 @@ fn prompt_line(times: &StepTimes, decode: &StepModel) -> Option<(f64, f64)> {
         }
         let base = decode.decode_s(batch as f64);
         steps += s.steps;
-        n += s.steps as f64;
         tokens += s.tokens;
         tokens_sq += s.tokens_squared;
         extra += s.seconds - s.steps as f64 * base;
@@ -67,6 +66,7 @@ fn prompt_line(times: &StepTimes, decode: &StepModel) -> Option<(f64, f64)> {
     if steps < MIN_PROMPT_STEPS || tokens_sq <= 0.0 {
         return None;
     }
+    let n = steps as f64;
     let through_origin = (token_extra / tokens_sq, 0.0);
     let det = n * tokens_sq - tokens * tokens;
     if det <= 1e-9 * n * tokens_sq {
