@@ -245,6 +245,15 @@ pub enum Split<'a> {
 }
 
 impl Split<'_> {
+    /// Threads that may share a loop.
+    pub fn threads(self) -> usize {
+        match self {
+            Split::Pool => rayon::current_num_threads(),
+            Split::Team(team) => team.members,
+            Split::Here => 1,
+        }
+    }
+
     /// Runs `f(i, chunk)` for every `chunk`-long piece of `out`, in parallel.
     pub fn chunks_mut<T: Send>(
         self,

@@ -391,6 +391,9 @@ fn dot_q4_1_rows<const R: usize>(rows: [&[BlockQ4_1]; R], y: &[BlockQ8_1]) -> [f
     // Lane 1 of each holds the row's running `sum(m_x * s_y)`; the other lanes are ignored.
     let mut summs = [_mm_setzero_ps(); R];
     for (i, b) in y[..n].iter().enumerate() {
+        if R > 1 {
+            prefetch_rows_ahead(&rows, i);
+        }
         let hy = head_f32(b); // [d_y, s_y, _, _]
         let s_only = _mm_blend_ps::<0b0010>(_mm_setzero_ps(), hy); // [0, s_y, 0, 0]
         let qy = load_i8x32(&b.qs);
@@ -410,6 +413,25 @@ fn dot_q4_1_rows<const R: usize>(rows: [&[BlockQ4_1]; R], y: &[BlockQ8_1]) -> [f
         out[r] = hsum_float_8(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(summs[r]));
     }
     out
+}
+
+/// Rows past the current group that [`prefetch_rows_ahead`] asks for.
+const PREFETCH_ROWS: usize = 8;
+
+/// While block `i` of `R` adjacent rows is read, asks for the matching stretch of the rows
+/// [`PREFETCH_ROWS`] further on. Rows read one block of each in turn jump back and forth in memory,
+/// which the hardware prefetchers do not follow: without this, four rows per call ran a decode step
+/// (weights streaming from memory) at half the speed of one row per call. Addresses past the matrix
+/// are only hints: a prefetch never faults.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn prefetch_rows_ahead<T, const R: usize>(rows: &[&[T]; R], i: usize) {
+    let row_bytes = size_of_val(rows[0]);
+    let per_block = R * row_bytes / rows[0].len().max(1);
+    let ahead =
+        (rows[0].as_ptr() as *const i8).wrapping_add(PREFETCH_ROWS * row_bytes + i * per_block);
+    _mm_prefetch::<_MM_HINT_T0>(ahead);
+    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
 }
 
 /// ggml `ggml_vec_dot_q4_1_q8_1` (AVX2).

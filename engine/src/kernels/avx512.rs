@@ -445,6 +445,9 @@ fn dot_q4_1_rows<const R: usize>(rows: [&[BlockQ4_1]; R], y: &[BlockQ8_1]) -> [f
     // Lane 1 of each holds the row's running `sum(m_x * s_y)`; the other lanes are ignored.
     let mut summs = [_mm_setzero_ps(); R];
     for (i, b) in y[..n].iter().enumerate() {
+        if R > 1 {
+            avx2::prefetch_rows_ahead(&rows, i);
+        }
         let hy = head_f32(b); // [d_y, s_y, _, _]
         let s_only = _mm_blend_ps::<0b0010>(_mm_setzero_ps(), hy); // [0, s_y, 0, 0]
         let qy = load_i8x32(&b.qs);

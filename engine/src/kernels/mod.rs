@@ -28,6 +28,11 @@ use crate::{
 
 /// Rows per parallel task: small enough to balance, large enough to amortize scheduling.
 const ROWS_PER_TASK: usize = 64;
+/// Parallel tasks per thread of a product split over rows. Every task is claimed from one shared
+/// atomic word, which moves between the cores' caches at each claim: with the model's 576-row
+/// matrices in tasks of 64 rows, claiming cost a quarter of a two-thread decode step, so a product
+/// split over rows takes one even share per thread instead.
+const TASKS_PER_THREAD: usize = 1;
 
 /// Tokens from which a quantized product goes through the tiled kernels. Below it the tiles' fixed
 /// cost (each row tile's scales unpacked, token tiles half empty) outweighs sharing the loads, and
@@ -127,8 +132,9 @@ fn quantize_rows<B: Send>(
 }
 
 /// Writes `out[i] = W[first_row + i] · x[t]` for `out.len()` consecutive rows. With `quads`, four rows per
-/// call share one pass over the activation row: faster while the rows sit in cache (prefill), slower
-/// than one row per call when they stream from memory (decode).
+/// call share one pass over the activation row: faster while the rows sit in cache (a few tokens) and,
+/// for Q4_1 whose four-row dots prefetch the rows ahead, when they stream from memory (one token);
+/// the other types' four-row dots ran slower than one row per call there.
 fn rows_dot(
     k: &KernelTable,
     w: &Weight,
@@ -243,8 +249,10 @@ pub fn matmul_split(
     debug_assert_eq!(out.len(), n_tokens * w.rows);
     if n_tokens == 1 {
         let converted = convert(w, x, split, scratch);
-        split.chunks_mut(out, ROWS_PER_TASK, |task, chunk| {
-            rows_dot(k, w, &converted, task * ROWS_PER_TASK, 0, chunk, false);
+        let quads = matches!(w.data, WeightData::Q4_1(_));
+        let rows_per_task = rows_per_thread(w.rows, split.threads());
+        split.chunks_mut(out, rows_per_task, |task, chunk| {
+            rows_dot(k, w, &converted, task * rows_per_task, 0, chunk, quads);
         });
         return;
     }
@@ -260,8 +268,16 @@ pub fn matmul_split(
     scratch.transposed = transposed;
 }
 
-/// Several tokens of a float type: each task takes a block of weight rows (kept in cache) across every
-/// token, into a row-major `rows x tokens` buffer that is transposed at the end.
+/// Rows per task of a product over `rows` rows split over rows on `threads` threads: an even share
+/// of [`TASKS_PER_THREAD`] tasks per thread, in whole groups of four rows.
+fn rows_per_thread(rows: usize, threads: usize) -> usize {
+    let tasks = (threads * TASKS_PER_THREAD).max(1);
+    rows.div_ceil(tasks).next_multiple_of(4).max(4)
+}
+
+/// A few tokens, or several of a float type: each thread takes an even share of the weight rows, a
+/// block of rows (kept in cache) at a time across every token, into a row-major `rows x tokens`
+/// buffer that is transposed at the end.
 fn rows_matmul(
     k: &KernelTable,
     split: Split<'_>,
@@ -272,14 +288,17 @@ fn rows_matmul(
     transposed: &mut Vec<f32>,
 ) {
     transposed.resize(n_tokens * w.rows, 0.0);
-    split.chunks_mut(transposed, ROWS_PER_TASK * n_tokens, |task, chunk| {
-        let first_row = task * ROWS_PER_TASK;
-        let mut row_out = [0.0f32; ROWS_PER_TASK];
-        let row_out = &mut row_out[..chunk.len() / n_tokens];
-        for t in 0..n_tokens {
-            rows_dot(k, w, converted, first_row, t, row_out, true);
-            for (i, &v) in row_out.iter().enumerate() {
-                chunk[i * n_tokens + t] = v;
+    let rows_per_task = rows_per_thread(w.rows, split.threads());
+    split.chunks_mut(transposed, rows_per_task * n_tokens, |task, chunk| {
+        for (block, chunk) in chunk.chunks_mut(ROWS_PER_TASK * n_tokens).enumerate() {
+            let first_row = task * rows_per_task + block * ROWS_PER_TASK;
+            let mut row_out = [0.0f32; ROWS_PER_TASK];
+            let row_out = &mut row_out[..chunk.len() / n_tokens];
+            for t in 0..n_tokens {
+                rows_dot(k, w, converted, first_row, t, row_out, true);
+                for (i, &v) in row_out.iter().enumerate() {
+                    chunk[i * n_tokens + t] = v;
+                }
             }
         }
     });
@@ -359,9 +378,10 @@ impl TiledProduct<'_> {
             return;
         }
         transposed.resize(n_tokens * rows, 0.0);
+        let rows_per_task = rows_per_thread(rows, self.split.threads());
         self.split
-            .chunks_mut(transposed, ROWS_PER_TASK * n_tokens, |task, chunk| {
-                let first = task * ROWS_PER_TASK * nb;
+            .chunks_mut(transposed, rows_per_task * n_tokens, |task, chunk| {
+                let first = task * rows_per_task * nb;
                 let weights = &w[first..first + chunk.len() / n_tokens * nb];
                 gemm(weights, x, chunk, OutLayout::row_major(n_tokens));
             });
@@ -534,6 +554,21 @@ mod tests {
                     assert_eq!(pooled, here, "{kind} {tier:?} {n} tokens on one thread");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn rows_split_into_one_share_per_thread_in_groups_of_four() {
+        assert_eq!(rows_per_thread(576, 2), 288);
+        assert_eq!(rows_per_thread(960, 2), 480);
+        assert_eq!(rows_per_thread(70, 2), 36);
+        assert_eq!(rows_per_thread(576, 1), 576);
+        assert_eq!(rows_per_thread(3, 2), 4);
+        assert_eq!(rows_per_thread(0, 0), 4);
+        for (rows, threads) in [(49152, 2), (1536, 3), (7, 4), (100, 7)] {
+            let per_task = rows_per_thread(rows, threads);
+            assert_eq!(per_task % 4, 0);
+            assert!(rows.div_ceil(per_task) <= threads * TASKS_PER_THREAD);
         }
     }
 
