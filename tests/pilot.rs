@@ -143,6 +143,21 @@ async fn a_pilot_runs_end_to_end_and_its_exit_status_is_its_verdict() {
     ] {
         assert!(pace[key].as_f64() > Some(0.0), "{key}: {pace}");
     }
+    // A calibration sample scaled the prediction, and the unscaled one is kept beside it.
+    let calibration = &replay["calibration"];
+    assert_eq!(
+        calibration.is_object(),
+        replay["all_as_profiled"].is_object(),
+        "{replay}"
+    );
+    if calibration.is_object() {
+        assert!(calibration["requests"].as_u64() > Some(0), "{calibration}");
+        let ratios = ["decode_over_profiled", "prompt_over_profiled"].map(|k| &calibration[k]);
+        assert!(
+            ratios.iter().any(|r| r.as_f64() > Some(0.0)),
+            "{calibration}"
+        );
+    }
 
     // Stored with its verdict; reproducible settings are part of it.
     let db = store::open(&url).await.expect("store");

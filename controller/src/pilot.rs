@@ -42,6 +42,7 @@ use crate::{
         Sweep,
     },
     quality::{self, QualityError},
+    step_fit,
     store::{PilotId, PilotStatus, PilotUpdate, StoreError},
 };
 
@@ -232,6 +233,44 @@ pub struct ReplayReport {
     /// the profile's: the simulator's error with the host's drift between profiling and replay taken
     /// out (a diagnosis, not a prediction: it reads the replay it is compared with).
     pub all_with_replay_steps: Option<Comparison>,
+    /// How the engine's steps ran under a calibration sample through the replay's gateway, by which
+    /// the prediction in `all` and `classes` scales the profile's step model; `None` when there was
+    /// none (no step model, or too few steps).
+    pub calibration: Option<Calibration>,
+    /// Every request against the prediction from the profile's step model as profiled (set when a
+    /// calibration scaled the one in `all`).
+    pub all_as_profiled: Option<Comparison>,
+}
+
+/// Seconds of the calibration sample, at most.
+const CALIBRATION_S: f64 = 40.0;
+/// Added to the pilot's seed for the calibration sample, so that it is not the replayed one.
+const CALIBRATION_SEED: u64 = 0x5eed;
+
+/// A second sample of the replay's load (another seed), sent through the replay's gateway right before
+/// the replay: how the engine's steps ran there against the profile's step model. The engine then
+/// shares the pilot host's cores with the gateway and the load generator, which capacity probes
+/// straight to the engine do not see; the replay's prediction runs the simulator on the profile's
+/// step model scaled by these ratios (measured before the replay, on requests it does not contain).
+#[derive(Debug, Clone, Serialize)]
+pub struct Calibration {
+    /// Seconds of the sample.
+    pub duration_s: f64,
+    /// Requests in it.
+    pub requests: usize,
+    /// Decode-only steps' seconds over the profile's step model's (above 1: slower).
+    pub decode_over_profiled: Option<f64>,
+    /// Prompt steps' seconds beyond their decode part over the model's.
+    pub prompt_over_profiled: Option<f64>,
+}
+
+impl Calibration {
+    fn drift(&self) -> step_fit::Drift {
+        step_fit::Drift {
+            decode: self.decode_over_profiled,
+            prompt: self.prompt_over_profiled,
+        }
+    }
 }
 
 /// The host's speed on the profiling shape (closed loop at the batch size, straight to the engine):
@@ -769,7 +808,7 @@ async fn replay(
     let with_gpu = pilot.gpu_endpoint.is_some();
     let load = decide::replay_load(plan, with_gpu);
     let trace = decide::replay_trace(pilot.workload, &load, spec.replay_s, spec.seed);
-    let predicted =
+    let as_profiled =
         decide::predict_replay(plan, pilot.workload, profiles, &trace, with_gpu, spec.seed)?;
     let profile = profiles
         .iter()
@@ -790,7 +829,7 @@ async fn replay(
             load,
             &trace,
             &[],
-            &predicted,
+            &as_profiled,
             None,
             settings,
             0.0,
@@ -821,15 +860,7 @@ async fn replay(
     let gateway = ChildServer::spawn(command, "`strata gateway`")
         .await
         .map_err(PilotError::Server)?;
-    let timed: Vec<TimedRequest> = trace
-        .iter()
-        .map(|r| TimedRequest {
-            at_s: r.t_s,
-            class: pilot.workload.classes[r.class].name.clone(),
-            prompt_tokens: r.prompt_tokens as usize,
-            output_tokens: r.output_tokens as usize,
-        })
-        .collect();
+    let timed = timed_requests(pilot.workload, &trace);
     let load_spec = LoadSpec {
         base_url: gateway.base_url.clone(),
         model: served.to_owned(),
@@ -864,6 +895,27 @@ async fn replay(
         ..load_spec.clone()
     };
     loadgen::replay(&warmup_spec, &warmup).await?;
+    let calibration = calibrate(pilot, &engine, &load, &load_spec, profile).await?;
+    let predicted = match &calibration {
+        Some(c) => {
+            let mut calibrated = profiles.to_vec();
+            for p in calibrated.iter_mut().filter(|p| p.id == profile.id) {
+                p.step_model = p
+                    .step_model
+                    .as_ref()
+                    .map(|m| step_fit::scaled(m, c.drift()));
+            }
+            decide::predict_replay(
+                plan,
+                pilot.workload,
+                &calibrated,
+                &trace,
+                with_gpu,
+                spec.seed,
+            )?
+        }
+        None => as_profiled.clone(),
+    };
     let pace_shape = profiling_shape(pilot.workload, spec);
     let before = measure_pace(&engine.base_url, served, &pace_shape, spec.seed).await?;
     on_step(Step::Replay {
@@ -919,11 +971,77 @@ async fn replay(
         }
         None => None,
     };
+    let everything: Vec<&ReplayRecord> = records.iter().collect();
+    let all_as_profiled = calibration
+        .is_some()
+        .then(|| Comparison::of(&everything, as_profiled.ttft_p99_s, as_profiled.e2e_p99_s));
     Ok(ReplayReport {
         step_model,
         all_with_replay_steps,
+        calibration,
+        all_as_profiled,
         ..report
     })
+}
+
+/// The workload's trace records as the load generator replays them.
+fn timed_requests(workload: &Workload, trace: &[TraceRecord]) -> Vec<TimedRequest> {
+    trace
+        .iter()
+        .map(|r| TimedRequest {
+            at_s: r.t_s,
+            class: workload.classes[r.class].name.clone(),
+            prompt_tokens: r.prompt_tokens as usize,
+            output_tokens: r.output_tokens as usize,
+        })
+        .collect()
+}
+
+/// Sends a second sample of the replay's load (another seed, [`CALIBRATION_S`] at most) through the
+/// replay's gateway and measures how the engine's steps ran against the profile's step model; `None`
+/// when the profile has no step model or the sample ran too few steps to say.
+async fn calibrate(
+    pilot: &Pilot<'_>,
+    engine: &EngineProcess,
+    load: &ReplayLoad,
+    load_spec: &LoadSpec,
+    profile: &ConfigProfile,
+) -> Result<Option<Calibration>> {
+    let Some(model) = &profile.step_model else {
+        return Ok(None);
+    };
+    let spec = pilot.spec;
+    let duration_s = CALIBRATION_S.min(spec.replay_s);
+    let seed = spec.seed.wrapping_add(CALIBRATION_SEED);
+    let sample = timed_requests(
+        pilot.workload,
+        &decide::replay_trace(pilot.workload, load, duration_s, seed),
+    );
+    if sample.is_empty() {
+        return Ok(None);
+    }
+    let sample_spec = LoadSpec {
+        seed,
+        ..load_spec.clone()
+    };
+    let before = engine.step_times().await;
+    loadgen::replay(&sample_spec, &sample).await?;
+    let steps = match (before, engine.step_times().await) {
+        (Ok(before), Ok(after)) => after.since(&before),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::warn!(error = %e, "no step timings from the engine: no calibration");
+            return Ok(None);
+        }
+    };
+    let drift = step_fit::drift(&steps, model);
+    Ok(
+        (drift.decode.is_some() || drift.prompt.is_some()).then_some(Calibration {
+            duration_s,
+            requests: sample.len(),
+            decode_over_profiled: drift.decode,
+            prompt_over_profiled: drift.prompt,
+        }),
+    )
 }
 
 /// Output tokens/s of the profiling shape on the running engine, measured as profiling measured it
@@ -1020,6 +1138,8 @@ fn compare(
         predicted_cost_usd: cpu_cost + predicted_gpu,
         step_model: None,
         all_with_replay_steps: None,
+        calibration: None,
+        all_as_profiled: None,
     }
 }
 

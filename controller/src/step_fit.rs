@@ -1,6 +1,7 @@
 //! Fits the planner's [`StepModel`] to a serving engine's own step timings (its `/steps` sums): the
 //! mean decode-only step at each batch, and a least-squares line of what steps with prompt tokens took
-//! beyond their decode step against their prompt tokens.
+//! beyond their decode step against their prompt tokens; and measures how far later steps drifted
+//! from a fitted model.
 
 use strata_engine::serve::StepTimes;
 use strata_planner::service::StepModel;
@@ -81,6 +82,53 @@ fn prompt_line(times: &StepTimes, decode: &StepModel) -> Option<(f64, f64)> {
     })
 }
 
+/// How the steps of `times` ran against what `model` says such steps take: above 1 slower. Decode-only
+/// steps and steps with prompt tokens apart (the latter beyond their decode part, taken at the decode
+/// ratio); `None` for a kind with fewer steps than the fit needs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Drift {
+    /// Seconds of the decode-only steps over the model's seconds for them.
+    pub decode: Option<f64>,
+    /// Seconds of the prompt steps beyond their decode part over the model's for it.
+    pub prompt: Option<f64>,
+}
+
+/// The [`Drift`] of `times` against `model`.
+pub fn drift(times: &StepTimes, model: &StepModel) -> Drift {
+    let (mut steps, mut seconds, mut modelled) = (0, 0.0, 0.0);
+    for (batch, d) in times.decode.iter().enumerate() {
+        steps += d.steps;
+        seconds += d.seconds;
+        modelled += d.steps as f64 * model.decode_s(batch as f64);
+    }
+    let decode = (steps >= MIN_DECODE_STEPS && modelled > 0.0).then(|| seconds / modelled);
+    let (mut steps, mut extra, mut modelled) = (0, 0.0, 0.0);
+    for (batch, p) in times.prompt.iter().enumerate() {
+        let base = model.decode_s(batch as f64) * decode.unwrap_or(1.0);
+        steps += p.steps;
+        extra += p.seconds - p.steps as f64 * base;
+        modelled += p.steps as f64 * model.prompt_step_s + p.tokens * model.prompt_token_s;
+    }
+    let prompt =
+        (steps >= MIN_PROMPT_STEPS && modelled > 0.0 && extra > 0.0).then(|| extra / modelled);
+    Drift { decode, prompt }
+}
+
+/// `model` with its decode steps and its prompt costs scaled by `drift` (unscaled where it is `None`).
+pub fn scaled(model: &StepModel, drift: Drift) -> StepModel {
+    let (decode, prompt) = (drift.decode.unwrap_or(1.0), drift.prompt.unwrap_or(1.0));
+    StepModel {
+        decode_s_by_batch: model
+            .decode_s_by_batch
+            .iter()
+            .map(|&(batch, s)| (batch, s * decode))
+            .collect(),
+        prompt_token_s: model.prompt_token_s * prompt,
+        prompt_step_s: model.prompt_step_s * prompt,
+        steps: model.steps,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +156,50 @@ mod tests {
         assert!((model.prompt_token_s - per_token).abs() < 1e-9, "{model:?}");
         assert!((model.prompt_step_s - per_step).abs() < 1e-9, "{model:?}");
         assert_eq!(model.steps, 26);
+    }
+
+    /// Steps that ran 1.25x (decode) and 1.5x (prompt) slower than a model come out as that drift,
+    /// and the model scaled by it says what they took.
+    #[test]
+    fn drift_against_a_model_is_measured_and_applied() {
+        let model = StepModel {
+            decode_s_by_batch: vec![(1.0, 0.006), (2.0, 0.010)],
+            prompt_token_s: 0.002,
+            prompt_step_s: 0.004,
+            steps: 40,
+        };
+        let mut times = StepTimes::with_max_batch(2);
+        for b in 1..=2 {
+            for _ in 0..4 {
+                times.record(b, 0, 1.25 * model.decode_s(b as f64));
+            }
+        }
+        for (b, p) in [(0, 100), (1, 50), (2, 80)] {
+            let prompt = 1.5 * (model.prompt_step_s + model.prompt_token_s * p as f64);
+            times.record(b, p, 1.25 * model.decode_s(b as f64) + prompt);
+        }
+        let d = drift(&times, &model);
+        assert!(
+            (d.decode.expect("decode drift") - 1.25).abs() < 1e-12,
+            "{d:?}"
+        );
+        assert!(
+            (d.prompt.expect("prompt drift") - 1.5).abs() < 1e-12,
+            "{d:?}"
+        );
+        let slower = scaled(&model, d);
+        assert!((slower.decode_s(2.0) - 0.0125).abs() < 1e-12);
+        assert!((slower.prompt_token_s - 0.003).abs() < 1e-12);
+        assert!((slower.prompt_step_s - 0.006).abs() < 1e-12);
+        let none = drift(&StepTimes::with_max_batch(2), &model);
+        assert_eq!(
+            none,
+            Drift {
+                decode: None,
+                prompt: None
+            }
+        );
+        assert_eq!(scaled(&model, none), model);
     }
 
     /// A negative intercept is not a time: the line then goes through the origin; a larger batch

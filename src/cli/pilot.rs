@@ -324,6 +324,21 @@ fn render(r: &PilotReport, id: i64, workload: &Path) -> String {
             comparison_row(&mut out, &c.class, &c.p99);
         }
         comparison_row(&mut out, "all requests", &replay.all);
+        if let Some(as_profiled) = &replay.all_as_profiled {
+            comparison_row(&mut out, "  as profiled", as_profiled);
+        }
+        if let Some(c) = &replay.calibration {
+            let ratio = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.2}x"));
+            let _ = writeln!(
+                out,
+                "calibration: {} requests over {:.0} s through the gateway before the replay; engine steps \
+                 {} (decode) and {} (prompts) of the profile's step model, which the prediction scales by",
+                c.requests,
+                c.duration_s,
+                ratio(c.decode_over_profiled),
+                ratio(c.prompt_over_profiled)
+            );
+        }
         let _ = writeln!(
             out,
             "replay cost ${:.4} observed vs ${:.4} predicted",

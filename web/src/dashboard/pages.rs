@@ -671,20 +671,36 @@ fn signed_percent(value: Option<f64>) -> String {
     )
 }
 
-/// The host's pace around the replay against its pace when profiled, as a sentence (empty for reports
-/// without pace measurements).
+/// The host's pace around the replay against its pace when profiled, and the calibration that scaled
+/// the prediction, as sentences (empty for reports without either).
 fn host_pace_text(r: &view::PilotReplay) -> String {
+    let calibration = r.calibration.as_ref().map(|c| {
+        let ratio = |v: Option<f64>| v.map_or(fmt::MISSING.to_owned(), |v| format!("{v:.2}x"));
+        format!(
+            "Calibration: {} requests over {} s through the gateway before the replay ran the engine's \
+             decode steps at {} and its prompts at {} of the profile's step model; the prediction is \
+             scaled by these.",
+            c.requests,
+            fmt::opt(c.duration_s, 0),
+            ratio(c.decode_over_profiled),
+            ratio(c.prompt_over_profiled),
+        )
+    });
     let Some(pace) = &r.host_pace else {
-        return String::new();
+        return calibration.unwrap_or_default();
     };
-    format!(
+    let pace = format!(
         "Host pace on the profiling shape: {} output tokens/s when profiled, {} right before the replay, \
          {} right after ({} of the profiled pace around the replay).",
         fmt::opt(pace.profiled_output_tokens_per_s, 1),
         fmt::opt(pace.before_replay_output_tokens_per_s, 1),
         fmt::opt(pace.after_replay_output_tokens_per_s, 1),
         fmt::percent(pace.replay_over_profiled, 0),
-    )
+    );
+    match calibration {
+        Some(c) => format!("{pace} {c}"),
+        None => pace,
+    }
 }
 
 fn pilot_detail_cells(d: &view::PilotDetail) -> PilotDetailCells {

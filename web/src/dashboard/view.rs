@@ -644,6 +644,9 @@ pub(crate) struct PilotReplay {
     pub(crate) load: Value,
     /// The host's speed on the profiling shape: profiled, before and after the replay.
     pub(crate) host_pace: Option<PilotHostPace>,
+    /// The engine's steps under a sample sent through the gateway before the replay, against the
+    /// profile's step model: the prediction's scale.
+    pub(crate) calibration: Option<PilotCalibration>,
     /// Every request together (its `class` is empty).
     pub(crate) all: Option<PilotReplayClass>,
     pub(crate) classes: Vec<PilotReplayClass>,
@@ -660,6 +663,16 @@ pub(crate) struct PilotHostPace {
     pub(crate) before_replay_output_tokens_per_s: Option<f64>,
     pub(crate) after_replay_output_tokens_per_s: Option<f64>,
     pub(crate) replay_over_profiled: Option<f64>,
+}
+
+/// The calibration sample before the replay.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PilotCalibration {
+    pub(crate) duration_s: Option<f64>,
+    pub(crate) requests: usize,
+    pub(crate) decode_over_profiled: Option<f64>,
+    pub(crate) prompt_over_profiled: Option<f64>,
 }
 
 /// One class in the replay.

@@ -343,6 +343,8 @@ pub(crate) async fn demo(store: &dyn Store) -> Seeded {
                                       "before_replay_output_tokens_per_s": 55.8,
                                       "after_replay_output_tokens_per_s": 61.4,
                                       "replay_over_profiled": 0.951},
+                        "calibration": {"duration_s": 40.0, "requests": 42,
+                                        "decode_over_profiled": 1.07, "prompt_over_profiled": 1.18},
                         "all": {"requests": 91, "observed_e2e_p99_s": 3.3, "predicted_e2e_p99_s": 3.0,
                                 "e2e_p99_error": -0.0909, "observed_ttft_p99_s": 0.95,
                                 "predicted_ttft_p99_s": 0.9, "ttft_p99_error": -0.0526}, "observed_cost_usd": 0.0066, "predicted_cost_usd": 0.0066,
