@@ -233,9 +233,9 @@ pub struct ReplayReport {
     /// the profile's: the simulator's error with the host's drift between profiling and replay taken
     /// out (a diagnosis, not a prediction: it reads the replay it is compared with).
     pub all_with_replay_steps: Option<Comparison>,
-    /// How the engine's steps ran under a calibration sample through the replay's gateway, by which
-    /// the prediction in `all` and `classes` scales the profile's step model; `None` when there was
-    /// none (no step model, or too few steps).
+    /// The engine's steps under a calibration sample through the replay's gateway, on which the
+    /// prediction in `all` and `classes` runs; `None` when there was none (no step model in the
+    /// profile, or too few steps).
     pub calibration: Option<Calibration>,
     /// Every request against the prediction from the profile's step model as profiled (set when a
     /// calibration scaled the one in `all`).
@@ -248,10 +248,11 @@ const CALIBRATION_S: f64 = 40.0;
 const CALIBRATION_SEED: u64 = 0x5eed;
 
 /// A second sample of the replay's load (another seed), sent through the replay's gateway right before
-/// the replay: how the engine's steps ran there against the profile's step model. The engine then
-/// shares the pilot host's cores with the gateway and the load generator, which capacity probes
-/// straight to the engine do not see; the replay's prediction runs the simulator on the profile's
-/// step model scaled by these ratios (measured before the replay, on requests it does not contain).
+/// the replay: the engine's steps there, fitted as profiling fits them. The engine then shares the
+/// pilot host's cores with the gateway and the load generator, which capacity probes straight to the
+/// engine do not see; the replay's prediction runs the simulator on this step model (measured before
+/// the replay, on requests it does not contain; beyond the sample's largest batch, the profile's
+/// model scaled by the sample's decode ratio).
 #[derive(Debug, Clone, Serialize)]
 pub struct Calibration {
     /// Seconds of the sample.
@@ -262,15 +263,8 @@ pub struct Calibration {
     pub decode_over_profiled: Option<f64>,
     /// Prompt steps' seconds beyond their decode part over the model's.
     pub prompt_over_profiled: Option<f64>,
-}
-
-impl Calibration {
-    fn drift(&self) -> step_fit::Drift {
-        step_fit::Drift {
-            decode: self.decode_over_profiled,
-            prompt: self.prompt_over_profiled,
-        }
-    }
+    /// The step model the replay is predicted with.
+    pub step_model: StepModel,
 }
 
 /// The host's speed on the profiling shape (closed loop at the batch size, straight to the engine):
@@ -900,10 +894,7 @@ async fn replay(
         Some(c) => {
             let mut calibrated = profiles.to_vec();
             for p in calibrated.iter_mut().filter(|p| p.id == profile.id) {
-                p.step_model = p
-                    .step_model
-                    .as_ref()
-                    .map(|m| step_fit::scaled(m, c.drift()));
+                p.step_model = Some(c.step_model.clone());
             }
             decide::predict_replay(
                 plan,
@@ -1035,11 +1026,12 @@ async fn calibrate(
     };
     let drift = step_fit::drift(&steps, model);
     Ok(
-        (drift.decode.is_some() || drift.prompt.is_some()).then_some(Calibration {
+        step_fit::calibrated(model, &steps).map(|step_model| Calibration {
             duration_s,
             requests: sample.len(),
             decode_over_profiled: drift.decode,
             prompt_over_profiled: drift.prompt,
+            step_model,
         }),
     )
 }

@@ -129,6 +129,36 @@ pub fn scaled(model: &StepModel, drift: Drift) -> StepModel {
     }
 }
 
+/// The step model to predict a load with, from `sample` (the engine's steps under a sample of that
+/// load) and the profile's `profiled` model: the sample's own fit where it measured (its decode
+/// batches and its prompt line), and beyond its largest batch the profiled model scaled by the sample's
+/// [`drift`]. `None` when the sample says nothing (neither a fit nor a drift).
+pub fn calibrated(profiled: &StepModel, sample: &StepTimes) -> Option<StepModel> {
+    let d = drift(sample, profiled);
+    let scaled = scaled(profiled, d);
+    let Some(own) = fit(sample) else {
+        return (d.decode.is_some() || d.prompt.is_some()).then_some(scaled);
+    };
+    let largest = own
+        .decode_s_by_batch
+        .last()
+        .map_or(0.0, |&(batch, _)| batch);
+    let mut decode = own.decode_s_by_batch;
+    decode.extend(
+        scaled
+            .decode_s_by_batch
+            .iter()
+            .filter(|&&(batch, _)| batch > largest),
+    );
+    for i in 1..decode.len() {
+        decode[i].1 = decode[i].1.max(decode[i - 1].1);
+    }
+    Some(StepModel {
+        decode_s_by_batch: decode,
+        ..own
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,6 +230,38 @@ mod tests {
             }
         );
         assert_eq!(scaled(&model, none), model);
+    }
+
+    /// A sample that measured batches 1 and 2 gives its own steps there and its own prompt line; the
+    /// larger batches come from the profile scaled by the sample's decode drift.
+    #[test]
+    fn a_calibrated_model_is_the_sample_where_it_measured_and_the_scaled_profile_beyond() {
+        let profiled = StepModel {
+            decode_s_by_batch: vec![(1.0, 0.006), (2.0, 0.010), (4.0, 0.016)],
+            prompt_token_s: 0.002,
+            prompt_step_s: 0.004,
+            steps: 40,
+        };
+        let mut sample = StepTimes::with_max_batch(4);
+        for _ in 0..4 {
+            sample.record(1, 0, 0.0066);
+            sample.record(2, 0, 0.0110);
+        }
+        for p in [50, 100, 150] {
+            sample.record(0, p, 0.005 + 0.003 * p as f64);
+        }
+        let model = calibrated(&profiled, &sample).expect("a model");
+        let (ones, twos) = (0.0066, 0.0110);
+        assert!((model.decode_s(1.0) - ones).abs() < 1e-12, "{model:?}");
+        assert!((model.decode_s(2.0) - twos).abs() < 1e-12, "{model:?}");
+        let ratio = (4.0 * ones + 4.0 * twos) / (4.0 * 0.006 + 4.0 * 0.010);
+        assert!(
+            (model.decode_s(4.0) - 0.016 * ratio).abs() < 1e-12,
+            "{model:?}"
+        );
+        assert!((model.prompt_token_s - 0.003).abs() < 1e-9, "{model:?}");
+        assert!((model.prompt_step_s - 0.005).abs() < 1e-9, "{model:?}");
+        assert_eq!(calibrated(&profiled, &StepTimes::with_max_batch(4)), None);
     }
 
     /// A negative intercept is not a time: the line then goes through the origin; a larger batch

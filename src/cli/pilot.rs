@@ -332,7 +332,7 @@ fn render(r: &PilotReport, id: i64, workload: &Path) -> String {
             let _ = writeln!(
                 out,
                 "calibration: {} requests over {:.0} s through the gateway before the replay; engine steps \
-                 {} (decode) and {} (prompts) of the profile's step model, which the prediction scales by",
+                 {} (decode) and {} (prompts) of the profile's step model; the prediction runs on its steps",
                 c.requests,
                 c.duration_s,
                 ratio(c.decode_over_profiled),

@@ -678,8 +678,8 @@ fn host_pace_text(r: &view::PilotReplay) -> String {
         let ratio = |v: Option<f64>| v.map_or(fmt::MISSING.to_owned(), |v| format!("{v:.2}x"));
         format!(
             "Calibration: {} requests over {} s through the gateway before the replay ran the engine's \
-             decode steps at {} and its prompts at {} of the profile's step model; the prediction is \
-             scaled by these.",
+             decode steps at {} and its prompts at {} of the profile's step model; the prediction runs \
+             on the steps of that sample.",
             c.requests,
             fmt::opt(c.duration_s, 0),
             ratio(c.decode_over_profiled),
