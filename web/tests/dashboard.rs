@@ -305,8 +305,8 @@ async fn plans_pilots_and_gateway_pages_and_api() {
             "-8.1%",
             "Largest p99 E2E error: 8.3%",
             "61.6 output tokens/s when profiled, 55.8 right before the replay, 61.4 right after (95% of",
-            "Calibration: 42 requests over 40 s through the gateway before the replay ran the engine's \
-             decode steps at 1.07x and its prompts at 1.18x of the profile's step model",
+            "Calibration: 42 requests over 40 s through the gateway before the replay ran the engine&#39;s \
+             decode steps at 1.07x and its prompts at 1.18x of the profile&#39;s step model",
             "all requests",
             "-9.1%",
             "abc123",
