@@ -890,21 +890,22 @@ async fn replay(
     };
     loadgen::replay(&warmup_spec, &warmup).await?;
     let calibration = calibrate(pilot, &engine, &load, &load_spec, profile).await?;
-    let predicted = match &calibration {
-        Some(c) => {
-            let mut calibrated = profiles.to_vec();
-            for p in calibrated.iter_mut().filter(|p| p.id == profile.id) {
-                p.step_model = Some(c.step_model.clone());
-            }
-            decide::predict_replay(
-                plan,
-                pilot.workload,
-                &calibrated,
-                &trace,
-                with_gpu,
-                spec.seed,
-            )?
+    let predict_on = |steps: &StepModel| {
+        let mut with_steps = profiles.to_vec();
+        for p in with_steps.iter_mut().filter(|p| p.id == profile.id) {
+            p.step_model = Some(steps.clone());
         }
+        decide::predict_replay(
+            plan,
+            pilot.workload,
+            &with_steps,
+            &trace,
+            with_gpu,
+            spec.seed,
+        )
+    };
+    let predicted = match &calibration {
+        Some(c) => predict_on(&c.step_model)?,
         None => as_profiled.clone(),
     };
     let pace_shape = profiling_shape(pilot.workload, spec);
@@ -939,21 +940,10 @@ async fn replay(
         settings,
         host_hourly,
     );
+    let everything: Vec<&ReplayRecord> = records.iter().collect();
     let all_with_replay_steps = match &step_model {
         Some(steps) => {
-            let mut replayed = profiles.to_vec();
-            for p in replayed.iter_mut().filter(|p| p.id == profile.id) {
-                p.step_model = Some(steps.clone());
-            }
-            let again = decide::predict_replay(
-                plan,
-                pilot.workload,
-                &replayed,
-                &trace,
-                with_gpu,
-                spec.seed,
-            )?;
-            let everything: Vec<&ReplayRecord> = records.iter().collect();
+            let again = predict_on(steps)?;
             Some(Comparison::of(
                 &everything,
                 again.ttft_p99_s,
@@ -962,7 +952,6 @@ async fn replay(
         }
         None => None,
     };
-    let everything: Vec<&ReplayRecord> = records.iter().collect();
     let all_as_profiled = calibration
         .is_some()
         .then(|| Comparison::of(&everything, as_profiled.ttft_p99_s, as_profiled.e2e_p99_s));
@@ -1017,16 +1006,12 @@ async fn calibrate(
     };
     let before = engine.step_times().await;
     loadgen::replay(&sample_spec, &sample).await?;
-    let steps = match (before, engine.step_times().await) {
-        (Ok(before), Ok(after)) => after.since(&before),
-        (Err(e), _) | (_, Err(e)) => {
-            tracing::warn!(error = %e, "no step timings from the engine: no calibration");
-            return Ok(None);
-        }
+    let Some(steps) = engine.steps_since(before).await else {
+        return Ok(None);
     };
     let drift = step_fit::drift(&steps, model);
     Ok(
-        step_fit::calibrated(model, &steps).map(|step_model| Calibration {
+        step_fit::calibrated(model, &steps, drift).map(|step_model| Calibration {
             duration_s,
             requests: sample.len(),
             decode_over_profiled: drift.decode,

@@ -354,8 +354,14 @@ impl EngineProcess {
     /// `None` when the steps were too few or a reading failed (logged: the planner then derives the
     /// steps from the load curve).
     pub async fn step_model_since(&self, before: Result<StepTimes>) -> Option<StepModel> {
+        step_fit::fit(&self.steps_since(before).await?)
+    }
+
+    /// The steps run since `before` (an earlier [`Self::step_times`]); `None` when a reading failed
+    /// (logged).
+    pub async fn steps_since(&self, before: Result<StepTimes>) -> Option<StepTimes> {
         match (before, self.step_times().await) {
-            (Ok(before), Ok(after)) => step_fit::fit(&after.since(&before)),
+            (Ok(before), Ok(after)) => Some(after.since(&before)),
             (Err(e), _) | (_, Err(e)) => {
                 tracing::warn!(error = %e, "no step timings from the engine");
                 None

@@ -131,10 +131,9 @@ pub fn scaled(model: &StepModel, drift: Drift) -> StepModel {
 
 /// The step model to predict a load with, from `sample` (the engine's steps under a sample of that
 /// load) and the profile's `profiled` model: the sample's own fit where it measured (its decode
-/// batches and its prompt line), and beyond its largest batch the profiled model scaled by the sample's
-/// [`drift`]. `None` when the sample says nothing (neither a fit nor a drift).
-pub fn calibrated(profiled: &StepModel, sample: &StepTimes) -> Option<StepModel> {
-    let d = drift(sample, profiled);
+/// batches and its prompt line), and beyond its largest batch the profiled model scaled by `d`, the
+/// sample's [`drift`] against it. `None` when the sample says nothing (neither a fit nor a drift).
+pub fn calibrated(profiled: &StepModel, sample: &StepTimes, d: Drift) -> Option<StepModel> {
     let scaled = scaled(profiled, d);
     let Some(own) = fit(sample) else {
         return (d.decode.is_some() || d.prompt.is_some()).then_some(scaled);
@@ -250,7 +249,7 @@ mod tests {
         for p in [50, 100, 150] {
             sample.record(0, p, 0.005 + 0.003 * p as f64);
         }
-        let model = calibrated(&profiled, &sample).expect("a model");
+        let model = calibrated(&profiled, &sample, drift(&sample, &profiled)).expect("a model");
         let (ones, twos) = (0.0066, 0.0110);
         assert!((model.decode_s(1.0) - ones).abs() < 1e-12, "{model:?}");
         assert!((model.decode_s(2.0) - twos).abs() < 1e-12, "{model:?}");
@@ -261,7 +260,11 @@ mod tests {
         );
         assert!((model.prompt_token_s - 0.003).abs() < 1e-9, "{model:?}");
         assert!((model.prompt_step_s - 0.005).abs() < 1e-9, "{model:?}");
-        assert_eq!(calibrated(&profiled, &StepTimes::with_max_batch(4)), None);
+        let empty = StepTimes::with_max_batch(4);
+        assert_eq!(
+            calibrated(&profiled, &empty, drift(&empty, &profiled)),
+            None
+        );
     }
 
     /// A negative intercept is not a time: the line then goes through the origin; a larger batch

@@ -26,8 +26,8 @@ use crate::{
     weights::{Weight, WeightData},
 };
 
-/// Rows per parallel task: small enough to balance, large enough to amortize scheduling.
-const ROWS_PER_TASK: usize = 64;
+/// Rows a task of a few tokens runs across every token at a time, kept in cache meanwhile.
+const ROWS_PER_BLOCK: usize = 64;
 /// Parallel tasks per thread of a product split over rows. Every task is claimed from one shared
 /// atomic word, which moves between the cores' caches at each claim: with the model's 576-row
 /// matrices in tasks of 64 rows, claiming cost a quarter of a two-thread decode step, so a product
@@ -290,9 +290,9 @@ fn rows_matmul(
     transposed.resize(n_tokens * w.rows, 0.0);
     let rows_per_task = rows_per_thread(w.rows, split.threads());
     split.chunks_mut(transposed, rows_per_task * n_tokens, |task, chunk| {
-        for (block, chunk) in chunk.chunks_mut(ROWS_PER_TASK * n_tokens).enumerate() {
-            let first_row = task * rows_per_task + block * ROWS_PER_TASK;
-            let mut row_out = [0.0f32; ROWS_PER_TASK];
+        for (block, chunk) in chunk.chunks_mut(ROWS_PER_BLOCK * n_tokens).enumerate() {
+            let first_row = task * rows_per_task + block * ROWS_PER_BLOCK;
+            let mut row_out = [0.0f32; ROWS_PER_BLOCK];
             let row_out = &mut row_out[..chunk.len() / n_tokens];
             for t in 0..n_tokens {
                 rows_dot(k, w, converted, first_row, t, row_out, true);
