@@ -43,6 +43,8 @@ struct Sequence {
     stops: StopMatcher,
     decoder: StreamDecoder,
     events: Box<dyn EventSink>,
+    /// This step's events, sent once the step's time is recorded.
+    outbox: Vec<Event>,
     cached_tokens: usize,
     preemptions: usize,
     admitted_once: bool,
@@ -123,6 +125,7 @@ impl Scheduler {
             sampler,
             decoder: StreamDecoder::default(),
             events,
+            outbox: Vec::new(),
             cached_tokens: 0,
             preemptions: 0,
             admitted_once: false,
@@ -160,11 +163,14 @@ impl Scheduler {
         let started = Instant::now();
         let slots = self.plan_step();
         let (decoding, prompt_tokens) = self.step_shape(&slots);
-        if self.run(&slots) {
+        if let Some(done) = self.run(&slots) {
+            // Recorded before the step's events go out, so a client holding its answer also finds
+            // the step that made it in the timings.
             let seconds = started.elapsed().as_secs_f64();
             self.stats
                 .step_times_mut()
                 .record(decoding, prompt_tokens, seconds);
+            self.deliver(done);
         }
         self.publish();
     }
@@ -316,9 +322,10 @@ impl Scheduler {
         self.blocks.insert(&seq.tokens[..seq.computed], &seq.blocks);
     }
 
-    /// Runs the forward pass for `slots`, then samples and streams for each sequence that reached
-    /// its last token; `false` when the forward pass failed.
-    fn run(&mut self, slots: &[Slot]) -> bool {
+    /// Runs the forward pass for `slots`, then samples for each sequence that reached its last
+    /// token, holding the events in its outbox; the indexes of the sequences now done, or `None`
+    /// when the forward pass failed.
+    fn run(&mut self, slots: &[Slot]) -> Option<Vec<usize>> {
         let batch: Vec<BatchSeq<'_>> = slots
             .iter()
             .map(|slot| {
@@ -339,7 +346,7 @@ impl Scheduler {
             Err(e) => {
                 tracing::error!(error = %e, "a batched forward pass failed");
                 self.fail_running(&format!("the engine failed: {e}"));
-                return false;
+                return None;
             }
         };
         let mut done = Vec::new();
@@ -362,15 +369,24 @@ impl Scheduler {
                 done.push(slot.index);
             }
         }
+        Some(done)
+    }
+
+    /// Sends the running sequences' held events, then retires the sequences `done`.
+    fn deliver(&mut self, mut done: Vec<usize>) {
+        for seq in &mut self.running {
+            for event in std::mem::take(&mut seq.outbox) {
+                seq.events.send(event);
+            }
+        }
         done.sort_unstable_by(|a, b| b.cmp(a));
         for index in done {
             let seq = self.running.swap_remove(index);
             self.retire(seq);
         }
-        true
     }
 
-    /// Samples the next token of sequence `index` and streams it; `true` when the sequence is done.
+    /// Samples the next token of sequence `index` into its outbox; `true` when the sequence is done.
     fn advance(&mut self, index: usize, logits: &[f32]) -> bool {
         let tokenizer = &self.model.tokenizer;
         let context = self.model.model.config().context_length;
@@ -393,16 +409,16 @@ impl Scheduler {
         if !seq.ignore_eos && tokenizer.is_end_of_generation(token) {
             let tail = flush(seq);
             let event = finish(seq, StopReason::EndOfGeneration, tail);
-            seq.events.send(Event::Token(TokenOut {
+            seq.outbox.push(Event::Token(TokenOut {
                 id: token,
                 text: String::new(),
                 logprob,
             }));
-            seq.events.send(event);
+            seq.outbox.push(event);
             return true;
         }
         let outcome = seq.stops.push(&seq.decoder.push(tokenizer, token));
-        let alive = seq.events.send(Event::Token(TokenOut {
+        seq.outbox.push(Event::Token(TokenOut {
             id: token,
             text: outcome.text,
             logprob,
@@ -424,10 +440,10 @@ impl Scheduler {
                     flush(seq)
                 };
                 let event = finish(seq, reason, tail);
-                seq.events.send(event);
+                seq.outbox.push(event);
                 true
             }
-            None => !alive,
+            None => seq.events.is_closed(),
         }
     }
 
