@@ -46,6 +46,7 @@
 pub mod catalog;
 mod error;
 pub mod estimate;
+pub mod pace;
 pub mod pilot;
 pub mod plan;
 pub mod profile;

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Result, invalid};
 use crate::plan::{Plan, r6};
 use crate::profile::{ConfigProfile, Scaling, ScalingRule};
-use crate::sim::{SimOptions, SimReport, exponential, simulate};
+use crate::sim::{PaceDrift, SimOptions, SimReport, exponential, simulate};
 use crate::workload::{Arrivals, DAYS_PER_MONTH, GpuFallbackSpec, TraceRecord, Workload};
 
 /// `[pilot]` of a workload file: what to try and how strict to be. Every key has a default.
@@ -518,6 +518,22 @@ pub fn predict_replay(
     with_gpu: bool,
     seed: u64,
 ) -> Result<SimReport> {
+    predict_replay_drifting(plan, workload, profiles, trace, with_gpu, seed, None)
+}
+
+/// As [`predict_replay`], with the host's pace moving over time as `drift` says (none: steady).
+///
+/// # Errors
+/// As [`simulate`]: the plan's config missing from `profiles`.
+pub fn predict_replay_drifting(
+    plan: &Plan,
+    workload: &Workload,
+    profiles: &[ConfigProfile],
+    trace: &[TraceRecord],
+    with_gpu: bool,
+    seed: u64,
+    drift: Option<PaceDrift>,
+) -> Result<SimReport> {
     let mut one_host = plan.clone();
     one_host.chosen.scaling = Scaling {
         rule: ScalingRule::MeasuredOnType,
@@ -539,6 +555,7 @@ pub fn predict_replay(
         traffic_scale: 1.0,
         overflow_to_gpu: with_gpu,
         budget_policy: false,
+        pace_drift: drift,
     };
     simulate(&one_host, &sample, profiles, seed, &opts)
 }
@@ -1291,5 +1308,78 @@ replay_s = 30
         }
         assert_eq!(relative_error(1.1, 1.0), Some(0.1));
         assert_eq!(relative_error(1.0, 0.0), None);
+    }
+
+    /// Over a spread of paces the prediction is the runs' mean within their band; no spread, or no step
+    /// model to scale, is the one prediction.
+    #[test]
+    fn the_replay_predicted_over_paces_is_the_mean_of_its_runs() {
+        use crate::pace::{PaceSpread, predict_replay_over_paces};
+        use crate::service::StepModel;
+        let (p, w, mut profiles) = planned();
+        let load = replay_load(&p, false);
+        let trace = replay_trace(&w, &load, 300.0, 3);
+        let one = predict_replay(&p, &w, &profiles, &trace, false, 3).expect("predicts");
+        let spread = PaceSpread {
+            sigma: 0.1,
+            runs: 9,
+            block_s: 0.0,
+        };
+        let curve_only =
+            predict_replay_over_paces(&p, &w, &profiles, &trace, false, 3, None, spread)
+                .expect("one");
+        assert_eq!(curve_only.paces, [1.0]);
+        assert_eq!(curve_only.mean, one);
+        assert_eq!(curve_only.all.e2e_s.low, one.e2e_p99_s);
+        assert_eq!(curve_only.all.e2e_s.high, one.e2e_p99_s);
+        profiles[0].step_model = Some(StepModel {
+            decode_s_by_batch: vec![(1.0, 0.012), (4.0, 0.02), (8.0, 0.03)],
+            prompt_token_s: 0.002,
+            prompt_step_s: 0.01,
+            steps: 500,
+        });
+        let at_one = predict_replay(&p, &w, &profiles, &trace, false, 3).expect("predicts");
+        let still = PaceSpread {
+            sigma: 0.0,
+            runs: 5,
+            block_s: 10.0,
+        };
+        let flat = predict_replay_over_paces(&p, &w, &profiles, &trace, false, 3, None, still)
+            .expect("flat");
+        assert_eq!(flat.paces, [1.0; 5]);
+        assert!((flat.mean.e2e_p99_s - at_one.e2e_p99_s).abs() < 1e-6);
+        let spread_out =
+            predict_replay_over_paces(&p, &w, &profiles, &trace, false, 3, None, spread)
+                .expect("spread");
+        assert_eq!(spread_out.paces.len(), 9);
+        let bands = std::iter::once(&spread_out.all).chain(&spread_out.classes);
+        let means = std::iter::once((spread_out.mean.ttft_p99_s, spread_out.mean.e2e_p99_s)).chain(
+            spread_out
+                .mean
+                .classes
+                .iter()
+                .map(|c| (c.ttft_p99_s, c.e2e_p99_s)),
+        );
+        for (b, (ttft, e2e)) in bands.zip(means) {
+            assert!(b.e2e_s.low <= e2e && e2e <= b.e2e_s.high, "{b:?} {e2e}");
+            assert!(
+                b.ttft_s.low <= ttft && ttft <= b.ttft_s.high,
+                "{b:?} {ttft}"
+            );
+            assert!(b.e2e_s.low < b.e2e_s.high, "{b:?}");
+        }
+        let slowest = profiles[0]
+            .step_model
+            .as_ref()
+            .map(|m| m.scaled(spread_out.paces[8], spread_out.paces[8]));
+        let mut slow = profiles.clone();
+        slow[0].step_model = slowest;
+        let slow = predict_replay(&p, &w, &slow, &trace, false, 3).expect("slow");
+        assert!(slow.e2e_p99_s > at_one.e2e_p99_s, "{slow:?}");
+        // Nine runs: the band is their lowest and highest, and the slowest pace is one of them.
+        assert!(
+            slow.e2e_p99_s <= spread_out.all.e2e_s.high + 1e-6,
+            "{slow:?}"
+        );
     }
 }

@@ -63,6 +63,21 @@ impl StepModel {
         }
     }
 
+    /// The same engine running its decode-only steps `decode` times and its prompt tokens' share of a
+    /// step `prompt` times as long (above 1: slower).
+    pub fn scaled(&self, decode: f64, prompt: f64) -> StepModel {
+        StepModel {
+            decode_s_by_batch: self
+                .decode_s_by_batch
+                .iter()
+                .map(|&(batch, s)| (batch, s * decode))
+                .collect(),
+            prompt_token_s: self.prompt_token_s * prompt,
+            prompt_step_s: self.prompt_step_s * prompt,
+            steps: self.steps,
+        }
+    }
+
     /// Whether it can stand for the engine: some decode steps, and prompt tokens that take time.
     pub fn is_usable(&self) -> bool {
         !self.decode_s_by_batch.is_empty()

@@ -19,7 +19,7 @@ use crate::route::{
     route,
 };
 use crate::service::ServiceCurve;
-use crate::workload::{Arrivals, GpuPricing, HOURS, Sla, TraceRecord, Workload};
+use crate::workload::{Arrivals, GpuPricing, HOURS, Sla, TraceRecord, Workload, standard_normal};
 
 /// Largest CPU pool the simulator replays (each instance is a station with its own slots).
 pub const MAX_SIM_INSTANCES: u32 = 100_000;
@@ -35,6 +35,62 @@ pub struct SimOptions {
     pub overflow_to_gpu: bool,
     /// Apply the workload's budget actions while replaying.
     pub budget_policy: bool,
+    /// Let each CPU host's pace move over time as a measured engine's did (none: steady).
+    #[serde(default)]
+    pub pace_drift: Option<PaceDrift>,
+}
+
+/// A host's pace moving over time: each step lasts its modelled time times a factor drawn afresh for
+/// every block of `block_s` seconds, log-normal with `sigma` (`exp(sigma z)`), so that the slower and
+/// faster stretches a calibration measured on a shared host carry into the simulation. Each host draws
+/// its own factors from `seed`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PaceDrift {
+    /// Seconds of each block.
+    pub block_s: f64,
+    /// Standard deviation of the log of a block's factor.
+    pub sigma: f64,
+    /// Seed of the factors.
+    pub seed: u64,
+}
+
+/// The factors of one host's [`PaceDrift`], drawn block by block as the host's clock reaches them.
+#[derive(Debug, Clone)]
+struct PaceTrack {
+    drift: PaceDrift,
+    rng: ChaCha8Rng,
+    factors: Vec<f64>,
+}
+
+impl PaceTrack {
+    fn new(drift: PaceDrift, host: usize) -> PaceTrack {
+        PaceTrack {
+            drift,
+            rng: ChaCha8Rng::seed_from_u64(
+                drift.seed ^ (host as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            ),
+            factors: Vec::new(),
+        }
+    }
+
+    /// The block of time `t` and the end of that block.
+    fn block(&self, t: f64) -> (usize, f64) {
+        if !(self.drift.block_s > 0.0 && t.is_finite()) {
+            return (0, f64::INFINITY);
+        }
+        let block = (t.max(0.0) / self.drift.block_s).floor();
+        (block as usize, (block + 1.0) * self.drift.block_s)
+    }
+
+    /// The factor of the block holding time `t`.
+    fn factor(&mut self, t: f64) -> f64 {
+        let (block, _) = self.block(t);
+        while self.factors.len() <= block {
+            let z = standard_normal(&mut self.rng);
+            self.factors.push((self.drift.sigma * z).exp());
+        }
+        self.factors[block]
+    }
 }
 
 impl Default for SimOptions {
@@ -45,6 +101,7 @@ impl Default for SimOptions {
             traffic_scale: 1.0,
             overflow_to_gpu: true,
             budget_policy: true,
+            pace_drift: None,
         }
     }
 }
@@ -99,6 +156,25 @@ pub struct SimReport {
     pub e2e_p99_s: f64,
     /// Per class.
     pub classes: Vec<ClassSim>,
+}
+
+impl SimReport {
+    /// A report of no requests (nothing was simulated).
+    pub fn empty(seed: u64) -> SimReport {
+        SimReport {
+            seed,
+            days: 0.0,
+            requests: 0,
+            gpu_share: 0.0,
+            rejected_share: 0.0,
+            cpu_cost: 0.0,
+            gpu_cost: 0.0,
+            cost_per_day: 0.0,
+            ttft_p99_s: 0.0,
+            e2e_p99_s: 0.0,
+            classes: Vec::new(),
+        }
+    }
 }
 
 /// An FCFS station with `slots` servers. Each request takes the slot that frees first (the Kiefer-Wolfowitz
@@ -184,6 +260,8 @@ pub struct BatchingHost {
     /// Admitted requests, in admission order.
     running: Vec<Job>,
     finished: Vec<Finished>,
+    /// How its pace moves over time (none: steady).
+    pace: Option<PaceTrack>,
 }
 
 impl BatchingHost {
@@ -196,7 +274,27 @@ impl BatchingHost {
             waiting: VecDeque::new(),
             running: Vec::new(),
             finished: Vec::new(),
+            pace: None,
         }
+    }
+
+    /// An idle host serving with `curve` at a pace that moves as `drift` says; `host` tells hosts of
+    /// one simulation apart, so that each draws its own factors.
+    pub fn drifting(curve: &ServiceCurve, drift: PaceDrift, host: usize) -> BatchingHost {
+        BatchingHost {
+            pace: Some(PaceTrack::new(drift, host)),
+            ..BatchingHost::new(curve)
+        }
+    }
+
+    /// Seconds of a step started now that runs `decoding` tokens and `prompt_tokens`, at the host's
+    /// pace.
+    fn step_s(&mut self, decoding: f64, prompt_tokens: f64) -> f64 {
+        let factor = match &mut self.pace {
+            Some(pace) => pace.factor(self.now),
+            None => 1.0,
+        };
+        (self.curve.step_s(decoding, prompt_tokens) * factor).max(MIN_STEP_S)
     }
 
     /// Admits a request of `class` arriving at `t` (not before the last time the host was run to).
@@ -272,7 +370,7 @@ impl BatchingHost {
             budget -= job.chunk;
             prompt_tokens += job.chunk;
         }
-        let step = self.curve.step_s(decoding, prompt_tokens).max(MIN_STEP_S);
+        let step = self.step_s(decoding, prompt_tokens);
         self.step_end = Some(self.now + step);
     }
 
@@ -317,10 +415,13 @@ impl BatchingHost {
         {
             return;
         }
-        let step = self
-            .curve
-            .step_s(self.running.len() as f64, 0.0)
-            .max(MIN_STEP_S);
+        let step = self.step_s(self.running.len() as f64, 0.0);
+        // Alike only while the pace holds: the skipped steps start within the current block.
+        let block_end = self
+            .pace
+            .as_ref()
+            .map_or(f64::INFINITY, |p| p.block(self.now).1);
+        let within_block = ((block_end - self.now) / step).ceil().max(1.0);
         let fewest = self
             .running
             .iter()
@@ -331,7 +432,7 @@ impl BatchingHost {
         } else {
             f64::INFINITY
         };
-        let skip = (fewest - 1.0).min(before_t).max(0.0);
+        let skip = (fewest - 1.0).min(before_t).min(within_block).max(0.0);
         if skip >= 1.0 {
             for job in &mut self.running {
                 job.output_left -= skip;
@@ -490,7 +591,12 @@ impl<'a> Run<'a> {
             curve,
             rules,
             opts,
-            stations: (0..max_n).map(|_| BatchingHost::new(curve)).collect(),
+            stations: (0..max_n)
+                .map(|host| match opts.pace_drift {
+                    Some(drift) => BatchingHost::drifting(curve, drift, host),
+                    None => BatchingHost::new(curve),
+                })
+                .collect(),
             loads: vec![InstanceLoad::default(); max_n],
             samples: workload
                 .classes
@@ -838,6 +944,47 @@ mod tests {
             finished(&mut host)
         };
         assert_eq!(run(100.0), run(0.013));
+    }
+
+    /// A drifting pace with no spread is the steady host; with one, the same seed gives the same steps
+    /// (however the host is looked at, so skipping stays within a block), and another seed others.
+    #[test]
+    fn a_drifting_pace_moves_the_steps_block_by_block() {
+        let run = |sigma: f64, seed: u64, probe_every: f64| {
+            let drift = PaceDrift {
+                block_s: 0.5,
+                sigma,
+                seed,
+            };
+            let mut host = BatchingHost::drifting(&curve(3), drift, 0);
+            for (i, (prompt, output)) in [(10.0, 40.0), (30.0, 7.0), (5.0, 90.0)]
+                .into_iter()
+                .enumerate()
+            {
+                host.admit(0.7 * i as f64, i, prompt, output);
+            }
+            let mut probe = 1.4;
+            while probe < 40.0 {
+                host.load(probe);
+                probe += probe_every;
+            }
+            finished(&mut host)
+        };
+        let steady = {
+            let mut host = BatchingHost::new(&curve(3));
+            for (i, (prompt, output)) in [(10.0, 40.0), (30.0, 7.0), (5.0, 90.0)]
+                .into_iter()
+                .enumerate()
+            {
+                host.admit(0.7 * i as f64, i, prompt, output);
+            }
+            finished(&mut host)
+        };
+        assert_eq!(run(0.0, 1, 100.0), steady);
+        let drifting = run(0.3, 1, 100.0);
+        assert_ne!(drifting, steady);
+        assert_eq!(drifting, run(0.3, 1, 0.013));
+        assert_ne!(drifting, run(0.3, 2, 100.0));
     }
 
     #[test]

@@ -1,0 +1,347 @@
+//! The replay's prediction over a spread of the engine's pace. A replay of a few minutes has its p99 set
+//! by a handful of requests, and whether one of them gets its last token out just before or just after
+//! a long prompt step can move that p99 by a fifth, on a pace a percent or two off. Any single
+//! simulation on a point estimate of the pace lands on one side of such an edge by chance. So the
+//! replay is simulated many times with the engine's pace spread as it was measured to move: each run
+//! scales every step by a factor of its own (stratified quantiles of a log-normal, for how far the
+//! calibrated pace may be off) and by a factor drawn afresh for each block of time (for the slower and
+//! faster stretches within a run); the prediction is the mean of those runs, with the band that the
+//! middle of them spans.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::pilot::predict_replay_drifting;
+use crate::plan::{Plan, r6};
+use crate::profile::ConfigProfile;
+use crate::service::StepModel;
+use crate::sim::{ClassSim, PaceDrift, SimReport};
+use crate::workload::{TraceRecord, Workload};
+
+/// How the engine's pace is spread around its calibrated value.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PaceSpread {
+    /// Standard deviation of the log of the step-time factors (0.03: about 3%).
+    pub sigma: f64,
+    /// Simulations, each with its whole-run factor at the quantile (i + 0.5) / runs.
+    pub runs: u32,
+    /// Seconds of each block with a factor of its own within a run (0: none).
+    #[serde(default)]
+    pub block_s: f64,
+}
+
+impl PaceSpread {
+    /// No spread: one simulation at the given pace.
+    pub const NONE: PaceSpread = PaceSpread {
+        sigma: 0.0,
+        runs: 1,
+        block_s: 0.0,
+    };
+}
+
+/// Lowest and highest value of the middle 80% of the runs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Band {
+    /// 10th percentile of the runs' values.
+    pub low: f64,
+    /// 90th percentile of the runs' values.
+    pub high: f64,
+}
+
+impl Band {
+    /// The band of `values` (a point band for one value; `None` for none).
+    pub fn of(values: &[f64]) -> Option<Band> {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
+        Some(Band {
+            low: r6(at(0.1)),
+            high: r6(at(0.9)),
+        })
+    }
+}
+
+/// The p99 bands of one class (or of every request together).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct P99Bands {
+    /// p99 TTFT over the runs, seconds.
+    pub ttft_s: Band,
+    /// p99 E2E over the runs, seconds.
+    pub e2e_s: Band,
+}
+
+/// The replay predicted at each pace of a spread.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpreadPrediction {
+    /// The runs' mean: p99s, attainment, shares and costs averaged over them.
+    pub mean: SimReport,
+    /// The step-time factor of each run (1: the calibrated pace).
+    pub paces: Vec<f64>,
+    /// Every request together.
+    pub all: P99Bands,
+    /// Per class, in the workload's order.
+    pub classes: Vec<P99Bands>,
+}
+
+/// Predicts the replay of `trace` (as [`crate::pilot::predict_replay`]) with the chosen config's step
+/// model (`steps` in its place when given) scaled by each whole-run factor of `spread`, its pace
+/// drifting block by block. A profile without a usable step model has no pace to spread: its one
+/// prediction comes back with point bands.
+///
+/// # Errors
+/// As [`crate::pilot::predict_replay`].
+#[allow(clippy::too_many_arguments)]
+pub fn predict_replay_over_paces(
+    plan: &Plan,
+    workload: &Workload,
+    profiles: &[ConfigProfile],
+    trace: &[TraceRecord],
+    with_gpu: bool,
+    seed: u64,
+    steps: Option<&StepModel>,
+    spread: PaceSpread,
+) -> Result<SpreadPrediction> {
+    let chosen = profiles
+        .iter()
+        .position(|p| p.id == plan.chosen.config)
+        .and_then(|i| Some((i, steps.or(profiles[i].step_model.as_ref())?)))
+        .filter(|(_, m)| m.is_usable());
+    let paces = match chosen {
+        Some(_) => pace_factors(spread),
+        None => vec![1.0],
+    };
+    let drifts = chosen.is_some() && spread.block_s > 0.0 && spread.sigma > 0.0;
+    let mut runs = Vec::with_capacity(paces.len());
+    for (run, &pace) in paces.iter().enumerate() {
+        let mut scaled = profiles.to_vec();
+        if let Some((i, model)) = &chosen {
+            scaled[*i].step_model = Some(model.scaled(pace, pace));
+        }
+        let drift = drifts.then(|| PaceDrift {
+            block_s: spread.block_s,
+            sigma: spread.sigma,
+            seed: seed.wrapping_add(run as u64),
+        });
+        runs.push(predict_replay_drifting(
+            plan, workload, &scaled, trace, with_gpu, seed, drift,
+        )?);
+    }
+    Ok(SpreadPrediction {
+        all: bands(&runs, |r| (r.ttft_p99_s, r.e2e_p99_s)),
+        classes: (0..workload.classes.len())
+            .map(|c| {
+                bands(&runs, |r| {
+                    r.classes
+                        .get(c)
+                        .map_or((0.0, 0.0), |k| (k.ttft_p99_s, k.e2e_p99_s))
+                })
+            })
+            .collect(),
+        mean: mean_report(&runs),
+        paces: paces.into_iter().map(r6).collect(),
+    })
+}
+
+/// The step-time factors of `spread`: exp(sigma x z) at the standard normal's quantiles
+/// (i + 0.5) / runs, so that the runs stand for the spread in equal shares.
+pub fn pace_factors(spread: PaceSpread) -> Vec<f64> {
+    let runs = spread.runs.max(1);
+    let sigma = if spread.sigma.is_finite() {
+        spread.sigma.max(0.0)
+    } else {
+        0.0
+    };
+    (0..runs)
+        .map(|i| (sigma * normal_quantile((f64::from(i) + 0.5) / f64::from(runs))).exp())
+        .collect()
+}
+
+fn bands(runs: &[SimReport], p99s: impl Fn(&SimReport) -> (f64, f64)) -> P99Bands {
+    let (ttft, e2e): (Vec<f64>, Vec<f64>) = runs.iter().map(p99s).unzip();
+    let point = Band {
+        low: 0.0,
+        high: 0.0,
+    };
+    P99Bands {
+        ttft_s: Band::of(&ttft).unwrap_or(point),
+        e2e_s: Band::of(&e2e).unwrap_or(point),
+    }
+}
+
+/// The runs' mean report (the first run's when there is one run; runs share their seed, trace and plan,
+/// so their request counts agree).
+fn mean_report(runs: &[SimReport]) -> SimReport {
+    let Some(first) = runs.first() else {
+        return SimReport::empty(0);
+    };
+    let mean =
+        |f: &dyn Fn(&SimReport) -> f64| r6(runs.iter().map(f).sum::<f64>() / runs.len() as f64);
+    let classes = first
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(c, k)| {
+            let of = |f: &dyn Fn(&ClassSim) -> f64| {
+                mean(&|r: &SimReport| r.classes.get(c).map_or(0.0, f))
+            };
+            let (ttft, e2e) = (of(&|x| x.ttft_p99_s), of(&|x| x.e2e_p99_s));
+            let rejected_share = of(&|x| x.rejected_share);
+            ClassSim {
+                class: k.class.clone(),
+                requests: k.requests,
+                rejected_share,
+                gpu_share: of(&|x| x.gpu_share),
+                ttft_p99_s: ttft,
+                e2e_p99_s: e2e,
+                sla: k.sla,
+                attainment: of(&|x| x.attainment),
+                meets_sla: rejected_share == 0.0 && k.sla.met_by(ttft, e2e),
+            }
+        })
+        .collect();
+    SimReport {
+        seed: first.seed,
+        days: first.days,
+        requests: first.requests,
+        gpu_share: mean(&|r| r.gpu_share),
+        rejected_share: mean(&|r| r.rejected_share),
+        cpu_cost: mean(&|r| r.cpu_cost),
+        gpu_cost: mean(&|r| r.gpu_cost),
+        cost_per_day: mean(&|r| r.cost_per_day),
+        ttft_p99_s: mean(&|r| r.ttft_p99_s),
+        e2e_p99_s: mean(&|r| r.e2e_p99_s),
+        classes,
+    }
+}
+
+/// The standard normal's quantile at `p` in (0, 1), by Acklam's rational approximation (relative
+/// error below 1.2e-9); infinite at 0 and 1.
+pub fn normal_quantile(p: f64) -> f64 {
+    const A: [f64; 6] = [
+        -3.969_683_028_665_376e1,
+        2.209_460_984_245_205e2,
+        -2.759_285_104_469_687e2,
+        1.383_577_518_672_69e2,
+        -3.066_479_806_614_716e1,
+        2.506_628_277_459_239,
+    ];
+    const B: [f64; 5] = [
+        -5.447_609_879_822_406e1,
+        1.615_858_368_580_409e2,
+        -1.556_989_798_598_866e2,
+        6.680_131_188_771_972e1,
+        -1.328_068_155_288_572e1,
+    ];
+    const C: [f64; 6] = [
+        -7.784_894_002_430_293e-3,
+        -3.223_964_580_411_365e-1,
+        -2.400_758_277_161_838,
+        -2.549_732_539_343_734,
+        4.374_664_141_464_968,
+        2.938_163_982_698_783,
+    ];
+    const D: [f64; 4] = [
+        7.784_695_709_041_462e-3,
+        3.224_671_290_700_398e-1,
+        2.445_134_137_142_996,
+        3.754_408_661_907_416,
+    ];
+    const LOW: f64 = 0.024_25;
+    if p <= 0.0 {
+        return f64::NEG_INFINITY;
+    }
+    if p >= 1.0 {
+        return f64::INFINITY;
+    }
+    let tail = |q: f64| {
+        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
+            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
+    };
+    if p < LOW {
+        tail((-2.0 * p.ln()).sqrt())
+    } else if p > 1.0 - LOW {
+        -tail((-2.0 * (1.0 - p).ln()).sqrt())
+    } else {
+        let q = p - 0.5;
+        let r = q * q;
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
+            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Known quantiles of the standard normal, and its symmetry.
+    #[test]
+    fn normal_quantiles_are_the_known_ones() {
+        for (p, z) in [
+            (0.5, 0.0),
+            (0.841_344_746, 1.0),
+            (0.975, 1.959_963_985),
+            (0.999, 3.090_232_306),
+            (0.01, -2.326_347_874),
+        ] {
+            assert!(
+                (normal_quantile(p) - z).abs() < 1e-6,
+                "{p}: {}",
+                normal_quantile(p)
+            );
+        }
+        for p in [0.003, 0.2, 0.37] {
+            assert!((normal_quantile(p) + normal_quantile(1.0 - p)).abs() < 1e-9);
+        }
+        assert_eq!(normal_quantile(0.0), f64::NEG_INFINITY);
+        assert_eq!(normal_quantile(1.0), f64::INFINITY);
+    }
+
+    /// The factors centre on 1 in the log, rise with the quantile, and span about the spread's
+    /// sigma on either side; no spread is the one pace.
+    #[test]
+    fn pace_factors_spread_as_the_log_normal() {
+        let f = pace_factors(PaceSpread {
+            sigma: 0.05,
+            runs: 15,
+            block_s: 0.0,
+        });
+        assert_eq!(f.len(), 15);
+        assert!((f[7] - 1.0).abs() < 1e-12, "{f:?}");
+        assert!(f.windows(2).all(|w| w[0] < w[1]), "{f:?}");
+        let logs: Vec<f64> = f.iter().map(|x| x.ln()).collect();
+        assert!(logs.iter().sum::<f64>().abs() < 1e-9);
+        let sd = (logs.iter().map(|l| l * l).sum::<f64>() / 15.0).sqrt();
+        assert!((sd - 0.05).abs() < 0.006, "{sd}");
+        let still = |sigma, runs| PaceSpread {
+            sigma,
+            runs,
+            block_s: 10.0,
+        };
+        assert_eq!(pace_factors(still(0.0, 3)), vec![1.0; 3]);
+        assert_eq!(pace_factors(still(f64::NAN, 0)), vec![1.0]);
+    }
+
+    /// The band is the 10th to the 90th percentile of the values, whatever their order.
+    #[test]
+    fn a_band_is_the_middle_of_the_runs() {
+        let v: Vec<f64> = (1..=20).rev().map(f64::from).collect();
+        assert_eq!(
+            Band::of(&v),
+            Some(Band {
+                low: 2.0,
+                high: 18.0
+            })
+        );
+        assert_eq!(
+            Band::of(&[3.0]),
+            Some(Band {
+                low: 3.0,
+                high: 3.0
+            })
+        );
+        assert_eq!(Band::of(&[]), None);
+    }
+}
