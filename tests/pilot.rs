@@ -157,6 +157,16 @@ async fn a_pilot_runs_end_to_end_and_its_exit_status_is_its_verdict() {
             ratios.iter().any(|r| r.as_f64() > Some(0.0)),
             "{calibration}"
         );
+        // The prediction is the mean over a spread of the engine's pace, with its band.
+        let spread = &replay["pace_spread"];
+        assert_eq!(spread["runs"], 15, "{replay}");
+        let sigma = spread["sigma"].as_f64().expect("sigma");
+        assert!((0.02..=0.15).contains(&sigma), "{spread}");
+        for key in ["predicted_e2e_p99_band_s", "predicted_ttft_p99_band_s"] {
+            let band = &replay["all"][key];
+            let (low, high) = (band["low"].as_f64(), band["high"].as_f64());
+            assert!(low > Some(0.0) && low <= high, "{key}: {band}");
+        }
     }
 
     // Stored with its verdict; reproducible settings are part of it.

@@ -16,9 +16,11 @@ use std::{collections::BTreeMap, path::Path, process::Command, time::Duration};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
+use strata_engine::serve::StepTimes;
 use strata_planner::{
     PlannerError,
     catalog::Catalog,
+    pace::{Band, PaceSpread, SpreadPrediction, predict_replay_over_paces},
     pilot::{
         self as decide, PilotSpec, QualityGate, ReplayEvidence, ReplayLoad, TaskCheck, Verdict,
         VerdictInput, WeightQuality,
@@ -237,22 +239,39 @@ pub struct ReplayReport {
     /// prediction in `all` and `classes` runs; `None` when there was none (no step model in the
     /// profile, or too few steps).
     pub calibration: Option<Calibration>,
-    /// Every request against the prediction from the profile's step model as profiled (set when a
-    /// calibration scaled the one in `all`).
+    /// The spread of the engine's pace that the prediction in `all` and `classes` is the mean over
+    /// (from the calibration's blocks); `None`: one simulation at the profile's pace.
+    pub pace_spread: Option<PaceSpread>,
+    /// Every request against the prediction from the profile's step model as profiled, over the same
+    /// spread of paces (set when a calibration scaled the one in `all`).
     pub all_as_profiled: Option<Comparison>,
 }
 
 /// Seconds of the calibration sample, at most.
 const CALIBRATION_S: f64 = 40.0;
+/// Seconds of each block of the calibration sample whose pace is read apart.
+const CALIBRATION_BLOCK_S: f64 = 10.0;
+/// Spread of the engine's pace the replay is predicted over when the calibration measured none, and
+/// the least and most taken from a measured one (a sample's few blocks can happen to agree closely,
+/// and one disturbed block should not spread the prediction over half the range).
+const DEFAULT_PACE_SPREAD: f64 = 0.03;
+const MIN_PACE_SPREAD: f64 = 0.02;
+const MAX_PACE_SPREAD: f64 = 0.15;
+/// Simulations the replay's prediction averages over the spread of paces.
+const PACE_RUNS: u32 = 15;
 /// Added to the pilot's seed for the calibration sample, so that it is not the replayed one.
 const CALIBRATION_SEED: u64 = 0x5eed;
+/// Added to the pilot's seed for the pace measurements around the replay: with the replay's own seed
+/// their prompts would open as the replay's first prompt does, and the engine's prefix cache would
+/// serve that prompt from them.
+const PACE_SEED: u64 = 0xface;
 
 /// A second sample of the replay's load (another seed), sent through the replay's gateway right before
-/// the replay: the engine's steps there, fitted as profiling fits them. The engine then shares the
-/// pilot host's cores with the gateway and the load generator, which capacity probes straight to the
-/// engine do not see; the replay's prediction runs the simulator on this step model (measured before
-/// the replay, on requests it does not contain; beyond the sample's largest batch, the profile's
-/// model scaled by the sample's decode ratio).
+/// the replay. The engine then shares the pilot host's cores with the gateway and the load generator,
+/// which capacity probes straight to the engine do not see, and it runs its steps a few percent slower.
+/// The replay's prediction runs the simulator on the profile's step model scaled by the sample's
+/// ratios (its pooled decode and prompt steps against the profile's), with the pace spread as widely
+/// as the sample's blocks moved (see [`strata_planner::pace`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct Calibration {
     /// Seconds of the sample.
@@ -263,7 +282,13 @@ pub struct Calibration {
     pub decode_over_profiled: Option<f64>,
     /// Prompt steps' seconds beyond their decode part over the model's.
     pub prompt_over_profiled: Option<f64>,
-    /// The step model the replay is predicted with.
+    /// Seconds of each block the sample's pace was read over.
+    pub block_s: f64,
+    /// Each block's decode ratio to the profile (blocks with too few decode steps left out).
+    pub block_decode_over_profiled: Vec<f64>,
+    /// The blocks' standard deviation over their mean (`None` with fewer than two blocks).
+    pub pace_spread: Option<f64>,
+    /// The step model the replay is predicted with: the profile's, scaled by the two ratios.
     pub step_model: StepModel,
 }
 
@@ -293,12 +318,18 @@ pub struct Comparison {
     pub requests: usize,
     /// Observed p99 TTFT, s.
     pub observed_ttft_p99_s: f64,
-    /// Predicted p99 TTFT, s.
+    /// Predicted p99 TTFT, s (over a spread of paces, the runs' mean).
     pub predicted_ttft_p99_s: f64,
+    /// The 10th to 90th percentile of the runs' p99 TTFT over a spread of paces, s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_ttft_p99_band_s: Option<Band>,
     /// Observed p99 E2E, s.
     pub observed_e2e_p99_s: f64,
-    /// Predicted p99 E2E, s.
+    /// Predicted p99 E2E, s (over a spread of paces, the runs' mean).
     pub predicted_e2e_p99_s: f64,
+    /// The 10th to 90th percentile of the runs' p99 E2E over a spread of paces, s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_e2e_p99_band_s: Option<Band>,
     /// (predicted - observed) / observed of p99 E2E.
     pub e2e_p99_error: Option<f64>,
     /// (predicted - observed) / observed of p99 TTFT.
@@ -306,8 +337,29 @@ pub struct Comparison {
 }
 
 impl Comparison {
-    /// Observed p99s of `records` (failed ones left out) against the predicted ones, seconds.
-    fn of(records: &[&ReplayRecord], predicted_ttft_s: f64, predicted_e2e_s: f64) -> Self {
+    /// Observed p99s of `records` (failed ones left out) against `prediction`'s for every request
+    /// (`class` is `None`) or for one class, with the prediction's bands when it spread over paces.
+    fn against(
+        records: &[&ReplayRecord],
+        prediction: &SpreadPrediction,
+        class: Option<usize>,
+    ) -> Self {
+        let (predicted_ttft_s, predicted_e2e_s, bands) = match class {
+            None => (
+                prediction.mean.ttft_p99_s,
+                prediction.mean.e2e_p99_s,
+                Some(&prediction.all),
+            ),
+            Some(c) => {
+                let mean = prediction.mean.classes.get(c);
+                (
+                    mean.map_or(0.0, |m| m.ttft_p99_s),
+                    mean.map_or(0.0, |m| m.e2e_p99_s),
+                    prediction.classes.get(c),
+                )
+            }
+        };
+        let bands = bands.filter(|_| prediction.paces.len() > 1);
         let ok = || records.iter().filter(|r| r.record.error.is_none());
         let ttft = Percentiles::of(ok().map(|r| r.record.ttft_s)).p99 / 1000.0;
         let e2e = Percentiles::of(ok().map(|r| r.record.e2e_s)).p99 / 1000.0;
@@ -315,8 +367,10 @@ impl Comparison {
             requests: records.len(),
             observed_ttft_p99_s: ttft,
             predicted_ttft_p99_s: predicted_ttft_s,
+            predicted_ttft_p99_band_s: bands.map(|b| b.ttft_s),
             observed_e2e_p99_s: e2e,
             predicted_e2e_p99_s: predicted_e2e_s,
+            predicted_e2e_p99_band_s: bands.map(|b| b.e2e_s),
             e2e_p99_error: decide::relative_error(predicted_e2e_s, e2e),
             ttft_p99_error: decide::relative_error(predicted_ttft_s, ttft),
         }
@@ -525,19 +579,7 @@ fn stay_without_plan(
     configs: Vec<ConfigResult>,
 ) -> PilotReport {
     let decision = decide::stay_without_plan(pilot.workload, &gates);
-    let empty = SimReport {
-        seed: pilot.spec.seed,
-        days: 0.0,
-        requests: 0,
-        gpu_share: 0.0,
-        rejected_share: 0.0,
-        cpu_cost: 0.0,
-        gpu_cost: 0.0,
-        cost_per_day: 0.0,
-        ttft_p99_s: 0.0,
-        e2e_p99_s: 0.0,
-        classes: Vec::new(),
-    };
+    let empty = SimReport::empty(pilot.spec.seed);
     PilotReport {
         schema_version: REPORT_SCHEMA_VERSION,
         workload: pilot.workload.name.clone(),
@@ -802,8 +844,20 @@ async fn replay(
     let with_gpu = pilot.gpu_endpoint.is_some();
     let load = decide::replay_load(plan, with_gpu);
     let trace = decide::replay_trace(pilot.workload, &load, spec.replay_s, spec.seed);
-    let as_profiled =
-        decide::predict_replay(plan, pilot.workload, profiles, &trace, with_gpu, spec.seed)?;
+    // The prediction on `steps` in place of the chosen profile's step model (none: as profiled), over
+    // `spread` (none: one simulation).
+    let predict_on = |steps: Option<&StepModel>, spread: Option<PaceSpread>| {
+        predict_replay_over_paces(
+            plan,
+            pilot.workload,
+            profiles,
+            &trace,
+            with_gpu,
+            spec.seed,
+            steps,
+            spread.unwrap_or(PaceSpread::NONE),
+        )
+    };
     let profile = profiles
         .iter()
         .find(|p| p.id == plan.chosen.config)
@@ -823,7 +877,7 @@ async fn replay(
             load,
             &trace,
             &[],
-            &as_profiled,
+            &predict_on(None, None)?,
             None,
             settings,
             0.0,
@@ -890,26 +944,18 @@ async fn replay(
     };
     loadgen::replay(&warmup_spec, &warmup).await?;
     let calibration = calibrate(pilot, &engine, &load, &load_spec, profile).await?;
-    let predict_on = |steps: &StepModel| {
-        let mut with_steps = profiles.to_vec();
-        for p in with_steps.iter_mut().filter(|p| p.id == profile.id) {
-            p.step_model = Some(steps.clone());
-        }
-        decide::predict_replay(
-            plan,
-            pilot.workload,
-            &with_steps,
-            &trace,
-            with_gpu,
-            spec.seed,
-        )
-    };
-    let predicted = match &calibration {
-        Some(c) => predict_on(&c.step_model)?,
-        None => as_profiled.clone(),
-    };
+    let spread = calibration.as_ref().map(|c| PaceSpread {
+        sigma: c
+            .pace_spread
+            .unwrap_or(DEFAULT_PACE_SPREAD)
+            .clamp(MIN_PACE_SPREAD, MAX_PACE_SPREAD),
+        runs: PACE_RUNS,
+        block_s: CALIBRATION_BLOCK_S,
+    });
+    let predicted = predict_on(calibration.as_ref().map(|c| &c.step_model), spread)?;
     let pace_shape = profiling_shape(pilot.workload, spec);
-    let before = measure_pace(&engine.base_url, served, &pace_shape, spec.seed).await?;
+    let pace_seed = spec.seed.wrapping_add(PACE_SEED);
+    let before = measure_pace(&engine.base_url, served, &pace_shape, pace_seed).await?;
     on_step(Step::Replay {
         requests: timed.len(),
         seconds: spec.replay_s,
@@ -917,7 +963,7 @@ async fn replay(
     let steps_before = engine.step_times().await;
     let records = loadgen::replay(&load_spec, &timed).await?;
     let step_model = engine.step_model_since(steps_before).await;
-    let after = measure_pace(&engine.base_url, served, &pace_shape, spec.seed).await?;
+    let after = measure_pace(&engine.base_url, served, &pace_shape, pace_seed).await?;
     drop(gateway);
     drop(engine);
     let host_pace = profiled_paces
@@ -942,23 +988,26 @@ async fn replay(
     );
     let everything: Vec<&ReplayRecord> = records.iter().collect();
     let all_with_replay_steps = match &step_model {
-        Some(steps) => {
-            let again = predict_on(steps)?;
-            Some(Comparison::of(
-                &everything,
-                again.ttft_p99_s,
-                again.e2e_p99_s,
-            ))
-        }
+        Some(steps) => Some(Comparison::against(
+            &everything,
+            &predict_on(Some(steps), None)?,
+            None,
+        )),
         None => None,
     };
-    let all_as_profiled = calibration
-        .is_some()
-        .then(|| Comparison::of(&everything, as_profiled.ttft_p99_s, as_profiled.e2e_p99_s));
+    let all_as_profiled = match spread {
+        Some(spread) => Some(Comparison::against(
+            &everything,
+            &predict_on(None, Some(spread))?,
+            None,
+        )),
+        None => None,
+    };
     Ok(ReplayReport {
         step_model,
         all_with_replay_steps,
         calibration,
+        pace_spread: spread,
         all_as_profiled,
         ..report
     })
@@ -978,8 +1027,9 @@ fn timed_requests(workload: &Workload, trace: &[TraceRecord]) -> Vec<TimedReques
 }
 
 /// Sends a second sample of the replay's load (another seed, [`CALIBRATION_S`] at most) through the
-/// replay's gateway and measures how the engine's steps ran against the profile's step model; `None`
-/// when the profile has no step model or the sample ran too few steps to say.
+/// replay's gateway and measures how the engine's steps ran against the profile's step model, as a
+/// whole and block by block ([`CALIBRATION_BLOCK_S`] each); `None` when the profile has no step model
+/// or the sample ran too few steps to say.
 async fn calibrate(
     pilot: &Pilot<'_>,
     engine: &EngineProcess,
@@ -1004,21 +1054,62 @@ async fn calibrate(
         seed,
         ..load_spec.clone()
     };
-    let before = engine.step_times().await;
-    loadgen::replay(&sample_spec, &sample).await?;
-    let Some(steps) = engine.steps_since(before).await else {
-        return Ok(None);
+    let before = match engine.step_times().await {
+        Ok(before) => before,
+        Err(e) => {
+            tracing::warn!(error = %e, "no step timings from the engine before the calibration");
+            return Ok(None);
+        }
     };
-    let drift = step_fit::drift(&steps, model);
-    Ok(
-        step_fit::calibrated(model, &steps, drift).map(|step_model| Calibration {
-            duration_s,
-            requests: sample.len(),
-            decode_over_profiled: drift.decode,
-            prompt_over_profiled: drift.prompt,
-            step_model,
-        }),
-    )
+    let (sent, mut readings) = tokio::join!(
+        loadgen::replay(&sample_spec, &sample),
+        block_readings(engine, duration_s)
+    );
+    sent?;
+    let after = match engine.step_times().await {
+        Ok(after) => after,
+        Err(e) => {
+            tracing::warn!(error = %e, "no step timings from the engine after the calibration");
+            return Ok(None);
+        }
+    };
+    let drift = step_fit::drift(&after.since(&before), model);
+    if drift.decode.is_none() && drift.prompt.is_none() {
+        return Ok(None);
+    }
+    readings.push(after);
+    let blocks: Vec<StepTimes> = std::iter::once(&before)
+        .chain(&readings)
+        .zip(&readings)
+        .map(|(earlier, later)| later.since(earlier))
+        .collect();
+    let (block_decode_over_profiled, pace_spread) = step_fit::pace_spread(&blocks, model);
+    Ok(Some(Calibration {
+        duration_s,
+        requests: sample.len(),
+        decode_over_profiled: drift.decode,
+        prompt_over_profiled: drift.prompt,
+        block_s: CALIBRATION_BLOCK_S,
+        block_decode_over_profiled,
+        pace_spread,
+        step_model: step_fit::scaled(model, drift),
+    }))
+}
+
+/// The engine's step timings every [`CALIBRATION_BLOCK_S`] for `duration_s` (readings that fail are
+/// left out, and so merge two blocks).
+async fn block_readings(engine: &EngineProcess, duration_s: f64) -> Vec<StepTimes> {
+    let start = tokio::time::Instant::now();
+    let blocks = (duration_s / CALIBRATION_BLOCK_S).floor() as u32;
+    let mut readings = Vec::with_capacity(blocks as usize + 1);
+    for k in 1..=blocks {
+        let due = Duration::from_secs_f64(f64::from(k) * CALIBRATION_BLOCK_S);
+        tokio::time::sleep_until(start + due).await;
+        if let Ok(reading) = engine.step_times().await {
+            readings.push(reading);
+        }
+    }
+    readings
 }
 
 /// Output tokens/s of the profiling shape on the running engine, measured as profiling measured it
@@ -1037,7 +1128,7 @@ fn compare(
     load: ReplayLoad,
     trace: &[TraceRecord],
     records: &[ReplayRecord],
-    predicted: &SimReport,
+    prediction: &SpreadPrediction,
     host_pace: Option<HostPace>,
     settings: EngineSettings,
     host_hourly: f64,
@@ -1049,12 +1140,14 @@ fn compare(
             .as_deref()
             .is_some_and(|route| route.contains("pool=gpu-baseline"))
     };
+    let predicted = &prediction.mean;
     let classes: Vec<ClassComparison> = pilot
         .workload
         .classes
         .iter()
         .zip(&predicted.classes)
-        .map(|(class, p)| {
+        .enumerate()
+        .map(|(index, (class, p))| {
             let mine: Vec<&ReplayRecord> =
                 records.iter().filter(|r| r.class == class.name).collect();
             let ok: Vec<&ReplayRecord> = mine
@@ -1068,7 +1161,7 @@ fn compare(
                 .count();
             ClassComparison {
                 class: class.name.clone(),
-                p99: Comparison::of(&mine, p.ttft_p99_s, p.e2e_p99_s),
+                p99: Comparison::against(&mine, prediction, Some(index)),
                 gpu_requests: mine.iter().filter(|r| is_gpu(r)).count(),
                 observed_attainment: if mine.is_empty() {
                     0.0
@@ -1086,7 +1179,7 @@ fn compare(
         .map(f64::abs)
         .reduce(f64::max);
     let everything: Vec<&ReplayRecord> = records.iter().collect();
-    let all = Comparison::of(&everything, predicted.ttft_p99_s, predicted.e2e_p99_s);
+    let all = Comparison::against(&everything, prediction, None);
     let cpu_cost = host_hourly * pilot.spec.replay_s / 3600.0;
     let observed_gpu: f64 = records
         .iter()
@@ -1116,6 +1209,7 @@ fn compare(
         step_model: None,
         all_with_replay_steps: None,
         calibration: None,
+        pace_spread: None,
         all_as_profiled: None,
     }
 }

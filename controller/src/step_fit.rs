@@ -1,7 +1,7 @@
 //! Fits the planner's [`StepModel`] to a serving engine's own step timings (its `/steps` sums): the
 //! mean decode-only step at each batch, and a least-squares line of what steps with prompt tokens took
 //! beyond their decode step against their prompt tokens; and measures how far later steps drifted
-//! from a fitted model.
+//! from a fitted model, and how much that drift moved from one block of a sample to the next.
 
 use strata_engine::serve::StepTimes;
 use strata_planner::service::StepModel;
@@ -114,48 +114,35 @@ pub fn drift(times: &StepTimes, model: &StepModel) -> Drift {
     Drift { decode, prompt }
 }
 
-/// `model` with its decode steps and its prompt costs scaled by `drift` (unscaled where it is `None`).
+/// `model` with its decode steps and its prompt costs scaled by `drift` (unscaled where it is `None`):
+/// the step model to predict a load with, from a sample of that load. The sample's pooled ratios move
+/// the profile, whose many steps at every batch keep its shape: a sample of a minute holds a few
+/// steps of its larger batches, and their means alone are too noisy to stand for them.
 pub fn scaled(model: &StepModel, drift: Drift) -> StepModel {
-    let (decode, prompt) = (drift.decode.unwrap_or(1.0), drift.prompt.unwrap_or(1.0));
-    StepModel {
-        decode_s_by_batch: model
-            .decode_s_by_batch
-            .iter()
-            .map(|&(batch, s)| (batch, s * decode))
-            .collect(),
-        prompt_token_s: model.prompt_token_s * prompt,
-        prompt_step_s: model.prompt_step_s * prompt,
-        steps: model.steps,
-    }
+    model.scaled(drift.decode.unwrap_or(1.0), drift.prompt.unwrap_or(1.0))
 }
 
-/// The step model to predict a load with, from `sample` (the engine's steps under a sample of that
-/// load) and the profile's `profiled` model: the sample's own fit where it measured (its decode
-/// batches and its prompt line), and beyond its largest batch the profiled model scaled by `d`, the
-/// sample's [`drift`] against it. `None` when the sample says nothing (neither a fit nor a drift).
-pub fn calibrated(profiled: &StepModel, sample: &StepTimes, d: Drift) -> Option<StepModel> {
-    let scaled = scaled(profiled, d);
-    let Some(own) = fit(sample) else {
-        return (d.decode.is_some() || d.prompt.is_some()).then_some(scaled);
-    };
-    let largest = own
-        .decode_s_by_batch
-        .last()
-        .map_or(0.0, |&(batch, _)| batch);
-    let mut decode = own.decode_s_by_batch;
-    decode.extend(
-        scaled
-            .decode_s_by_batch
-            .iter()
-            .filter(|&&(batch, _)| batch > largest),
-    );
-    for i in 1..decode.len() {
-        decode[i].1 = decode[i].1.max(decode[i - 1].1);
+/// Decode-only steps a block of a sample needs before its pace counts in [`pace_spread`].
+pub const MIN_BLOCK_DECODE_STEPS: u64 = 30;
+
+/// How the engine's pace moved between consecutive blocks of a sample: the [`drift`] of each block's
+/// decode-only steps against `model` (blocks with fewer than [`MIN_BLOCK_DECODE_STEPS`] left out),
+/// and their standard deviation relative to their mean; the spread is `None` with fewer than two
+/// such blocks.
+pub fn pace_spread(blocks: &[StepTimes], model: &StepModel) -> (Vec<f64>, Option<f64>) {
+    let ratios: Vec<f64> = blocks
+        .iter()
+        .filter(|b| b.decode.iter().map(|d| d.steps).sum::<u64>() >= MIN_BLOCK_DECODE_STEPS)
+        .filter_map(|b| drift(b, model).decode)
+        .collect();
+    if ratios.len() < 2 {
+        return (ratios, None);
     }
-    Some(StepModel {
-        decode_s_by_batch: decode,
-        ..own
-    })
+    let n = ratios.len() as f64;
+    let mean = ratios.iter().sum::<f64>() / n;
+    let var = ratios.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    let spread = (mean > 0.0).then(|| var.sqrt() / mean);
+    (ratios, spread)
 }
 
 #[cfg(test)]
@@ -231,40 +218,39 @@ mod tests {
         assert_eq!(scaled(&model, none), model);
     }
 
-    /// A sample that measured batches 1 and 2 gives its own steps there and its own prompt line; the
-    /// larger batches come from the profile scaled by the sample's decode drift.
+    /// Blocks whose decode steps ran 1.0x, 1.1x and 0.9x the model spread by 10%; a block of too few
+    /// steps is left out, and one block alone has no spread.
     #[test]
-    fn a_calibrated_model_is_the_sample_where_it_measured_and_the_scaled_profile_beyond() {
-        let profiled = StepModel {
-            decode_s_by_batch: vec![(1.0, 0.006), (2.0, 0.010), (4.0, 0.016)],
+    fn the_pace_spread_is_the_blocks_relative_deviation() {
+        let model = StepModel {
+            decode_s_by_batch: vec![(1.0, 0.008), (2.0, 0.012)],
             prompt_token_s: 0.002,
-            prompt_step_s: 0.004,
-            steps: 40,
+            prompt_step_s: 0.01,
+            steps: 100,
         };
-        let mut sample = StepTimes::with_max_batch(4);
-        for _ in 0..4 {
-            sample.record(1, 0, 0.0066);
-            sample.record(2, 0, 0.0110);
+        let block = |pace: f64, steps: usize| {
+            let mut t = StepTimes::with_max_batch(2);
+            for i in 0..steps {
+                let b = 1 + i % 2;
+                t.record(b, 0, pace * model.decode_s(b as f64));
+            }
+            t.record(1, 100, 0.3);
+            t
+        };
+        let blocks = [
+            block(1.0, 40),
+            block(1.1, 40),
+            block(0.9, 40),
+            block(3.0, 10),
+        ];
+        let (ratios, spread) = pace_spread(&blocks, &model);
+        assert_eq!(ratios.len(), 3, "{ratios:?}");
+        for (r, want) in ratios.iter().zip([1.0, 1.1, 0.9]) {
+            assert!((r - want).abs() < 1e-9, "{ratios:?}");
         }
-        for p in [50, 100, 150] {
-            sample.record(0, p, 0.005 + 0.003 * p as f64);
-        }
-        let model = calibrated(&profiled, &sample, drift(&sample, &profiled)).expect("a model");
-        let (ones, twos) = (0.0066, 0.0110);
-        assert!((model.decode_s(1.0) - ones).abs() < 1e-12, "{model:?}");
-        assert!((model.decode_s(2.0) - twos).abs() < 1e-12, "{model:?}");
-        let ratio = (4.0 * ones + 4.0 * twos) / (4.0 * 0.006 + 4.0 * 0.010);
-        assert!(
-            (model.decode_s(4.0) - 0.016 * ratio).abs() < 1e-12,
-            "{model:?}"
-        );
-        assert!((model.prompt_token_s - 0.003).abs() < 1e-9, "{model:?}");
-        assert!((model.prompt_step_s - 0.005).abs() < 1e-9, "{model:?}");
-        let empty = StepTimes::with_max_batch(4);
-        assert_eq!(
-            calibrated(&profiled, &empty, drift(&empty, &profiled)),
-            None
-        );
+        assert!((spread.expect("a spread") - 0.1).abs() < 1e-9, "{spread:?}");
+        assert_eq!(pace_spread(&blocks[..1], &model).1, None);
+        assert_eq!(pace_spread(&[], &model), (Vec::new(), None));
     }
 
     /// A negative intercept is not a time: the line then goes through the origin; a larger batch

@@ -332,11 +332,26 @@ fn render(r: &PilotReport, id: i64, workload: &Path) -> String {
             let _ = writeln!(
                 out,
                 "calibration: {} requests over {:.0} s through the gateway before the replay; engine steps \
-                 {} (decode) and {} (prompts) of the profile's step model; the prediction runs on its steps",
+                 {} (decode) and {} (prompts) of the profile's step model, which the prediction is scaled by",
                 c.requests,
                 c.duration_s,
                 ratio(c.decode_over_profiled),
                 ratio(c.prompt_over_profiled)
+            );
+        }
+        if let Some(spread) = &replay.pace_spread {
+            let band = |b: Option<strata_planner::pace::Band>| {
+                b.map_or("-".into(), |b| format!("{:.2}-{:.2} s", b.low, b.high))
+            };
+            let _ = writeln!(
+                out,
+                "prediction: the mean of {} simulations with the engine's pace spread by {:.1}% (for a whole \
+                 run, and afresh every {:.0} s); p99 E2E {} and TTFT {} in the middle 80% of them",
+                spread.runs,
+                spread.sigma * 100.0,
+                spread.block_s,
+                band(replay.all.predicted_e2e_p99_band_s),
+                band(replay.all.predicted_ttft_p99_band_s)
             );
         }
         let _ = writeln!(

@@ -664,6 +664,18 @@ struct PilotReplayRow {
     attainment_predicted: String,
 }
 
+/// A predicted p99 in seconds, with the band of its runs when it has one: `3.10 (2.90-3.40)`.
+fn with_band(value: Option<f64>, band: Option<view::PilotBand>) -> String {
+    let point = fmt::opt(value, 2);
+    match band {
+        Some(view::PilotBand {
+            low: Some(low),
+            high: Some(high),
+        }) => format!("{point} ({low:.2}-{high:.2})"),
+        _ => point,
+    }
+}
+
 fn signed_percent(value: Option<f64>) -> String {
     value.map_or_else(
         || fmt::MISSING.to_owned(),
@@ -671,19 +683,38 @@ fn signed_percent(value: Option<f64>) -> String {
     )
 }
 
-/// The host's pace around the replay against its pace when profiled, and the calibration that scaled
-/// the prediction, as sentences (empty for reports without either).
+/// The host's pace around the replay against its pace when profiled, the calibration that scaled
+/// the prediction and the spread of paces it averages over, as sentences (empty for reports without
+/// any of them).
 fn host_pace_text(r: &view::PilotReplay) -> String {
+    let spread = r.pace_spread.as_ref().map(|s| {
+        let measured = r.calibration.as_ref().and_then(|c| {
+            Some(format!(
+                " (the sample's {} s blocks moved by {})",
+                fmt::opt(c.block_s, 0),
+                fmt::percent(Some(c.pace_spread?), 1)
+            ))
+        });
+        format!(
+            " The prediction is the mean of {} simulations with the engine's pace spread by {}{}, \
+             for a whole run and afresh every {} s; the figures in brackets span the middle 80% of them.",
+            s.runs,
+            fmt::percent(s.sigma, 1),
+            measured.unwrap_or_default(),
+            fmt::opt(s.block_s, 0),
+        )
+    });
     let calibration = r.calibration.as_ref().map(|c| {
         let ratio = |v: Option<f64>| v.map_or(fmt::MISSING.to_owned(), |v| format!("{v:.2}x"));
         format!(
             "Calibration: {} requests over {} s through the gateway before the replay ran the engine's \
              decode steps at {} and its prompts at {} of the profile's step model; the prediction runs \
-             on the steps of that sample.",
+             on the profile's steps scaled by these ratios.{}",
             c.requests,
             fmt::opt(c.duration_s, 0),
             ratio(c.decode_over_profiled),
             ratio(c.prompt_over_profiled),
+            spread.unwrap_or_default(),
         )
     });
     let Some(pace) = &r.host_pace else {
@@ -805,10 +836,10 @@ fn pilot_detail_cells(d: &view::PilotDetail) -> PilotDetailCells {
                     requests: c.requests,
                     gpu_requests: c.gpu_requests,
                     e2e_observed: fmt::opt(c.observed_e2e_p99_s, 2),
-                    e2e_predicted: fmt::opt(c.predicted_e2e_p99_s, 2),
+                    e2e_predicted: with_band(c.predicted_e2e_p99_s, c.predicted_e2e_p99_band_s),
                     e2e_error: signed_percent(c.e2e_p99_error),
                     ttft_observed: fmt::opt(c.observed_ttft_p99_s, 2),
-                    ttft_predicted: fmt::opt(c.predicted_ttft_p99_s, 2),
+                    ttft_predicted: with_band(c.predicted_ttft_p99_s, c.predicted_ttft_p99_band_s),
                     ttft_error: signed_percent(c.ttft_p99_error),
                     attainment_observed: fmt::percent(c.observed_attainment, 1),
                     attainment_predicted: fmt::percent(c.predicted_attainment, 1),

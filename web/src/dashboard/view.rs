@@ -647,6 +647,8 @@ pub(crate) struct PilotReplay {
     /// The engine's steps under a sample sent through the gateway before the replay, against the
     /// profile's step model: the prediction's scale.
     pub(crate) calibration: Option<PilotCalibration>,
+    /// The spread of the engine's pace the prediction is the mean over.
+    pub(crate) pace_spread: Option<PilotPaceSpread>,
     /// Every request together (its `class` is empty).
     pub(crate) all: Option<PilotReplayClass>,
     pub(crate) classes: Vec<PilotReplayClass>,
@@ -665,6 +667,23 @@ pub(crate) struct PilotHostPace {
     pub(crate) replay_over_profiled: Option<f64>,
 }
 
+/// The spread of paces the replay's prediction averages over.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PilotPaceSpread {
+    pub(crate) sigma: Option<f64>,
+    pub(crate) runs: usize,
+    pub(crate) block_s: Option<f64>,
+}
+
+/// The middle 80% of a prediction's runs, seconds.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PilotBand {
+    pub(crate) low: Option<f64>,
+    pub(crate) high: Option<f64>,
+}
+
 /// The calibration sample before the replay.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
@@ -673,6 +692,8 @@ pub(crate) struct PilotCalibration {
     pub(crate) requests: usize,
     pub(crate) decode_over_profiled: Option<f64>,
     pub(crate) prompt_over_profiled: Option<f64>,
+    pub(crate) block_s: Option<f64>,
+    pub(crate) pace_spread: Option<f64>,
 }
 
 /// One class in the replay.
@@ -686,6 +707,8 @@ pub(crate) struct PilotReplayClass {
     pub(crate) predicted_ttft_p99_s: Option<f64>,
     pub(crate) observed_e2e_p99_s: Option<f64>,
     pub(crate) predicted_e2e_p99_s: Option<f64>,
+    pub(crate) predicted_ttft_p99_band_s: Option<PilotBand>,
+    pub(crate) predicted_e2e_p99_band_s: Option<PilotBand>,
     pub(crate) e2e_p99_error: Option<f64>,
     pub(crate) ttft_p99_error: Option<f64>,
     pub(crate) observed_attainment: Option<f64>,

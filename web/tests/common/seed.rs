@@ -344,8 +344,12 @@ pub(crate) async fn demo(store: &dyn Store) -> Seeded {
                                       "after_replay_output_tokens_per_s": 61.4,
                                       "replay_over_profiled": 0.951},
                         "calibration": {"duration_s": 40.0, "requests": 42,
-                                        "decode_over_profiled": 1.07, "prompt_over_profiled": 1.18},
+                                        "decode_over_profiled": 1.07, "prompt_over_profiled": 1.18,
+                                        "block_s": 10.0, "block_decode_over_profiled": [1.05, 1.08, 1.09],
+                                        "pace_spread": 0.024},
+                        "pace_spread": {"sigma": 0.024, "runs": 15, "block_s": 10.0},
                         "all": {"requests": 91, "observed_e2e_p99_s": 3.3, "predicted_e2e_p99_s": 3.0,
+                                "predicted_e2e_p99_band_s": {"low": 2.8, "high": 3.2},
                                 "e2e_p99_error": -0.0909, "observed_ttft_p99_s": 0.95,
                                 "predicted_ttft_p99_s": 0.9, "ttft_p99_error": -0.0526}, "observed_cost_usd": 0.0066, "predicted_cost_usd": 0.0066,
                         "classes": [
