@@ -239,7 +239,7 @@ pub struct ReplayReport {
     /// prediction in `all` and `classes` runs; `None` when there was none (no step model in the
     /// profile, or too few steps).
     pub calibration: Option<Calibration>,
-    /// The spread of the engine's pace that the prediction in `all` and `classes` is the mean over
+    /// The spread of the engine's pace that the prediction in `all` and `classes` is the median over
     /// (from the calibration's blocks); `None`: one simulation at the profile's pace.
     pub pace_spread: Option<PaceSpread>,
     /// Every request against the prediction from the profile's step model as profiled, over the same
@@ -318,14 +318,14 @@ pub struct Comparison {
     pub requests: usize,
     /// Observed p99 TTFT, s.
     pub observed_ttft_p99_s: f64,
-    /// Predicted p99 TTFT, s (over a spread of paces, the runs' mean).
+    /// Predicted p99 TTFT, s (over a spread of paces, the runs' median).
     pub predicted_ttft_p99_s: f64,
     /// The 10th to 90th percentile of the runs' p99 TTFT over a spread of paces, s.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub predicted_ttft_p99_band_s: Option<Band>,
     /// Observed p99 E2E, s.
     pub observed_e2e_p99_s: f64,
-    /// Predicted p99 E2E, s (over a spread of paces, the runs' mean).
+    /// Predicted p99 E2E, s (over a spread of paces, the runs' median).
     pub predicted_e2e_p99_s: f64,
     /// The 10th to 90th percentile of the runs' p99 E2E over a spread of paces, s.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -346,15 +346,15 @@ impl Comparison {
     ) -> Self {
         let (predicted_ttft_s, predicted_e2e_s, bands) = match class {
             None => (
-                prediction.mean.ttft_p99_s,
-                prediction.mean.e2e_p99_s,
+                prediction.point.ttft_p99_s,
+                prediction.point.e2e_p99_s,
                 Some(&prediction.all),
             ),
             Some(c) => {
-                let mean = prediction.mean.classes.get(c);
+                let point = prediction.point.classes.get(c);
                 (
-                    mean.map_or(0.0, |m| m.ttft_p99_s),
-                    mean.map_or(0.0, |m| m.e2e_p99_s),
+                    point.map_or(0.0, |m| m.ttft_p99_s),
+                    point.map_or(0.0, |m| m.e2e_p99_s),
                     prediction.classes.get(c),
                 )
             }
@@ -1140,7 +1140,7 @@ fn compare(
             .as_deref()
             .is_some_and(|route| route.contains("pool=gpu-baseline"))
     };
-    let predicted = &prediction.mean;
+    let predicted = &prediction.point;
     let classes: Vec<ClassComparison> = pilot
         .workload
         .classes

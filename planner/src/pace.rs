@@ -5,8 +5,9 @@
 //! replay is simulated many times with the engine's pace spread as it was measured to move: each run
 //! scales every step by a factor of its own (stratified quantiles of a log-normal, for how far the
 //! calibrated pace may be off) and by a factor drawn afresh for each block of time (for the slower and
-//! faster stretches within a run); the prediction is the mean of those runs, with the band that the
-//! middle of them spans.
+//! faster stretches within a run); the prediction is the p99 of the middle run (the runs' median: a
+//! slow run's p99 rises more than a fast run's falls, and their mean would stand for no run), with the
+//! band that the middle of them spans.
 
 use serde::{Deserialize, Serialize};
 
@@ -76,8 +77,8 @@ pub struct P99Bands {
 /// The replay predicted at each pace of a spread.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpreadPrediction {
-    /// The runs' mean: p99s, attainment, shares and costs averaged over them.
-    pub mean: SimReport,
+    /// The point prediction: the runs' median p99s, and their attainment, shares and costs averaged.
+    pub point: SimReport,
     /// The step-time factor of each run (1: the calibrated pace).
     pub paces: Vec<f64>,
     /// Every request together.
@@ -140,7 +141,7 @@ pub fn predict_replay_over_paces(
                 })
             })
             .collect(),
-        mean: mean_report(&runs),
+        point: point_report(&runs),
         paces: paces.into_iter().map(r6).collect(),
     })
 }
@@ -171,14 +172,15 @@ fn bands(runs: &[SimReport], p99s: impl Fn(&SimReport) -> (f64, f64)) -> P99Band
     }
 }
 
-/// The runs' mean report (the first run's when there is one run; runs share their seed, trace and plan,
-/// so their request counts agree).
-fn mean_report(runs: &[SimReport]) -> SimReport {
+/// The runs' point report: median p99s, mean shares, attainment and costs (the first run's when there
+/// is one run; runs share their seed, trace and plan, so their request counts agree).
+fn point_report(runs: &[SimReport]) -> SimReport {
     let Some(first) = runs.first() else {
         return SimReport::empty(0);
     };
     let mean =
         |f: &dyn Fn(&SimReport) -> f64| r6(runs.iter().map(f).sum::<f64>() / runs.len() as f64);
+    let median = |f: &dyn Fn(&SimReport) -> f64| r6(median_of(runs.iter().map(f).collect()));
     let classes = first
         .classes
         .iter()
@@ -187,7 +189,10 @@ fn mean_report(runs: &[SimReport]) -> SimReport {
             let of = |f: &dyn Fn(&ClassSim) -> f64| {
                 mean(&|r: &SimReport| r.classes.get(c).map_or(0.0, f))
             };
-            let (ttft, e2e) = (of(&|x| x.ttft_p99_s), of(&|x| x.e2e_p99_s));
+            let middle = |f: &dyn Fn(&ClassSim) -> f64| {
+                median(&|r: &SimReport| r.classes.get(c).map_or(0.0, f))
+            };
+            let (ttft, e2e) = (middle(&|x| x.ttft_p99_s), middle(&|x| x.e2e_p99_s));
             let rejected_share = of(&|x| x.rejected_share);
             ClassSim {
                 class: k.class.clone(),
@@ -211,9 +216,20 @@ fn mean_report(runs: &[SimReport]) -> SimReport {
         cpu_cost: mean(&|r| r.cpu_cost),
         gpu_cost: mean(&|r| r.gpu_cost),
         cost_per_day: mean(&|r| r.cost_per_day),
-        ttft_p99_s: mean(&|r| r.ttft_p99_s),
-        e2e_p99_s: mean(&|r| r.e2e_p99_s),
+        ttft_p99_s: median(&|r| r.ttft_p99_s),
+        e2e_p99_s: median(&|r| r.e2e_p99_s),
         classes,
+    }
+}
+
+/// The median of `values` (the mean of the middle two for an even count; 0 for none).
+fn median_of(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
     }
 }
 
@@ -343,5 +359,22 @@ mod tests {
             })
         );
         assert_eq!(Band::of(&[]), None);
+    }
+    /// The point prediction takes the middle run's p99s, not their mean (which one slow run would
+    /// lift), and the mean of the costs.
+    #[test]
+    fn the_point_is_the_middle_run() {
+        let run = |e2e: f64, cost: f64| SimReport {
+            e2e_p99_s: e2e,
+            ttft_p99_s: e2e / 2.0,
+            cost_per_day: cost,
+            ..SimReport::empty(7)
+        };
+        let point = point_report(&[run(3.0, 1.0), run(9.0, 2.0), run(2.5, 3.0)]);
+        assert_eq!(point.e2e_p99_s, 3.0);
+        assert_eq!(point.ttft_p99_s, 1.5);
+        assert_eq!(point.cost_per_day, 2.0);
+        assert_eq!(median_of(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median_of(Vec::new()), 0.0);
     }
 }

@@ -1329,7 +1329,7 @@ replay_s = 30
             predict_replay_over_paces(&p, &w, &profiles, &trace, false, 3, None, spread)
                 .expect("one");
         assert_eq!(curve_only.paces, [1.0]);
-        assert_eq!(curve_only.mean, one);
+        assert_eq!(curve_only.point, one);
         assert_eq!(curve_only.all.e2e_s.low, one.e2e_p99_s);
         assert_eq!(curve_only.all.e2e_s.high, one.e2e_p99_s);
         profiles[0].step_model = Some(StepModel {
@@ -1347,20 +1347,21 @@ replay_s = 30
         let flat = predict_replay_over_paces(&p, &w, &profiles, &trace, false, 3, None, still)
             .expect("flat");
         assert_eq!(flat.paces, [1.0; 5]);
-        assert!((flat.mean.e2e_p99_s - at_one.e2e_p99_s).abs() < 1e-6);
+        assert!((flat.point.e2e_p99_s - at_one.e2e_p99_s).abs() < 1e-6);
         let spread_out =
             predict_replay_over_paces(&p, &w, &profiles, &trace, false, 3, None, spread)
                 .expect("spread");
         assert_eq!(spread_out.paces.len(), 9);
         let bands = std::iter::once(&spread_out.all).chain(&spread_out.classes);
-        let means = std::iter::once((spread_out.mean.ttft_p99_s, spread_out.mean.e2e_p99_s)).chain(
-            spread_out
-                .mean
-                .classes
-                .iter()
-                .map(|c| (c.ttft_p99_s, c.e2e_p99_s)),
-        );
-        for (b, (ttft, e2e)) in bands.zip(means) {
+        let points = std::iter::once((spread_out.point.ttft_p99_s, spread_out.point.e2e_p99_s))
+            .chain(
+                spread_out
+                    .point
+                    .classes
+                    .iter()
+                    .map(|c| (c.ttft_p99_s, c.e2e_p99_s)),
+            );
+        for (b, (ttft, e2e)) in bands.zip(points) {
             assert!(b.e2e_s.low <= e2e && e2e <= b.e2e_s.high, "{b:?} {e2e}");
             assert!(
                 b.ttft_s.low <= ttft && ttft <= b.ttft_s.high,

@@ -345,7 +345,7 @@ fn render(r: &PilotReport, id: i64, workload: &Path) -> String {
             };
             let _ = writeln!(
                 out,
-                "prediction: the mean of {} simulations with the engine's pace spread by {:.1}% (for a whole \
+                "prediction: the median of {} simulations with the engine's pace spread by {:.1}% (for a whole \
                  run, and afresh every {:.0} s); p99 E2E {} and TTFT {} in the middle 80% of them",
                 spread.runs,
                 spread.sigma * 100.0,

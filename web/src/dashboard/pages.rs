@@ -696,7 +696,7 @@ fn host_pace_text(r: &view::PilotReplay) -> String {
             ))
         });
         format!(
-            " The prediction is the mean of {} simulations with the engine's pace spread by {}{}, \
+            " The prediction is the median of {} simulations with the engine's pace spread by {}{}, \
              for a whole run and afresh every {} s; the figures in brackets span the middle 80% of them.",
             s.runs,
             fmt::percent(s.sigma, 1),
