@@ -375,7 +375,7 @@ impl Scheduler {
     /// Sends the running sequences' held events, then retires the sequences `done`.
     fn deliver(&mut self, mut done: Vec<usize>) {
         for seq in &mut self.running {
-            for event in std::mem::take(&mut seq.outbox) {
+            for event in seq.outbox.drain(..) {
                 seq.events.send(event);
             }
         }
