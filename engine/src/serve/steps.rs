@@ -103,6 +103,24 @@ impl StepTimes {
         StepTimes { decode, prompt }
     }
 
+    /// Adds the steps of `other` (sums of another stretch of time) to these.
+    pub fn add(&mut self, other: &StepTimes) {
+        for (b, d) in other.decode.iter().enumerate() {
+            grow(&mut self.decode, b);
+            self.decode[b].steps += d.steps;
+            self.decode[b].seconds += d.seconds;
+        }
+        for (b, p) in other.prompt.iter().enumerate() {
+            grow(&mut self.prompt, b);
+            let sum = &mut self.prompt[b];
+            sum.steps += p.steps;
+            sum.tokens += p.tokens;
+            sum.tokens_squared += p.tokens_squared;
+            sum.seconds += p.seconds;
+            sum.token_seconds += p.token_seconds;
+        }
+    }
+
     /// Steps recorded.
     pub fn steps(&self) -> u64 {
         self.decode.iter().map(|d| d.steps).sum::<u64>()
@@ -141,5 +159,38 @@ mod tests {
         assert_eq!(later.steps(), 1);
         assert_eq!(later.decode[5].steps, 1);
         assert_eq!(later.decode[2], DecodeSteps::default());
+    }
+
+    /// Two stretches added up are the sums of one that recorded both, whatever their batch sizes.
+    #[test]
+    fn stretches_add_up_to_one_that_held_both() {
+        let steps = [(1, 0, 0.004), (3, 0, 0.011), (0, 120, 0.09), (2, 40, 0.05)];
+        let (mut first, mut second, mut both) = (
+            StepTimes::with_max_batch(1),
+            StepTimes::default(),
+            StepTimes::default(),
+        );
+        for (i, &(decoding, prompt, seconds)) in steps.iter().enumerate() {
+            let part = if i % 2 == 0 { &mut first } else { &mut second };
+            part.record(decoding, prompt, seconds);
+            both.record(decoding, prompt, seconds);
+        }
+        first.add(&second);
+        assert_eq!(first.steps(), 4);
+        for b in 0..4 {
+            let sum = |t: &StepTimes| {
+                let d = t.decode.get(b).copied().unwrap_or_default();
+                let p = t.prompt.get(b).copied().unwrap_or_default();
+                (
+                    d.steps,
+                    d.seconds,
+                    p.steps,
+                    p.tokens,
+                    p.tokens_squared,
+                    p.token_seconds,
+                )
+            };
+            assert_eq!(sum(&first), sum(&both), "batch {b}");
+        }
     }
 }
