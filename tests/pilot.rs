@@ -152,6 +152,24 @@ async fn a_pilot_runs_end_to_end_and_its_exit_status_is_its_verdict() {
     );
     if calibration.is_object() {
         assert!(calibration["requests"].as_u64() > Some(0), "{calibration}");
+        // The samples bracket the replay, and together they are the calibration.
+        let samples = calibration["samples"].as_array().expect("samples");
+        let whens: Vec<&str> = samples.iter().filter_map(|s| s["when"].as_str()).collect();
+        assert!(
+            !whens.is_empty()
+                && whens.len() == samples.len()
+                && whens.iter().is_sorted_by_key(|w| *w == "after_replay")
+                && whens
+                    .iter()
+                    .all(|w| ["before_replay", "after_replay"].contains(w)),
+            "{calibration}"
+        );
+        let requests: u64 = samples.iter().filter_map(|s| s["requests"].as_u64()).sum();
+        assert_eq!(
+            Some(requests),
+            calibration["requests"].as_u64(),
+            "{calibration}"
+        );
         let ratios = ["decode_over_profiled", "prompt_over_profiled"].map(|k| &calibration[k]);
         assert!(
             ratios.iter().any(|r| r.as_f64() > Some(0.0)),

@@ -235,9 +235,9 @@ pub struct ReplayReport {
     /// the profile's: the simulator's error with the host's drift between profiling and replay taken
     /// out (a diagnosis, not a prediction: it reads the replay it is compared with).
     pub all_with_replay_steps: Option<Comparison>,
-    /// The engine's steps under a calibration sample through the replay's gateway, on which the
-    /// prediction in `all` and `classes` runs; `None` when there was none (no step model in the
-    /// profile, or too few steps).
+    /// The engine's steps under calibration samples through the replay's gateway right before and
+    /// right after the replay, on which the prediction in `all` and `classes` runs; `None` when there
+    /// was none (no step model in the profile, or too few steps).
     pub calibration: Option<Calibration>,
     /// The spread of the engine's pace that the prediction in `all` and `classes` is the median over
     /// (from the calibration's blocks); `None`: one simulation at the profile's pace.
@@ -247,7 +247,7 @@ pub struct ReplayReport {
     pub all_as_profiled: Option<Comparison>,
 }
 
-/// Seconds of the calibration sample, at most.
+/// Seconds of each calibration sample (one right before the replay, one right after it), at most.
 const CALIBRATION_S: f64 = 40.0;
 /// Seconds of each block of the calibration sample whose pace is read apart.
 const CALIBRATION_BLOCK_S: f64 = 10.0;
@@ -259,25 +259,32 @@ const MIN_PACE_SPREAD: f64 = 0.02;
 const MAX_PACE_SPREAD: f64 = 0.15;
 /// Simulations the replay's prediction averages over the spread of paces.
 const PACE_RUNS: u32 = 15;
-/// Added to the pilot's seed for the calibration sample, so that it is not the replayed one.
+/// Added to the pilot's seed for the calibration sample before the replay (and one more for the one
+/// after it), so that neither is the replayed one and the engine's prefix cache serves neither from
+/// the other.
 const CALIBRATION_SEED: u64 = 0x5eed;
 /// Added to the pilot's seed for the pace measurements around the replay: with the replay's own seed
 /// their prompts would open as the replay's first prompt does, and the engine's prefix cache would
 /// serve that prompt from them.
 const PACE_SEED: u64 = 0xface;
 
-/// A second sample of the replay's load (another seed), sent through the replay's gateway right before
-/// the replay. The engine then shares the pilot host's cores with the gateway and the load generator,
-/// which capacity probes straight to the engine do not see, and it runs its steps a few percent slower.
-/// The replay's prediction runs the simulator on the profile's step model scaled by the sample's
-/// ratios (its pooled decode and prompt steps against the profile's), with the pace spread as widely
-/// as the sample's blocks moved (see [`strata_planner::pace`]).
+/// Two more samples of the replay's load (other seeds), sent through the replay's gateway right before
+/// the replay and right after it. The engine then shares the pilot host's cores with the gateway and
+/// the load generator, which capacity probes straight to the engine do not see, and it runs its steps
+/// a few percent slower. A shared host's pace also drifts within minutes, so the samples bracket the
+/// replay as calibration standards bracket a measurement: pooled, they stand for the pace of the
+/// minutes between them, and neither reads the replay. The replay's prediction runs the simulator on
+/// the profile's step model scaled by the samples' pooled ratios (their decode and prompt steps against
+/// the profile's), with the pace spread as widely as the samples' blocks moved (see
+/// [`strata_planner::pace`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct Calibration {
-    /// Seconds of the sample.
+    /// Seconds of the samples together.
     pub duration_s: f64,
-    /// Requests in it.
+    /// Requests in them together.
     pub requests: usize,
+    /// Each sample on its own, in the order they ran.
+    pub samples: Vec<CalibrationSample>,
     /// Decode-only steps' seconds over the profile's step model's (above 1: slower).
     pub decode_over_profiled: Option<f64>,
     /// Prompt steps' seconds beyond their decode part over the model's.
@@ -286,10 +293,36 @@ pub struct Calibration {
     pub block_s: f64,
     /// Each block's decode ratio to the profile (blocks with too few decode steps left out).
     pub block_decode_over_profiled: Vec<f64>,
-    /// The blocks' standard deviation over their mean (`None` with fewer than two blocks).
+    /// The blocks' standard deviation about their own sample's mean, pooled, over the mean of all
+    /// blocks (`None` without a sample of two blocks or more).
     pub pace_spread: Option<f64>,
     /// The step model the replay is predicted with: the profile's, scaled by the two ratios.
     pub step_model: StepModel,
+}
+
+/// When a calibration sample ran, against the replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SampleTime {
+    /// Right before the replay.
+    BeforeReplay,
+    /// Right after the replay.
+    AfterReplay,
+}
+
+/// One calibration sample: when it ran, and how the engine's steps ran in it against the profile.
+#[derive(Debug, Clone, Serialize)]
+pub struct CalibrationSample {
+    /// Before or after the replay.
+    pub when: SampleTime,
+    /// Seconds of the sample.
+    pub duration_s: f64,
+    /// Requests in it.
+    pub requests: usize,
+    /// Decode-only steps' seconds over the profile's step model's (above 1: slower).
+    pub decode_over_profiled: Option<f64>,
+    /// Prompt steps' seconds beyond their decode part over the model's.
+    pub prompt_over_profiled: Option<f64>,
 }
 
 /// The host's speed on the profiling shape (closed loop at the batch size, straight to the engine):
@@ -943,16 +976,12 @@ async fn replay(
         ..load_spec.clone()
     };
     loadgen::replay(&warmup_spec, &warmup).await?;
-    let calibration = calibrate(pilot, &engine, &load, &load_spec, profile).await?;
-    let spread = calibration.as_ref().map(|c| PaceSpread {
-        sigma: c
-            .pace_spread
-            .unwrap_or(DEFAULT_PACE_SPREAD)
-            .clamp(MIN_PACE_SPREAD, MAX_PACE_SPREAD),
-        runs: PACE_RUNS,
-        block_s: CALIBRATION_BLOCK_S,
-    });
-    let predicted = predict_on(calibration.as_ref().map(|c| &c.step_model), spread)?;
+    // Without a step model in the profile there is nothing to calibrate, and no samples are sent.
+    let sample = async |when| match &profile.step_model {
+        Some(_) => sample_steps(pilot, &engine, &load, &load_spec, when).await,
+        None => Ok(None),
+    };
+    let sample_before = sample(SampleTime::BeforeReplay).await?;
     let pace_shape = profiling_shape(pilot.workload, spec);
     let pace_seed = spec.seed.wrapping_add(PACE_SEED);
     let before = measure_pace(&engine.base_url, served, &pace_shape, pace_seed).await?;
@@ -963,9 +992,27 @@ async fn replay(
     let steps_before = engine.step_times().await;
     let records = loadgen::replay(&load_spec, &timed).await?;
     let step_model = engine.step_model_since(steps_before).await;
+    let sample_after = sample(SampleTime::AfterReplay).await?;
     let after = measure_pace(&engine.base_url, served, &pace_shape, pace_seed).await?;
     drop(gateway);
     drop(engine);
+    let samples: Vec<SampleSteps> = [sample_before, sample_after]
+        .into_iter()
+        .flatten()
+        .collect();
+    let calibration = profile
+        .step_model
+        .as_ref()
+        .and_then(|model| calibration(&samples, model));
+    let spread = calibration.as_ref().map(|c| PaceSpread {
+        sigma: c
+            .pace_spread
+            .unwrap_or(DEFAULT_PACE_SPREAD)
+            .clamp(MIN_PACE_SPREAD, MAX_PACE_SPREAD),
+        runs: PACE_RUNS,
+        block_s: CALIBRATION_BLOCK_S,
+    });
+    let predicted = predict_on(calibration.as_ref().map(|c| &c.step_model), spread)?;
     let host_pace = profiled_paces
         .get(&settings.to_string())
         .map(|&profiled| HostPace {
@@ -1026,23 +1073,32 @@ fn timed_requests(workload: &Workload, trace: &[TraceRecord]) -> Vec<TimedReques
         .collect()
 }
 
-/// Sends a second sample of the replay's load (another seed, [`CALIBRATION_S`] at most) through the
-/// replay's gateway and measures how the engine's steps ran against the profile's step model, as a
-/// whole and block by block ([`CALIBRATION_BLOCK_S`] each); `None` when the profile has no step model
-/// or the sample ran too few steps to say.
-async fn calibrate(
+/// The engine's steps under one calibration sample: all of them, and block by block.
+struct SampleSteps {
+    when: SampleTime,
+    duration_s: f64,
+    requests: usize,
+    total: StepTimes,
+    blocks: Vec<StepTimes>,
+}
+
+/// Sends a sample of the replay's load (a seed of its own, [`CALIBRATION_S`] at most) through the
+/// replay's gateway and reads the engine's steps under it, as a whole and every
+/// [`CALIBRATION_BLOCK_S`]; `None` when the sample is empty or the engine's step timings cannot be
+/// read.
+async fn sample_steps(
     pilot: &Pilot<'_>,
     engine: &EngineProcess,
     load: &ReplayLoad,
     load_spec: &LoadSpec,
-    profile: &ConfigProfile,
-) -> Result<Option<Calibration>> {
-    let Some(model) = &profile.step_model else {
-        return Ok(None);
-    };
+    when: SampleTime,
+) -> Result<Option<SampleSteps>> {
     let spec = pilot.spec;
     let duration_s = CALIBRATION_S.min(spec.replay_s);
-    let seed = spec.seed.wrapping_add(CALIBRATION_SEED);
+    let seed = spec.seed.wrapping_add(match when {
+        SampleTime::BeforeReplay => CALIBRATION_SEED,
+        SampleTime::AfterReplay => CALIBRATION_SEED + 1,
+    });
     let sample = timed_requests(
         pilot.workload,
         &decide::replay_trace(pilot.workload, load, duration_s, seed),
@@ -1057,7 +1113,7 @@ async fn calibrate(
     let before = match engine.step_times().await {
         Ok(before) => before,
         Err(e) => {
-            tracing::warn!(error = %e, "no step timings from the engine before the calibration");
+            tracing::warn!(error = %e, ?when, "no step timings from the engine before a calibration sample");
             return Ok(None);
         }
     };
@@ -1069,31 +1125,62 @@ async fn calibrate(
     let after = match engine.step_times().await {
         Ok(after) => after,
         Err(e) => {
-            tracing::warn!(error = %e, "no step timings from the engine after the calibration");
+            tracing::warn!(error = %e, ?when, "no step timings from the engine after a calibration sample");
             return Ok(None);
         }
     };
-    let drift = step_fit::drift(&after.since(&before), model);
-    if drift.decode.is_none() && drift.prompt.is_none() {
-        return Ok(None);
-    }
-    readings.push(after);
-    let blocks: Vec<StepTimes> = std::iter::once(&before)
+    readings.push(after.clone());
+    let blocks = std::iter::once(&before)
         .chain(&readings)
         .zip(&readings)
         .map(|(earlier, later)| later.since(earlier))
         .collect();
-    let (block_decode_over_profiled, pace_spread) = step_fit::pace_spread(&blocks, model);
-    Ok(Some(Calibration {
+    Ok(Some(SampleSteps {
+        when,
         duration_s,
         requests: sample.len(),
+        total: after.since(&before),
+        blocks,
+    }))
+}
+
+/// The calibration of the profile's step `model` by `samples`: their steps pooled against it, each
+/// sample's own ratios beside, and the spread of their blocks' paces; `None` when the samples ran
+/// too few steps to say.
+fn calibration(samples: &[SampleSteps], model: &StepModel) -> Option<Calibration> {
+    let mut pooled = StepTimes::default();
+    for sample in samples {
+        pooled.add(&sample.total);
+    }
+    let drift = step_fit::drift(&pooled, model);
+    if drift.decode.is_none() && drift.prompt.is_none() {
+        return None;
+    }
+    let blocks: Vec<&[StepTimes]> = samples.iter().map(|s| s.blocks.as_slice()).collect();
+    let (block_decode_over_profiled, pace_spread) = step_fit::pace_spread(&blocks, model);
+    Some(Calibration {
+        duration_s: samples.iter().map(|s| s.duration_s).sum(),
+        requests: samples.iter().map(|s| s.requests).sum(),
+        samples: samples
+            .iter()
+            .map(|s| {
+                let own = step_fit::drift(&s.total, model);
+                CalibrationSample {
+                    when: s.when,
+                    duration_s: s.duration_s,
+                    requests: s.requests,
+                    decode_over_profiled: own.decode,
+                    prompt_over_profiled: own.prompt,
+                }
+            })
+            .collect(),
         decode_over_profiled: drift.decode,
         prompt_over_profiled: drift.prompt,
         block_s: CALIBRATION_BLOCK_S,
         block_decode_over_profiled,
         pace_spread,
         step_model: step_fit::scaled(model, drift),
-    }))
+    })
 }
 
 /// The engine's step timings every [`CALIBRATION_BLOCK_S`] for `duration_s` (readings that fail are
@@ -1390,6 +1477,69 @@ ttft_p99_s = 0.25
 tpot_p99_s = 0.012
 basis = "assumed"
 "#;
+
+    /// Steps of one decode batch and one prompt length, each `pace` times what `model` says.
+    fn steps_at(model: &StepModel, pace: f64, decode_steps: u32) -> StepTimes {
+        let mut t = StepTimes::with_max_batch(2);
+        for _ in 0..decode_steps {
+            t.record(2, 0, pace * model.decode_s(2.0));
+        }
+        for tokens in [60, 120, 180] {
+            let prompt = model.prompt_step_s + model.prompt_token_s * f64::from(tokens);
+            t.record(1, tokens as usize, pace * (model.decode_s(1.0) + prompt));
+        }
+        t
+    }
+
+    /// Samples before and after the replay are pooled by their steps (a sample of more steps weighs
+    /// more), each keeps its own ratios, and the blocks of both spread the pace.
+    #[test]
+    fn calibration_samples_are_pooled_around_the_replay() {
+        let model = StepModel {
+            decode_s_by_batch: vec![(1.0, 0.004), (2.0, 0.007)],
+            prompt_token_s: 0.001,
+            prompt_step_s: 0.010,
+            steps: 100,
+        };
+        let sample = |when, pace: f64, decode_steps: u32| {
+            let blocks = vec![
+                steps_at(&model, pace * 0.98, decode_steps / 2),
+                steps_at(&model, pace * 1.02, decode_steps / 2),
+            ];
+            let mut total = StepTimes::default();
+            blocks.iter().for_each(|b| total.add(b));
+            SampleSteps {
+                when,
+                duration_s: 40.0,
+                requests: 30,
+                total,
+                blocks,
+            }
+        };
+        let samples = [
+            sample(SampleTime::BeforeReplay, 1.10, 100),
+            sample(SampleTime::AfterReplay, 1.00, 300),
+        ];
+        let c = calibration(&samples, &model).expect("a calibration");
+        assert_eq!((c.duration_s, c.requests), (80.0, 60));
+        let own: Vec<f64> = c
+            .samples
+            .iter()
+            .filter_map(|s| s.decode_over_profiled)
+            .collect();
+        assert!(
+            (own[0] - 1.10).abs() < 1e-9 && (own[1] - 1.0).abs() < 1e-9,
+            "{own:?}"
+        );
+        let pooled = c.decode_over_profiled.expect("decode");
+        assert!((pooled - 1.025).abs() < 1e-9, "{pooled}");
+        let prompt = c.prompt_over_profiled.expect("prompt");
+        assert!(prompt > 1.0 && prompt < 1.10, "{prompt}");
+        assert_eq!(c.block_decode_over_profiled.len(), 4);
+        assert!(c.pace_spread.expect("spread") > 0.02, "{c:?}");
+        assert!((c.step_model.decode_s(2.0) - 1.025 * 0.007).abs() < 1e-12);
+        assert!(calibration(&[], &model).is_none());
+    }
 
     fn profile() -> ConfigProfile {
         let json = r#"[{

@@ -125,22 +125,38 @@ pub fn scaled(model: &StepModel, drift: Drift) -> StepModel {
 /// Decode-only steps a block of a sample needs before its pace counts in [`pace_spread`].
 pub const MIN_BLOCK_DECODE_STEPS: u64 = 30;
 
-/// How the engine's pace moved between consecutive blocks of a sample: the [`drift`] of each block's
-/// decode-only steps against `model` (blocks with fewer than [`MIN_BLOCK_DECODE_STEPS`] left out),
-/// and their standard deviation relative to their mean; the spread is `None` with fewer than two
-/// such blocks.
-pub fn pace_spread(blocks: &[StepTimes], model: &StepModel) -> (Vec<f64>, Option<f64>) {
-    let ratios: Vec<f64> = blocks
+/// How the engine's pace moved between consecutive blocks of each sample: the [`drift`] of each
+/// block's decode-only steps against `model` (blocks with fewer than [`MIN_BLOCK_DECODE_STEPS`] left
+/// out; the samples' ratios in order), and their standard deviation about their own sample's mean,
+/// pooled over the samples, relative to the mean of all blocks. Samples taken minutes apart can sit at
+/// different paces; that shift is not how the pace moves within a run, and is left out. The spread is
+/// `None` with fewer blocks than two more than the samples that hold any.
+pub fn pace_spread(samples: &[&[StepTimes]], model: &StepModel) -> (Vec<f64>, Option<f64>) {
+    let groups: Vec<Vec<f64>> = samples
         .iter()
-        .filter(|b| b.decode.iter().map(|d| d.steps).sum::<u64>() >= MIN_BLOCK_DECODE_STEPS)
-        .filter_map(|b| drift(b, model).decode)
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter(|b| b.decode.iter().map(|d| d.steps).sum::<u64>() >= MIN_BLOCK_DECODE_STEPS)
+                .filter_map(|b| drift(b, model).decode)
+                .collect()
+        })
         .collect();
-    if ratios.len() < 2 {
+    let ratios: Vec<f64> = groups.iter().flatten().copied().collect();
+    let held = groups.iter().filter(|g| !g.is_empty()).count();
+    if ratios.len() < held + 1 {
         return (ratios, None);
     }
-    let n = ratios.len() as f64;
-    let mean = ratios.iter().sum::<f64>() / n;
-    let var = ratios.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    let squares: f64 = groups
+        .iter()
+        .filter(|g| !g.is_empty())
+        .map(|g| {
+            let mean = g.iter().sum::<f64>() / g.len() as f64;
+            g.iter().map(|r| (r - mean).powi(2)).sum::<f64>()
+        })
+        .sum();
+    let var = squares / (ratios.len() - held) as f64;
+    let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
     let spread = (mean > 0.0).then(|| var.sqrt() / mean);
     (ratios, spread)
 }
@@ -243,14 +259,27 @@ mod tests {
             block(0.9, 40),
             block(3.0, 10),
         ];
-        let (ratios, spread) = pace_spread(&blocks, &model);
+        let (ratios, spread) = pace_spread(&[&blocks], &model);
         assert_eq!(ratios.len(), 3, "{ratios:?}");
         for (r, want) in ratios.iter().zip([1.0, 1.1, 0.9]) {
             assert!((r - want).abs() < 1e-9, "{ratios:?}");
         }
         assert!((spread.expect("a spread") - 0.1).abs() < 1e-9, "{spread:?}");
-        assert_eq!(pace_spread(&blocks[..1], &model).1, None);
+        assert_eq!(pace_spread(&[&blocks[..1]], &model).1, None);
         assert_eq!(pace_spread(&[], &model), (Vec::new(), None));
+
+        // A second sample at a pace a fifth slower, moving as much about its own mean: the shift
+        // between the samples is not spread, and one block alone in a sample adds none.
+        let slower = [block(1.2, 40), block(1.32, 40), block(1.08, 40)];
+        let (ratios, spread) = pace_spread(&[&blocks, &slower], &model);
+        assert_eq!(ratios.len(), 6, "{ratios:?}");
+        let pooled = ((0.02_f64 + 0.0288) / 4.0).sqrt() / 1.1;
+        assert!(
+            (spread.expect("a spread") - pooled).abs() < 1e-9,
+            "{spread:?}"
+        );
+        let (_, spread) = pace_spread(&[&blocks[..1], &slower[..1]], &model);
+        assert_eq!(spread, None);
     }
 
     /// A negative intercept is not a time: the line then goes through the origin; a larger batch

@@ -690,7 +690,7 @@ fn host_pace_text(r: &view::PilotReplay) -> String {
     let spread = r.pace_spread.as_ref().map(|s| {
         let measured = r.calibration.as_ref().and_then(|c| {
             Some(format!(
-                " (the sample's {} s blocks moved by {})",
+                " (the samples' {} s blocks moved by {})",
                 fmt::opt(c.block_s, 0),
                 fmt::percent(Some(c.pace_spread?), 1)
             ))
@@ -707,11 +707,12 @@ fn host_pace_text(r: &view::PilotReplay) -> String {
     let calibration = r.calibration.as_ref().map(|c| {
         let ratio = |v: Option<f64>| v.map_or(fmt::MISSING.to_owned(), |v| format!("{v:.2}x"));
         format!(
-            "Calibration: {} requests over {} s through the gateway before the replay ran the engine's \
-             decode steps at {} and its prompts at {} of the profile's step model; the prediction runs \
-             on the profile's steps scaled by these ratios.{}",
+            "Calibration: {} requests over {} s through the gateway{} ran the engine's decode steps at \
+             {} and its prompts at {} of the profile's step model; the prediction runs on the profile's \
+             steps scaled by these ratios.{}",
             c.requests,
             fmt::opt(c.duration_s, 0),
+            bracket(&c.samples),
             ratio(c.decode_over_profiled),
             ratio(c.prompt_over_profiled),
             spread.unwrap_or_default(),
@@ -731,6 +732,18 @@ fn host_pace_text(r: &view::PilotReplay) -> String {
     match calibration {
         Some(c) => format!("{pace} {c}"),
         None => pace,
+    }
+}
+
+/// When the calibration's samples ran against the replay, as words after "through the gateway"
+/// (reports before bracketing ran one sample, right before the replay, and list none).
+fn bracket(samples: &[view::PilotCalibrationSample]) -> &'static str {
+    let before = samples.iter().any(|s| s.when == "before_replay");
+    let after = samples.iter().any(|s| s.when == "after_replay");
+    match (before, after) {
+        (true, true) => ", half right before the replay and half right after it,",
+        (false, true) => " right after the replay",
+        _ => " before the replay",
     }
 }
 

@@ -684,16 +684,25 @@ pub(crate) struct PilotBand {
     pub(crate) high: Option<f64>,
 }
 
-/// The calibration sample before the replay.
+/// The calibration samples around the replay.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub(crate) struct PilotCalibration {
     pub(crate) duration_s: Option<f64>,
     pub(crate) requests: usize,
+    pub(crate) samples: Vec<PilotCalibrationSample>,
     pub(crate) decode_over_profiled: Option<f64>,
     pub(crate) prompt_over_profiled: Option<f64>,
     pub(crate) block_s: Option<f64>,
     pub(crate) pace_spread: Option<f64>,
+}
+
+/// One calibration sample: when it ran against the replay (`before_replay`, `after_replay`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub(crate) struct PilotCalibrationSample {
+    pub(crate) when: String,
+    pub(crate) requests: usize,
 }
 
 /// One class in the replay.
