@@ -310,6 +310,24 @@ pub enum SampleTime {
     AfterReplay,
 }
 
+impl Calibration {
+    /// When its samples ran against the replay, in words (see [`sample_timing`]).
+    pub fn timing(&self) -> &'static str {
+        let ran = |t| self.samples.iter().any(|s| s.when == t);
+        sample_timing(ran(SampleTime::BeforeReplay), ran(SampleTime::AfterReplay))
+    }
+}
+
+/// When calibration samples ran against the replay, in words, from whether one ran before it and one
+/// after it (reports of one sample before the replay list no samples, and read as before).
+pub fn sample_timing(before: bool, after: bool) -> &'static str {
+    match (before, after) {
+        (true, true) => "half right before the replay and half right after it",
+        (false, true) => "right after the replay",
+        _ => "right before the replay",
+    }
+}
+
 /// One calibration sample: when it ran, and how the engine's steps ran in it against the profile.
 #[derive(Debug, Clone, Serialize)]
 pub struct CalibrationSample {
@@ -1073,13 +1091,21 @@ fn timed_requests(workload: &Workload, trace: &[TraceRecord]) -> Vec<TimedReques
         .collect()
 }
 
-/// The engine's steps under one calibration sample: all of them, and block by block.
+/// The engine's steps under one calibration sample, block by block.
 struct SampleSteps {
     when: SampleTime,
     duration_s: f64,
     requests: usize,
-    total: StepTimes,
     blocks: Vec<StepTimes>,
+}
+
+impl SampleSteps {
+    /// Every step of the sample: its blocks added up.
+    fn total(&self) -> StepTimes {
+        let mut total = StepTimes::default();
+        self.blocks.iter().for_each(|b| total.add(b));
+        total
+    }
 }
 
 /// Sends a sample of the replay's load (a seed of its own, [`CALIBRATION_S`] at most) through the
@@ -1110,26 +1136,27 @@ async fn sample_steps(
         seed,
         ..load_spec.clone()
     };
-    let before = match engine.step_times().await {
-        Ok(before) => before,
-        Err(e) => {
-            tracing::warn!(error = %e, ?when, "no step timings from the engine before a calibration sample");
-            return Ok(None);
-        }
+    let read = async |moment: &str| {
+        engine
+            .step_times()
+            .await
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, ?when, moment, "no step timings from the engine around a calibration sample");
+            })
+            .ok()
+    };
+    let Some(before) = read("before").await else {
+        return Ok(None);
     };
     let (sent, mut readings) = tokio::join!(
         loadgen::replay(&sample_spec, &sample),
         block_readings(engine, duration_s)
     );
     sent?;
-    let after = match engine.step_times().await {
-        Ok(after) => after,
-        Err(e) => {
-            tracing::warn!(error = %e, ?when, "no step timings from the engine after a calibration sample");
-            return Ok(None);
-        }
+    let Some(after) = read("after").await else {
+        return Ok(None);
     };
-    readings.push(after.clone());
+    readings.push(after);
     let blocks = std::iter::once(&before)
         .chain(&readings)
         .zip(&readings)
@@ -1139,7 +1166,6 @@ async fn sample_steps(
         when,
         duration_s,
         requests: sample.len(),
-        total: after.since(&before),
         blocks,
     }))
 }
@@ -1148,10 +1174,9 @@ async fn sample_steps(
 /// sample's own ratios beside, and the spread of their blocks' paces; `None` when the samples ran
 /// too few steps to say.
 fn calibration(samples: &[SampleSteps], model: &StepModel) -> Option<Calibration> {
+    let totals: Vec<StepTimes> = samples.iter().map(SampleSteps::total).collect();
     let mut pooled = StepTimes::default();
-    for sample in samples {
-        pooled.add(&sample.total);
-    }
+    totals.iter().for_each(|t| pooled.add(t));
     let drift = step_fit::drift(&pooled, model);
     if drift.decode.is_none() && drift.prompt.is_none() {
         return None;
@@ -1163,8 +1188,9 @@ fn calibration(samples: &[SampleSteps], model: &StepModel) -> Option<Calibration
         requests: samples.iter().map(|s| s.requests).sum(),
         samples: samples
             .iter()
-            .map(|s| {
-                let own = step_fit::drift(&s.total, model);
+            .zip(&totals)
+            .map(|(s, total)| {
+                let own = step_fit::drift(total, model);
                 CalibrationSample {
                     when: s.when,
                     duration_s: s.duration_s,
@@ -1506,13 +1532,10 @@ basis = "assumed"
                 steps_at(&model, pace * 0.98, decode_steps / 2),
                 steps_at(&model, pace * 1.02, decode_steps / 2),
             ];
-            let mut total = StepTimes::default();
-            blocks.iter().for_each(|b| total.add(b));
             SampleSteps {
                 when,
                 duration_s: 40.0,
                 requests: 30,
-                total,
                 blocks,
             }
         };

@@ -331,11 +331,11 @@ fn render(r: &PilotReport, id: i64, workload: &Path) -> String {
             let ratio = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.2}x"));
             let _ = writeln!(
                 out,
-                "calibration: {} requests over {:.0} s through the gateway, half right before the replay and \
-                 half right after it; engine steps {} (decode) and {} (prompts) of the profile's step model, \
-                 which the prediction is scaled by",
+                "calibration: {} requests over {:.0} s through the gateway, {}; engine steps {} (decode) and \
+                 {} (prompts) of the profile's step model, which the prediction is scaled by",
                 c.requests,
                 c.duration_s,
+                c.timing(),
                 ratio(c.decode_over_profiled),
                 ratio(c.prompt_over_profiled)
             );

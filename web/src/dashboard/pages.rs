@@ -707,7 +707,7 @@ fn host_pace_text(r: &view::PilotReplay) -> String {
     let calibration = r.calibration.as_ref().map(|c| {
         let ratio = |v: Option<f64>| v.map_or(fmt::MISSING.to_owned(), |v| format!("{v:.2}x"));
         format!(
-            "Calibration: {} requests over {} s through the gateway{} ran the engine's decode steps at \
+            "Calibration: {} requests over {} s through the gateway, {}, ran the engine's decode steps at \
              {} and its prompts at {} of the profile's step model; the prediction runs on the profile's \
              steps scaled by these ratios.{}",
             c.requests,
@@ -735,16 +735,10 @@ fn host_pace_text(r: &view::PilotReplay) -> String {
     }
 }
 
-/// When the calibration's samples ran against the replay, as words after "through the gateway"
-/// (reports before bracketing ran one sample, right before the replay, and list none).
+/// When the calibration's samples ran against the replay, in words.
 fn bracket(samples: &[view::PilotCalibrationSample]) -> &'static str {
-    let before = samples.iter().any(|s| s.when == "before_replay");
-    let after = samples.iter().any(|s| s.when == "after_replay");
-    match (before, after) {
-        (true, true) => ", half right before the replay and half right after it,",
-        (false, true) => " right after the replay",
-        _ => " before the replay",
-    }
+    let ran = |when: &str| samples.iter().any(|s| s.when == when);
+    strata_controller::pilot::sample_timing(ran("before_replay"), ran("after_replay"))
 }
 
 fn pilot_detail_cells(d: &view::PilotDetail) -> PilotDetailCells {
