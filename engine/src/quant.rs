@@ -20,11 +20,17 @@ pub enum GgmlType {
     Q4_0,
     /// Blocks of 32 4-bit values with a scale and a minimum.
     Q4_1,
+    /// Blocks of 32 5-bit values with one scale.
+    Q5_0,
+    /// Blocks of 32 5-bit values with a scale and a minimum.
+    Q5_1,
     /// Blocks of 32 8-bit values with one scale.
     Q8_0,
-    /// 4-bit K-quant (super-blocks of 256). Dequantized at load.
+    /// 4-bit K-quant: super-blocks of 256 in eight sub-blocks with 6-bit scales and mins.
     Q4K,
-    /// 6-bit K-quant (super-blocks of 256). Dequantized at load.
+    /// 5-bit K-quant: as [`GgmlType::Q4K`] plus one high bit per value.
+    Q5K,
+    /// 6-bit K-quant: super-blocks of 256 in sixteen sub-blocks with 8-bit scales.
     Q6K,
     /// bfloat16.
     BF16,
@@ -38,10 +44,45 @@ impl GgmlType {
             1 => Self::F16,
             2 => Self::Q4_0,
             3 => Self::Q4_1,
+            6 => Self::Q5_0,
+            7 => Self::Q5_1,
             8 => Self::Q8_0,
             12 => Self::Q4K,
+            13 => Self::Q5K,
             14 => Self::Q6K,
             30 => Self::BF16,
+            _ => return None,
+        })
+    }
+
+    /// ggml's name for a type id, also for the types the engine does not read (so that an error can
+    /// name them): `None` for ids ggml does not define.
+    pub fn name_of_id(id: u32) -> Option<&'static str> {
+        if let Some(kind) = Self::from_id(id) {
+            return Some(kind.name());
+        }
+        Some(match id {
+            9 => "Q8_1",
+            10 => "Q2_K",
+            11 => "Q3_K",
+            15 => "Q8_K",
+            16 => "IQ2_XXS",
+            17 => "IQ2_XS",
+            18 => "IQ3_XXS",
+            19 => "IQ1_S",
+            20 => "IQ4_NL",
+            21 => "IQ3_S",
+            22 => "IQ2_S",
+            23 => "IQ4_XS",
+            24 => "I8",
+            25 => "I16",
+            26 => "I32",
+            27 => "I64",
+            28 => "F64",
+            29 => "IQ1_M",
+            34 => "TQ1_0",
+            35 => "TQ2_0",
+            39 => "MXFP4",
             _ => return None,
         })
     }
@@ -53,8 +94,11 @@ impl GgmlType {
             Self::F16 => 1,
             Self::Q4_0 => 2,
             Self::Q4_1 => 3,
+            Self::Q5_0 => 6,
+            Self::Q5_1 => 7,
             Self::Q8_0 => 8,
             Self::Q4K => 12,
+            Self::Q5K => 13,
             Self::Q6K => 14,
             Self::BF16 => 30,
         }
@@ -64,8 +108,8 @@ impl GgmlType {
     pub fn block_size(self) -> usize {
         match self {
             Self::F32 | Self::F16 | Self::BF16 => 1,
-            Self::Q4_0 | Self::Q4_1 | Self::Q8_0 => QK,
-            Self::Q4K | Self::Q6K => QK_K,
+            Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 => QK,
+            Self::Q4K | Self::Q5K | Self::Q6K => QK_K,
         }
     }
 
@@ -76,9 +120,12 @@ impl GgmlType {
             Self::F16 | Self::BF16 => 2,
             Self::Q4_0 => size_of::<BlockQ4_0>(),
             Self::Q4_1 => size_of::<BlockQ4_1>(),
+            Self::Q5_0 => Q5_0_BYTES,
+            Self::Q5_1 => Q5_1_BYTES,
             Self::Q8_0 => size_of::<BlockQ8_0>(),
-            Self::Q4K => 144,
-            Self::Q6K => 210,
+            Self::Q4K => Q4_K_BYTES,
+            Self::Q5K => Q5_K_BYTES,
+            Self::Q6K => Q6_K_BYTES,
         }
     }
 
@@ -89,8 +136,11 @@ impl GgmlType {
             Self::F16 => "F16",
             Self::Q4_0 => "Q4_0",
             Self::Q4_1 => "Q4_1",
+            Self::Q5_0 => "Q5_0",
+            Self::Q5_1 => "Q5_1",
             Self::Q8_0 => "Q8_0",
             Self::Q4K => "Q4_K",
+            Self::Q5K => "Q5_K",
             Self::Q6K => "Q6_K",
             Self::BF16 => "BF16",
         }
@@ -102,6 +152,19 @@ impl std::fmt::Display for GgmlType {
         f.write_str(self.name())
     }
 }
+
+/// Bytes of a ggml `block_q5_0`: f16 scale, 32 high bits, 16 bytes of low nibbles.
+pub const Q5_0_BYTES: usize = 22;
+/// Bytes of a ggml `block_q5_1`: f16 scale and minimum, 32 high bits, 16 bytes of low nibbles.
+pub const Q5_1_BYTES: usize = 24;
+/// Bytes of a ggml `block_q4_K`: f16 `d` and `dmin`, 12 bytes of packed 6-bit scales and mins, 128
+/// bytes of nibbles.
+pub const Q4_K_BYTES: usize = 144;
+/// Bytes of a ggml `block_q5_K`: as Q4_K plus 32 bytes of high bits.
+pub const Q5_K_BYTES: usize = 176;
+/// Bytes of a ggml `block_q6_K`: 128 bytes of low nibbles, 64 of high 2-bit pairs, 16 int8 scales,
+/// f16 `d`.
+pub const Q6_K_BYTES: usize = 210;
 
 /// ggml `block_q4_0`: `x = (q - 8) * d`; low nibbles hold elements 0..16, high nibbles 16..32.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -166,6 +229,110 @@ impl Default for BlockQ8_1 {
             d: f16::ZERO,
             s: f16::ZERO,
             qs: [0; QK],
+        }
+    }
+}
+
+/// ggml `block_q5_0`: `x = (q - 16) * d`; the fifth bit of element `j` is bit `j` of the
+/// little-endian word `qh`, nibbles as in [`BlockQ4_0`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[repr(C)]
+pub struct BlockQ5_0 {
+    /// Scale.
+    pub d: f16,
+    /// The 32 fifth bits, little-endian.
+    pub qh: [u8; 4],
+    /// Packed low 4 bits.
+    pub qs: [u8; QK / 2],
+}
+const _: () = assert!(size_of::<BlockQ5_0>() == Q5_0_BYTES);
+
+/// ggml `block_q5_1`: `x = q * d + m`; bits as in [`BlockQ5_0`]. Pairs with [`BlockQ8_1`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[repr(C)]
+pub struct BlockQ5_1 {
+    /// Scale.
+    pub d: f16,
+    /// Minimum.
+    pub m: f16,
+    /// The 32 fifth bits, little-endian.
+    pub qh: [u8; 4],
+    /// Packed low 4 bits.
+    pub qs: [u8; QK / 2],
+}
+const _: () = assert!(size_of::<BlockQ5_1>() == Q5_1_BYTES);
+
+/// ggml `block_q4_K`: eight sub-blocks of 32, `x = d * sc * q - dmin * m` with 6-bit `sc` and `m`
+/// packed in `scales` (see ggml's `get_scale_min_k4`); each 64 values share 32 bytes of `qs`, low
+/// nibbles first.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
+pub struct BlockQ4K {
+    /// Super-block scale of the scales.
+    pub d: f16,
+    /// Super-block scale of the mins.
+    pub dmin: f16,
+    /// Packed 6-bit scales and mins.
+    pub scales: [u8; 12],
+    /// Packed 4-bit values.
+    pub qs: [u8; QK_K / 2],
+}
+const _: () = assert!(size_of::<BlockQ4K>() == Q4_K_BYTES);
+
+/// ggml `block_q5_K`: [`BlockQ4K`] plus a fifth bit per value: bit `2i` of `qh[l]` for the low
+/// nibble of `qs[32i + l]`, bit `2i + 1` for its high nibble.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
+pub struct BlockQ5K {
+    /// Super-block scale of the scales.
+    pub d: f16,
+    /// Super-block scale of the mins.
+    pub dmin: f16,
+    /// Packed 6-bit scales and mins.
+    pub scales: [u8; 12],
+    /// The fifth bits.
+    pub qh: [u8; QK_K / 8],
+    /// Packed low 4 bits.
+    pub qs: [u8; QK_K / 2],
+}
+const _: () = assert!(size_of::<BlockQ5K>() == Q5_K_BYTES);
+
+/// ggml `block_q6_K`: sixteen sub-blocks of 16, `x = d * scales[s] * (q - 32)` with 6-bit `q`
+/// (low 4 bits in `ql`, high 2 bits in `qh`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
+pub struct BlockQ6K {
+    /// Low 4 bits.
+    pub ql: [u8; QK_K / 2],
+    /// High 2 bits.
+    pub qh: [u8; QK_K / 4],
+    /// Sub-block scales.
+    pub scales: [i8; QK_K / 16],
+    /// Super-block scale.
+    pub d: f16,
+}
+const _: () = assert!(size_of::<BlockQ6K>() == Q6_K_BYTES);
+
+/// ggml `block_q8_K`: the activation format paired with the K-quants: 256 int8 values, an f32 scale,
+/// and the sums of each 16 values (which the K-quants' mins multiply).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
+pub struct BlockQ8K {
+    /// Scale.
+    pub d: f32,
+    /// Values.
+    pub qs: [i8; QK_K],
+    /// Sums of each 16 consecutive values.
+    pub bsums: [i16; QK_K / 16],
+}
+const _: () = assert!(size_of::<BlockQ8K>() == 292);
+
+impl Default for BlockQ8K {
+    fn default() -> Self {
+        Self {
+            d: 0.0,
+            qs: [0; QK_K],
+            bsums: [0; QK_K / 16],
         }
     }
 }
@@ -394,7 +561,10 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 
 /// ggml `dequantize_row_q4_K` over raw 144-byte super-blocks.
 pub fn dequantize_q4_k(bytes: &[u8], out: &mut [f32]) {
-    for (b, y) in bytes.chunks_exact(144).zip(out.chunks_exact_mut(QK_K)) {
+    for (b, y) in bytes
+        .chunks_exact(Q4_K_BYTES)
+        .zip(out.chunks_exact_mut(QK_K))
+    {
         let d = f16_at(b, 0).to_f32();
         let dmin = f16_at(b, 2).to_f32();
         let scales = &b[4..16];
@@ -417,9 +587,80 @@ pub fn dequantize_q4_k(bytes: &[u8], out: &mut [f32]) {
     }
 }
 
+/// ggml `dequantize_row_q5_0` over raw 22-byte blocks: `x = (q - 16) * d`, the fifth bit of element
+/// `j` in bit `j` of the little-endian `qh` word.
+pub fn dequantize_q5_0(bytes: &[u8], out: &mut [f32]) {
+    for (b, y) in bytes.chunks_exact(Q5_0_BYTES).zip(out.chunks_exact_mut(QK)) {
+        let d = f16_at(b, 0).to_f32();
+        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+        for (j, &byte) in b[6..22].iter().enumerate() {
+            let (lo, hi) = five_bit_pair(byte, qh, j);
+            y[j] = (lo as i32 - 16) as f32 * d;
+            y[j + QK / 2] = (hi as i32 - 16) as f32 * d;
+        }
+    }
+}
+
+/// ggml `dequantize_row_q5_1` over raw 24-byte blocks: `x = q * d + m`.
+pub fn dequantize_q5_1(bytes: &[u8], out: &mut [f32]) {
+    for (b, y) in bytes.chunks_exact(Q5_1_BYTES).zip(out.chunks_exact_mut(QK)) {
+        let (d, m) = (f16_at(b, 0).to_f32(), f16_at(b, 2).to_f32());
+        let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        for (j, &byte) in b[8..24].iter().enumerate() {
+            let (lo, hi) = five_bit_pair(byte, qh, j);
+            y[j] = lo as f32 * d + m;
+            y[j + QK / 2] = hi as f32 * d + m;
+        }
+    }
+}
+
+/// The 5-bit values of elements `j` and `j + 16` of a Q5_0/Q5_1 block from their nibble byte and
+/// the block's high-bit word.
+fn five_bit_pair(byte: u8, qh: u32, j: usize) -> (u8, u8) {
+    let hi_lo = ((qh >> j) & 1) as u8;
+    let hi_hi = ((qh >> (j + 16)) & 1) as u8;
+    ((byte & 0x0f) | (hi_lo << 4), (byte >> 4) | (hi_hi << 4))
+}
+
+/// ggml `dequantize_row_q5_K` over raw 176-byte super-blocks: each 64 values share 32 nibble bytes
+/// (low nibbles first) and take their fifth bit from `qh`, two bits of each byte per 64 values.
+pub fn dequantize_q5_k(bytes: &[u8], out: &mut [f32]) {
+    for (b, y) in bytes
+        .chunks_exact(Q5_K_BYTES)
+        .zip(out.chunks_exact_mut(QK_K))
+    {
+        let d = f16_at(b, 0).to_f32();
+        let dmin = f16_at(b, 2).to_f32();
+        let scales = &b[4..16];
+        let qh = &b[16..48];
+        let qs = &b[48..176];
+        let mut out_at = 0;
+        for (chunk, q) in qs.chunks_exact(32).enumerate() {
+            let (sc, m) = scale_min_k4(2 * chunk, scales);
+            let (d1, m1) = (d * sc as f32, dmin * m as f32);
+            let (sc, m) = scale_min_k4(2 * chunk + 1, scales);
+            let (d2, m2) = (d * sc as f32, dmin * m as f32);
+            let (bit_lo, bit_hi) = (1u8 << (2 * chunk), 1u8 << (2 * chunk + 1));
+            for (l, &byte) in q.iter().enumerate() {
+                let high = if qh[l] & bit_lo != 0 { 16 } else { 0 };
+                y[out_at] = d1 * ((byte & 0xF) + high) as f32 - m1;
+                out_at += 1;
+            }
+            for (l, &byte) in q.iter().enumerate() {
+                let high = if qh[l] & bit_hi != 0 { 16 } else { 0 };
+                y[out_at] = d2 * ((byte >> 4) + high) as f32 - m2;
+                out_at += 1;
+            }
+        }
+    }
+}
+
 /// ggml `dequantize_row_q6_K` over raw 210-byte super-blocks.
 pub fn dequantize_q6_k(bytes: &[u8], out: &mut [f32]) {
-    for (b, y) in bytes.chunks_exact(210).zip(out.chunks_exact_mut(QK_K)) {
+    for (b, y) in bytes
+        .chunks_exact(Q6_K_BYTES)
+        .zip(out.chunks_exact_mut(QK_K))
+    {
         let (ql_all, rest) = b.split_at(128);
         let (qh_all, rest) = rest.split_at(64);
         let (scales, d) = rest.split_at(16);
@@ -465,7 +706,10 @@ pub fn dequantize_bytes(kind: GgmlType, bytes: &[u8], out: &mut [f32]) {
         GgmlType::Q4_0 => dequantize_q4_0(&parse_q4_0(bytes), out),
         GgmlType::Q4_1 => dequantize_q4_1(&parse_q4_1(bytes), out),
         GgmlType::Q8_0 => dequantize_q8_0(&parse_q8_0(bytes), out),
+        GgmlType::Q5_0 => dequantize_q5_0(bytes, out),
+        GgmlType::Q5_1 => dequantize_q5_1(bytes, out),
         GgmlType::Q4K => dequantize_q4_k(bytes, out),
+        GgmlType::Q5K => dequantize_q5_k(bytes, out),
         GgmlType::Q6K => dequantize_q6_k(bytes, out),
     }
 }
@@ -574,6 +818,61 @@ mod tests {
         dequantize_q6_k(&block, &mut out);
         assert_eq!(out[0], 0.5 * -31.0);
         assert_eq!(out[1], 0.5 * -32.0);
+    }
+
+    #[test]
+    fn q5_0_dequantizes_a_known_block() {
+        let mut block = vec![0u8; Q5_0_BYTES];
+        block[0..2].copy_from_slice(&f16::from_f32(0.5).to_le_bytes());
+        // High bit of element 1 (bit 1) and of element 16 (bit 16).
+        block[2..6].copy_from_slice(&((1u32 << 1) | (1u32 << 16)).to_le_bytes());
+        block[6] = 0x3F; // element 0: 15, element 16: 3 (+16 from the high bit)
+        block[7] = 0x02; // element 1: 2 + 16, element 17: 0
+        let mut out = vec![0f32; QK];
+        dequantize_q5_0(&block, &mut out);
+        assert_eq!(out[0], (15 - 16) as f32 * 0.5);
+        assert_eq!(out[16], (3 + 16 - 16) as f32 * 0.5);
+        assert_eq!(out[1], (2 + 16 - 16) as f32 * 0.5);
+        assert_eq!(out[17], -16.0 * 0.5);
+    }
+
+    #[test]
+    fn q5_1_dequantizes_a_known_block() {
+        let mut block = vec![0u8; Q5_1_BYTES];
+        block[0..2].copy_from_slice(&f16::from_f32(2.0).to_le_bytes());
+        block[2..4].copy_from_slice(&f16::from_f32(-1.0).to_le_bytes());
+        block[4..8].copy_from_slice(&(1u32 << 31).to_le_bytes()); // element 31's high bit
+        block[8 + 15] = 0xF1; // element 15: 1, element 31: 15 + 16
+        let mut out = vec![0f32; QK];
+        dequantize_q5_1(&block, &mut out);
+        assert_eq!(out[15], 2.0 - 1.0);
+        assert_eq!(out[31], 31.0 * 2.0 - 1.0);
+        assert_eq!(out[0], -1.0);
+    }
+
+    #[test]
+    fn q5_k_dequantizes_a_known_block() {
+        let mut block = vec![0u8; Q5_K_BYTES];
+        block[0..2].copy_from_slice(&f16::from_f32(1.0).to_le_bytes());
+        block[2..4].copy_from_slice(&f16::from_f32(0.25).to_le_bytes());
+        block[4] = 3; // scale of sub-block 0
+        block[8] = 8; // min of sub-block 0
+        block[5] = 1; // scale of sub-block 1
+        // Sub-blocks 4..8 take their scales from the packed high bits: sub-block 4's scale is the low
+        // nibble of byte 8 plus (byte 0 >> 6) << 4.
+        block[4] |= 0b0100_0000; // sub-block 4's scale gains 16
+        block[12] = 0x05; // low nibble of sub-block 4's scale
+        block[16] = 0b0000_0011; // qh[0]: fifth bit of element 0 (sub-block 0) and 32 (sub-block 1)
+        block[16 + 1] = 0b0001_0000; // qh[1]: fifth bit of element 129 (sub-block 4)
+        block[48] = 0x21; // element 0: 1, element 32: 2
+        block[48 + 64 + 1] = 0x07; // element 129 (sub-block 4): 7
+        let mut out = vec![0f32; QK_K];
+        dequantize_q5_k(&block, &mut out);
+        assert_eq!(out[0], 3.0 * (1 + 16) as f32 - 0.25 * 8.0);
+        assert_eq!(out[32], (2 + 16) as f32);
+        assert_eq!(out[1], -2.0);
+        let sc4 = (5 | (1 << 4)) as f32;
+        assert_eq!(out[129], sc4 * (7 + 16) as f32);
     }
 
     #[test]

@@ -56,7 +56,9 @@ impl WeightType {
             GgmlType::Q8_0 => Self::Q8_0,
             GgmlType::Q4_0 => Self::Q4_0,
             GgmlType::Q4_1 => Self::Q4_1,
-            GgmlType::Q4K | GgmlType::Q6K => return None,
+            GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
+                return None;
+            }
         })
     }
 

@@ -487,7 +487,10 @@ impl<'a> Reader<'a> {
             let kind = GgmlType::from_id(raw_kind).ok_or_else(|| Error::UnsupportedType {
                 path: self.path.to_path_buf(),
                 tensor: name.clone(),
-                kind: format!("ggml type id {raw_kind}"),
+                kind: match GgmlType::name_of_id(raw_kind) {
+                    Some(name) => name.to_string(),
+                    None => format!("unknown ggml type id {raw_kind}"),
+                },
             })?;
             let relative_offset = self.u64(&format!("offset of tensor {name}"))?;
             infos.push(RawTensorInfo {
