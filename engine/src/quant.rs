@@ -685,6 +685,53 @@ pub fn dequantize_q6_k(bytes: &[u8], out: &mut [f32]) {
     }
 }
 
+/// The scales (f16 fields) of one block of `kind`, by name and byte offset in the block.
+fn scale_fields(kind: GgmlType) -> &'static [(&'static str, usize)] {
+    match kind {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => &[],
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[("d", 0)],
+        GgmlType::Q4_1 | GgmlType::Q5_1 => &[("d", 0), ("m", 2)],
+        GgmlType::Q4K | GgmlType::Q5K => &[("d", 0), ("dmin", 2)],
+        GgmlType::Q6K => &[("d", Q6_K_BYTES - 2)],
+    }
+}
+
+/// A block whose scale is infinite or NaN, which would poison every product it enters.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("block {block} has a non-finite {field} ({value})")]
+pub struct NonFiniteScale {
+    /// The block's index in the tensor.
+    pub block: usize,
+    /// The scale's name in ggml's block struct (`d`, `m`, `dmin`).
+    pub field: &'static str,
+    /// The value as f32 (`inf`, `-inf`, `NaN`).
+    pub value: f32,
+}
+
+/// Checks every block scale of raw tensor bytes of `kind`, as ggml's `ggml_validate_row_data` does
+/// for the block types: the first block whose scale is infinite or NaN is an error. Block values
+/// themselves (nibbles, packed 6-bit scales, high bits) cannot be out of range: every bit pattern is
+/// a valid block.
+pub fn check_block_scales(kind: GgmlType, bytes: &[u8]) -> Result<(), NonFiniteScale> {
+    let fields = scale_fields(kind);
+    if fields.is_empty() {
+        return Ok(());
+    }
+    for (block, b) in bytes.chunks_exact(kind.block_bytes()).enumerate() {
+        for &(field, at) in fields {
+            let value = f16_at(b, at);
+            if !value.is_finite() {
+                return Err(NonFiniteScale {
+                    block,
+                    field,
+                    value: value.to_f32(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Dequantizes raw tensor bytes of any readable type into f32 (`out.len()` elements).
 pub fn dequantize_bytes(kind: GgmlType, bytes: &[u8], out: &mut [f32]) {
     match kind {
@@ -818,6 +865,27 @@ mod tests {
         dequantize_q6_k(&block, &mut out);
         assert_eq!(out[0], 0.5 * -31.0);
         assert_eq!(out[1], 0.5 * -32.0);
+    }
+
+    #[test]
+    fn non_finite_block_scales_are_found() {
+        let mut q4k = vec![0u8; 3 * Q4_K_BYTES];
+        assert_eq!(check_block_scales(GgmlType::Q4K, &q4k), Ok(()));
+        q4k[2 * Q4_K_BYTES + 2..2 * Q4_K_BYTES + 4].copy_from_slice(&f16::NAN.to_le_bytes());
+        let err = check_block_scales(GgmlType::Q4K, &q4k).unwrap_err();
+        assert_eq!((err.block, err.field), (2, "dmin"));
+
+        let mut q6k = vec![0u8; 2 * Q6_K_BYTES];
+        q6k[2 * Q6_K_BYTES - 2..].copy_from_slice(&f16::NEG_INFINITY.to_le_bytes());
+        let err = check_block_scales(GgmlType::Q6K, &q6k).unwrap_err();
+        assert_eq!((err.block, err.field), (1, "d"));
+        assert_eq!(err.to_string(), "block 1 has a non-finite d (-inf)");
+
+        let mut q51 = vec![0u8; Q5_1_BYTES];
+        q51[2..4].copy_from_slice(&f16::INFINITY.to_le_bytes());
+        assert_eq!(check_block_scales(GgmlType::Q5_1, &q51).unwrap_err().field, "m");
+        // Plain floats are values, not scales.
+        assert_eq!(check_block_scales(GgmlType::F16, &f16::NAN.to_le_bytes()), Ok(()));
     }
 
     #[test]

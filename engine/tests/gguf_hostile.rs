@@ -371,6 +371,63 @@ fn unknown_tensor_type_id() {
 }
 
 #[test]
+fn block_types_the_engine_does_not_run_are_named() {
+    for (id, name) in [(10u32, "Q2_K"), (11, "Q3_K"), (23, "IQ4_XS"), (16, "IQ2_XXS")] {
+        let mut raw = Raw::header(3, 1, 0);
+        raw.tensor("blk.3.ffn_down.weight", &[256, 4], id, 0)
+            .data(4096);
+        let message = refused(raw.build());
+        assert_mentions(
+            &message,
+            &["blk.3.ffn_down.weight", &format!("unsupported type {name}")],
+        );
+        assert!(!message.contains("type id"), "named, not numbered: {message}");
+    }
+}
+
+#[test]
+fn truncated_super_block_at_the_end_of_the_file() {
+    // Two Q4_K super-blocks need 288 bytes; the file ends 40 bytes short.
+    let mut raw = Raw::header(3, 1, 0);
+    raw.tensor("blk.0.attn_q.weight", &[256, 2], GgmlType::Q4K.id(), 0)
+        .data(248);
+    assert_mentions(
+        &refused(raw.build()),
+        &["tensor blk.0.attn_q.weight needs 288 bytes at offset", "file has"],
+    );
+}
+
+#[test]
+fn tensor_shorter_than_its_shape_runs_into_the_next() {
+    // A Q6_K tensor declared as two super-blocks (420 bytes) but given one, then the next tensor.
+    let mut raw = Raw::header(3, 2, 0);
+    raw.tensor("blk.0.ffn_down.weight", &[256, 2], GgmlType::Q6K.id(), 0)
+        .tensor("blk.0.ffn_norm.weight", &[8], GgmlType::F32.id(), 224)
+        .data(512);
+    assert_mentions(
+        &refused(raw.build()),
+        &[
+            "tensor blk.0.ffn_down.weight (Q6_K [256, 2]: 420 bytes at offset",
+            "overlaps tensor blk.0.ffn_norm.weight",
+        ],
+    );
+}
+
+#[test]
+fn row_length_not_a_multiple_of_a_super_block() {
+    for kind in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        let mut raw = Raw::header(3, 1, 0);
+        raw.tensor("t", &[320, 1], kind.id(), 0).data(1024);
+        assert_mentions(
+            &refused(raw.build()),
+            &[&format!(
+                "row length 320 is not a multiple of the {kind} block size 256"
+            )],
+        );
+    }
+}
+
+#[test]
 fn rank_zero_and_rank_five() {
     for rank in [0u32, 5, 1000] {
         let mut raw = Raw::header(3, 1, 0);
@@ -579,6 +636,47 @@ fn the_unbroken_tiny_model_opens() {
     let model = model.expect("the tiny model loads");
     assert_eq!(model.model.config().n_layers, 2);
     assert_eq!(model.tokenizer.vocab_size(), TinyLlama::VOCAB_SIZE);
+}
+
+/// A tiny model whose feed-forward is wide enough (256) for K-quant super-blocks in `ffn_down`.
+fn tiny_with_k_quant_down(kind: GgmlType, scale: half::f16, bad_block: usize) -> GgufWriter {
+    let mut w = TinyLlama {
+        ffn_dim: 256,
+        ..TinyLlama::default()
+    }
+    .writer(5, WeightType::Q8_0);
+    let blocks = TinyLlama::default().dim; // one super-block per output row
+    let mut data = vec![0x11u8; blocks * kind.block_bytes()];
+    let d_at = if kind == GgmlType::Q6K { kind.block_bytes() - 2 } else { 0 };
+    for (i, block) in data.chunks_exact_mut(kind.block_bytes()).enumerate() {
+        let d = if i == bad_block { scale } else { half::f16::from_f32(0.01) };
+        block[d_at..d_at + 2].copy_from_slice(&d.to_le_bytes());
+    }
+    w.tensor(
+        "blk.1.ffn_down.weight",
+        &[256, blocks as u64],
+        kind,
+        data,
+    );
+    w
+}
+
+#[test]
+fn k_quant_blocks_with_non_finite_scales_are_refused() {
+    for kind in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        let finite = tiny_with_k_quant_down(kind, half::f16::from_f32(0.5), 0);
+        let (_dir, _path, model) = open_model(finite.to_bytes());
+        model.unwrap_or_else(|err| panic!("{kind} with finite scales loads: {err}"));
+        for (scale, shown) in [(half::f16::NAN, "NaN"), (half::f16::INFINITY, "inf")] {
+            let broken = tiny_with_k_quant_down(kind, scale, 7);
+            assert_mentions(
+                &model_refused(&broken),
+                &[&format!(
+                    "tensor blk.1.ffn_down.weight: block 7 has a non-finite d ({shown})"
+                )],
+            );
+        }
+    }
 }
 
 #[test]

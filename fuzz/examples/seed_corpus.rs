@@ -53,8 +53,11 @@ fn main() -> std::io::Result<()> {
         )
         .metadata("general.alignment", MetaValue::U32(16))
         .tensor("f16", &[4], GgmlType::F16, vec![0; 8])
-        .tensor("q4_k", &[256], GgmlType::Q4K, vec![0; 144])
-        .tensor("q6_k", &[256], GgmlType::Q6K, vec![0; 210]);
+        .tensor("q5_0", &[32], GgmlType::Q5_0, vec![0x5a; 22])
+        .tensor("q5_1", &[32], GgmlType::Q5_1, vec![0x5a; 24])
+        .tensor("q4_k", &[256], GgmlType::Q4K, vec![0x3c; 144])
+        .tensor("q5_k", &[256], GgmlType::Q5K, vec![0x3c; 176])
+        .tensor("q6_k", &[256], GgmlType::Q6K, vec![0x3c; 210]);
     std::fs::write(dir.join("every-type.gguf"), w.to_bytes())?;
     println!("wrote the seed corpus to {}", dir.display());
     Ok(())

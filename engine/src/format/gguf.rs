@@ -587,7 +587,28 @@ fn place_tensors(
             size: size as usize,
         });
     }
+    check_no_overlap(path, &placed)?;
     Ok(placed)
+}
+
+/// Tensors may not share bytes: a tensor whose shape claims more bytes than were written for it (a
+/// truncated block, a wrong type) runs into the next one, which the bounds check alone cannot see.
+fn check_no_overlap(path: &Path, placed: &[TensorInfo]) -> Result<()> {
+    let mut by_offset: Vec<&TensorInfo> = placed.iter().filter(|t| t.size > 0).collect();
+    by_offset.sort_by_key(|t| t.offset);
+    for pair in by_offset.windows(2) {
+        let (first, next) = (pair[0], pair[1]);
+        if first.offset + first.size > next.offset {
+            return Err(Error::format(
+                path,
+                format!(
+                    "tensor {} ({} {:?}: {} bytes at offset {}) overlaps tensor {} at offset {}",
+                    first.name, first.kind, first.dims, first.size, first.offset, next.name, next.offset
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn tensor_byte_size(path: &Path, raw: &RawTensorInfo) -> Result<u64> {

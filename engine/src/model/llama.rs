@@ -888,6 +888,8 @@ impl Loader<'_> {
             ));
         }
         check_len(self.source, name, &raw, rows * cols)?;
+        quant::check_block_scales(raw.kind, &raw.data)
+            .map_err(|err| Error::model(self.source.origin(), format!("tensor {name}: {err}")))?;
         let weight = Weight::from_bytes(raw.kind, &raw.data, rows, cols, target);
         drop(raw);
         self.source.release(name);
