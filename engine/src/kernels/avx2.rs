@@ -1126,7 +1126,7 @@ fn scale_products<'a>(
 
 #[target_feature(enable = "avx2")]
 #[inline]
-fn load_i16x16(v: &[i16; 16]) -> __m256i {
+pub(super) fn load_i16x16(v: &[i16; 16]) -> __m256i {
     // SAFETY: `v` is 32 readable bytes; `loadu` has no alignment requirement.
     unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
 }

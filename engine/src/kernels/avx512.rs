@@ -834,8 +834,7 @@ fn dot_q6_k_rows<const R: usize>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K]) -> [f32
         if R > 1 {
             avx2::prefetch_blocks_ahead(&rows, i);
         }
-        // SAFETY: `b.bsums` is 32 readable bytes; `loadu` has no alignment requirement.
-        let bsums = unsafe { _mm256_loadu_si256(b.bsums.as_ptr().cast()) };
+        let bsums = avx2::load_i16x16(&b.bsums);
         for r in 0..R {
             let a = &rows[r][i];
             let sumi = _mm256_sub_epi32(q6_k_scaled_sums(a, &b.qs), avx2::q6_k_offset(a, bsums));
