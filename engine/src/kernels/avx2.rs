@@ -7,6 +7,12 @@
 //!   `4i..4i+4`) are converted to f32 and FMA'd with the broadcast f32 product of the two f16 scales
 //!   into one 8-lane accumulator; `hsum_float_8` at the end. Q4_1 adds `m_x * s_y` into a separate
 //!   scalar sum (fused, as GCC contracts `summs += m * s`).
+//! - 5-bit and K-quant dots (`ggml_vec_dot_q5_0_q8_0`, `_q5_1_q8_1`, `_q4_K_q8_K`, `_q5_K_q8_K`,
+//!   `_q6_K_q8_K`, same branch): the same eight exact int32 lanes per block (for the K-quants, each
+//!   sub-block's lane sums times its scale through `vpmaddwd`, added over the super-block) times `d`
+//!   into one 8-lane accumulator. Q5_1 adds `m_x * s_y` as Q4_1 does; Q4_K's minimums go through a
+//!   4-lane accumulator, Q5_K's through a scalar sum (fused, as GCC contracts it), Q6_K's `-32`
+//!   offset comes off the int32 lanes through the activation's 16-value sums, all as ggml does.
 //! - Q8_0 x Q8_0 keeps the scalar reference's numerics instead: each block's exact int32 sum, as f32,
 //!   times the product of the scales, added in block order.
 //!   A row's result then does not depend on how the lanes were split, which lets the AVX-512 product
@@ -16,10 +22,11 @@
 //!   (in f64 for f16).
 //!
 //! The integer lane sums are exact and equal ggml's; the `vpmaddubsw` int16 pair sums cannot
-//! saturate for the block types here. Q8_0 x Q8_0 uses ggml's sign trick, exact while the activation
-//! side avoids -128 (as `quantize_activations_q8_0` guarantees). Q4_0 forms `sum(q*y) - 8*sum(y)`
-//! from int16 pairs, the offset computed once per activation block. The f16 scales are read with one
-//! `vcvtph2ps` of the block's first 8 bytes (the conversion is exact, so this changes no bits).
+//! saturate for the block types here (at most `2 * 63 * 128`, Q6_K's). Q8_0 x Q8_0 uses ggml's sign
+//! trick, exact while the activation side avoids -128 (as `quantize_activations_q8_0` guarantees).
+//! Q4_0 forms `sum(q*y) - 8*sum(y)` from int16 pairs, the offset computed once per activation block;
+//! Q5_0 likewise with 16, exact for every input. The f16 scales are read with one `vcvtph2ps` of the
+//! block's first 8 bytes (the conversion is exact, so this changes no bits).
 //!
 //! The `_rows` forms take `R` weight rows against one activation row and share the activation loads;
 //! each row's arithmetic is exactly the single-row one, so `R = 4` equals four `R = 1` calls.
@@ -32,7 +39,10 @@ use std::{arch::x86_64::*, cell::RefCell};
 use half::f16;
 
 use super::tiles::{OutLayout, each_row, store_tile, tile_rows};
-use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
+use crate::quant::{
+    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8_1,
+    BlockQ8K, QK, QK_K,
+};
 
 /// Elements per f32 vector.
 const EPR: usize = 8;
@@ -453,6 +463,493 @@ pub(crate) unsafe fn vec_dot_q4_1_q8_1_x4(rows: [&[BlockQ4_1]; 4], y: &[BlockQ8_
 }
 
 // ---------------------------------------------------------------------------------------------
+// 5-bit and K-quant dots.
+
+/// The 32 fifth bits of a Q5_0/Q5_1 block (element `j` in bit `j` of `qh`) as bytes: `0x10` where the
+/// bit is set, 0 elsewhere, in the element order of [`bytes_from_nibbles_32`].
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn fifth_bits_32(qh: [u8; 4]) -> __m256i {
+    // Byte `j` takes byte `j / 8` of the word, then keeps bit `j % 8`.
+    let word = _mm256_set1_epi32(i32::from_le_bytes(qh));
+    let spread = _mm256_shuffle_epi8(
+        word,
+        _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        ),
+    );
+    let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+/// The 32 values of a 5-bit block, 0..=31, in element order.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn five_bit_values(qs: &[u8; QK / 2], qh: [u8; 4]) -> __m256i {
+    _mm256_or_si256(bytes_from_nibbles_32(qs), fifth_bits_32(qh))
+}
+
+/// Q5_0 x Q8_0 dots of `R` rows against `y` (ggml `ggml_vec_dot_q5_0_q8_0`, AVX2). The int lanes
+/// are `sum(q*y) - 16*sum(y)` over each 4 bytes, which equals ggml's `sum((q-16)*y)`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_q5_0_rows<const R: usize>(rows: [&[BlockQ5_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let rows = cut(rows, n);
+    let mut acc = [_mm256_setzero_ps(); R];
+    for (i, b) in y[..n].iter().enumerate() {
+        if R > 1 {
+            prefetch_rows_ahead(&rows, i);
+        }
+        let hy = head_f32(b);
+        let qy = load_i8x32(&b.qs);
+        // 16 * (y[2k] + y[2k+1]) as int16 pairs; |q*y pair| <= 7936 and this <= 4096: no overflow.
+        let offset = _mm256_maddubs_epi16(_mm256_set1_epi8(16), qy);
+        for r in 0..R {
+            let a = &rows[r][i];
+            let d = _mm256_broadcastss_ps(_mm_mul_ss(head_f32(a), hy));
+            let qx = five_bit_values(&a.qs, a.qh);
+            let pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(qx, qy), offset);
+            let sums = _mm256_madd_epi16(_mm256_set1_epi16(1), pairs);
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sums), acc[r]);
+        }
+    }
+    acc.map(|a| hsum_float_8(a))
+}
+
+/// ggml `ggml_vec_dot_q5_0_q8_0` (AVX2).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
+    dot_q5_0_rows([x], y)[0]
+}
+
+/// Four rows of [`vec_dot_q5_0_q8_0`] sharing the activation loads.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q5_0_q8_0_x4(rows: [&[BlockQ5_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
+    dot_q5_0_rows(rows, y)
+}
+
+/// Q5_1 x Q8_1 dots of `R` rows against `y` (ggml `ggml_vec_dot_q5_1_q8_1`, AVX2): as Q4_1 with
+/// the fifth bits added to the nibbles.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_q5_1_rows<const R: usize>(rows: [&[BlockQ5_1]; R], y: &[BlockQ8_1]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let rows = cut(rows, n);
+    let mut acc = [_mm256_setzero_ps(); R];
+    // Lane 1 of each holds the row's running `sum(m_x * s_y)`; the other lanes are ignored.
+    let mut summs = [_mm_setzero_ps(); R];
+    for (i, b) in y[..n].iter().enumerate() {
+        if R > 1 {
+            prefetch_rows_ahead(&rows, i);
+        }
+        let hy = head_f32(b); // [d_y, s_y, _, _]
+        let s_only = _mm_blend_ps::<0b0010>(_mm_setzero_ps(), hy); // [0, s_y, 0, 0]
+        let qy = load_i8x32(&b.qs);
+        for r in 0..R {
+            let a = &rows[r][i];
+            let hx = head_f32(a); // [d_x, m_x, _, _]
+            summs[r] = _mm_fmadd_ps(hx, s_only, summs[r]);
+            let d = _mm256_broadcastss_ps(_mm_mul_ss(hx, hy));
+            let qx = five_bit_values(&a.qs, a.qh);
+            let xy = _mm256_cvtepi32_ps(mul_sum_us8_pairs(qx, qy));
+            acc[r] = _mm256_fmadd_ps(d, xy, acc[r]);
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_float_8(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(summs[r]));
+    }
+    out
+}
+
+/// ggml `ggml_vec_dot_q5_1_q8_1` (AVX2).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
+    dot_q5_1_rows([x], y)[0]
+}
+
+/// Four rows of [`vec_dot_q5_1_q8_1`] sharing the activation loads.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q5_1_q8_1_x4(rows: [&[BlockQ5_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
+    dot_q5_1_rows(rows, y)
+}
+
+/// While super-block `i` of `R` adjacent rows is read, asks for every cache line of the matching
+/// stretch of the rows [`PREFETCH_ROWS`] further on: [`prefetch_rows_ahead`] for blocks of more than
+/// a line.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn prefetch_blocks_ahead<T, const R: usize>(rows: &[&[T]; R], i: usize) {
+    const LINE: usize = 64;
+    let stretch = R * size_of::<T>();
+    let ahead = (rows[0].as_ptr() as *const i8)
+        .wrapping_add(PREFETCH_ROWS * size_of_val(rows[0]) + i * stretch);
+    for offset in (0..stretch).step_by(LINE) {
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(offset));
+    }
+}
+
+/// The eight 6-bit scales and eight 6-bit mins of a Q4_K/Q5_K super-block (ggml
+/// `get_scale_min_k4`), one per byte of each word, sub-block 0 in the lowest byte.
+#[inline(always)]
+pub(super) fn scales_mins_k4(packed: &[u8; 12]) -> (u64, u64) {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const TOP2: u32 = 0x0303_0303;
+    let (words, _) = packed.as_chunks::<4>();
+    let [a, b, c] = [0, 1, 2].map(|k| u32::from_le_bytes(words[k]));
+    // Sub-blocks 0..4 keep the low 6 bits of bytes 0..4 (scales) and 4..8 (mins); sub-blocks 4..8
+    // take nibbles of bytes 8..12 and, as their top two bits, the spare top bits of bytes 0..8.
+    let scales_high = (c & LOW4) | (((a >> 6) & TOP2) << 4);
+    let mins_high = ((c >> 4) & LOW4) | (((b >> 6) & TOP2) << 4);
+    let join = |low: u32, high: u32| u64::from(low) | (u64::from(high) << 32);
+    (join(a & LOW6, scales_high), join(b & LOW6, mins_high))
+}
+
+/// Eight bytes widened to eight i16 lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn u8x8_to_i16(bytes: u64) -> __m128i {
+    _mm_cvtepu8_epi16(_mm_cvtsi64_si128(bytes as i64))
+}
+
+/// The sums of the eight 32-value sub-blocks of an activation block, as i16 lanes (each at most
+/// `32 * 128` in magnitude), from its 16-value sums.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn sub_block_sums(y: &BlockQ8K) -> __m128i {
+    let sums = load_i16x16(&y.bsums);
+    _mm_hadd_epi16(
+        _mm256_castsi256_si128(sums),
+        _mm256_extracti128_si256::<1>(sums),
+    )
+}
+
+/// The minimums' int32 products of a Q4_K/Q5_K super-block, as ggml forms them: lane `k` is
+/// `m[2k] * s[2k] + m[2k+1] * s[2k+1]` for sub-block mins `m` and activation sums `s`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn k4_min_products(mins: u64, sub_sums: __m128i) -> __m128i {
+    _mm_madd_epi16(u8x8_to_i16(mins), sub_sums)
+}
+
+/// ggml's `d` and `dmin` of a Q4_K/Q5_K super-block in lanes 0 and 1: `[d_y * d, -d_y * dmin]`
+/// from the weight block's head ([`head_f32`]) and `[d_y, -d_y, _, _]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn k4_scales<T>(x: &T, dy: __m128) -> __m128 {
+    _mm_mul_ps(head_f32(x), dy)
+}
+
+/// ggml's final sum of the four-lane minimums accumulator: lanes `0+2` and `1+3`, then those two.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn hsum_float_4(x: __m128) -> f32 {
+    let pairs = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs)))
+}
+
+/// The exact sum of four int32 lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn hsum_i32_4(x: __m128i) -> i32 {
+    let pairs = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
+    _mm_cvtsi128_si32(_mm_add_epi32(pairs, _mm_shuffle_epi32::<0b01>(pairs)))
+}
+
+#[target_feature(enable = "avx2")]
+#[inline]
+fn load_u8x32(v: &[u8; 32]) -> __m256i {
+    // SAFETY: `v` is 32 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
+}
+
+/// `v` with i16 number `lo` of each 128-bit half in every i16 of the low half, and number `hi` in
+/// every i16 of the high half.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn spread_i16(v: __m256i, lo: i32, hi: i32) -> __m256i {
+    let bytes = |k: i32| ((2 * k) | ((2 * k + 1) << 8)) as i16;
+    let index = _mm256_set_m128i(_mm_set1_epi16(bytes(hi)), _mm_set1_epi16(bytes(lo)));
+    _mm256_shuffle_epi8(v, index)
+}
+
+/// The int32 lanes of a Q4_K/Q5_K super-block's scaled sums, as ggml's AVX2 code forms them: lane
+/// `l` adds, over every 32-value sub-block, its scale times the products of its bytes `4l..4l+4`.
+/// `scales` holds the eight sub-block scales as i16 in both halves; `qh`, for Q5_K, the fifth bits.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn k4_scaled_sums(
+    qs: &[u8; QK_K / 2],
+    qh: Option<&[u8; QK_K / 8]>,
+    scales: __m256i,
+    q8: &[i8; QK_K],
+) -> __m256i {
+    let low4 = _mm256_set1_epi8(0x0f);
+    let fifth = _mm256_set1_epi8(0x10);
+    let (q4, _) = qs.as_chunks::<32>();
+    let (q8, _) = q8.as_chunks::<QK>();
+    // After `k` shifts, bit 0 of each byte is that byte's bit `k`: sub-block `k`'s fifth bit.
+    let mut high = match qh {
+        Some(h) => load_u8x32(h),
+        None => _mm256_setzero_si256(),
+    };
+    let mut sumi = _mm256_setzero_si256();
+    for j in 0..QK_K / 64 {
+        let bits = load_u8x32(&q4[j]);
+        let mut lo = _mm256_and_si256(bits, low4);
+        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), low4);
+        if qh.is_some() {
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16::<4>(high), fifth));
+            high = _mm256_srli_epi16::<1>(high);
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16::<4>(high), fifth));
+            high = _mm256_srli_epi16::<1>(high);
+        }
+        let s = 2 * j as i32;
+        let p_lo = _mm256_maddubs_epi16(lo, load_i8x32(&q8[2 * j]));
+        let p_hi = _mm256_maddubs_epi16(hi, load_i8x32(&q8[2 * j + 1]));
+        let p_lo = _mm256_madd_epi16(spread_i16(scales, s, s), p_lo);
+        let p_hi = _mm256_madd_epi16(spread_i16(scales, s + 1, s + 1), p_hi);
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p_lo, p_hi));
+    }
+    sumi
+}
+
+/// Q4_K x Q8_K dots of `R` rows against `y` (ggml `ggml_vec_dot_q4_K_q8_K`, AVX2): per super-block,
+/// the scaled int32 lanes times `d` into an 8-lane accumulator, the minimums' products times `dmin`
+/// into a 4-lane one.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_q4_k_rows<const R: usize>(rows: [&[BlockQ4K]; R], y: &[BlockQ8K]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let rows = cut(rows, n);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut acc_m = [_mm_setzero_ps(); R];
+    for (i, b) in y[..n].iter().enumerate() {
+        if R > 1 {
+            prefetch_blocks_ahead(&rows, i);
+        }
+        let sub_sums = sub_block_sums(b);
+        let dy = _mm_setr_ps(b.d, -b.d, 0.0, 0.0);
+        for r in 0..R {
+            let a = &rows[r][i];
+            let (scales, mins) = scales_mins_k4(&a.scales);
+            let d = k4_scales(a, dy);
+            let prod = k4_min_products(mins, sub_sums);
+            let dmin = _mm_permute_ps::<0b0101_0101>(d);
+            acc_m[r] = _mm_fmadd_ps(dmin, _mm_cvtepi32_ps(prod), acc_m[r]);
+            let scales = _mm256_broadcastsi128_si256(u8x8_to_i16(scales));
+            let sumi = k4_scaled_sums(&a.qs, None, scales, &b.qs);
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    std::array::from_fn(|r| hsum_float_8(acc[r]) + hsum_float_4(acc_m[r]))
+}
+
+/// ggml `ggml_vec_dot_q4_K_q8_K` (AVX2).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
+    dot_q4_k_rows([x], y)[0]
+}
+
+/// Four rows of [`vec_dot_q4_k_q8_k`] sharing the activation sums, the rows ahead prefetched.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q4_k_q8_k_x4(rows: [&[BlockQ4K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
+    dot_q4_k_rows(rows, y)
+}
+
+/// Q5_K x Q8_K dots of `R` rows against `y` (ggml `ggml_vec_dot_q5_K_q8_K`, AVX2): as Q4_K with the
+/// fifth bits, but the minimums' products are summed exactly per super-block and added, times `dmin`,
+/// to a scalar sum (fused, as GCC contracts `summs += dmin * sum`).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_q5_k_rows<const R: usize>(rows: [&[BlockQ5K]; R], y: &[BlockQ8K]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let rows = cut(rows, n);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut summs = [0f32; R];
+    for (i, b) in y[..n].iter().enumerate() {
+        if R > 1 {
+            prefetch_blocks_ahead(&rows, i);
+        }
+        let sub_sums = sub_block_sums(b);
+        let dy = _mm_setr_ps(b.d, -b.d, 0.0, 0.0);
+        for r in 0..R {
+            let a = &rows[r][i];
+            let (scales, mins) = scales_mins_k4(&a.scales);
+            let d = k4_scales(a, dy);
+            let prod = hsum_i32_4(k4_min_products(mins, sub_sums));
+            let dmin = _mm_cvtss_f32(_mm_movehdup_ps(d));
+            summs[r] = dmin.mul_add(prod as f32, summs[r]);
+            let scales = _mm256_broadcastsi128_si256(u8x8_to_i16(scales));
+            let sumi = k4_scaled_sums(&a.qs, Some(&a.qh), scales, &b.qs);
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    std::array::from_fn(|r| hsum_float_8(acc[r]) + summs[r])
+}
+
+/// ggml `ggml_vec_dot_q5_K_q8_K` (AVX2).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
+    dot_q5_k_rows([x], y)[0]
+}
+
+/// Four rows of [`vec_dot_q5_k_q8_k`] sharing the activation sums, the rows ahead prefetched.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q5_k_q8_k_x4(rows: [&[BlockQ5K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
+    dot_q5_k_rows(rows, y)
+}
+
+/// The `-32` offset of a Q6_K super-block's values, as ggml's AVX2 code subtracts it from the int32
+/// lanes: lane `l` is `32 * (s[2l] * sc[2l] + s[2l+1] * sc[2l+1])` for the 16-value sums `s` and
+/// scales `sc`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn q6_k_offset(x: &BlockQ6K, bsums: __m256i) -> __m256i {
+    // SAFETY: `x.scales` is 16 readable bytes; `loadu` has no alignment requirement.
+    let scales = unsafe { _mm_loadu_si128(x.scales.as_ptr().cast()) };
+    _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, _mm256_cvtepi8_epi16(scales)))
+}
+
+/// Eight int8 scales widened to i16.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn scales_i16(scales: &[i8; 8]) -> __m128i {
+    // SAFETY: `scales` is 8 readable bytes; `loadl_epi64` reads 8 bytes, unaligned.
+    _mm_cvtepi8_epi16(unsafe { _mm_loadl_epi64(scales.as_ptr().cast()) })
+}
+
+/// The int32 lanes of a Q6_K super-block's scaled sums of its unsigned 6-bit values (the `-32` offset
+/// left out), as ggml's AVX2 code forms them: lane `l` adds, over every 16-value sub-block, its scale
+/// times the products of its bytes `4l..4l+4` of each 32 values.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn q6_k_scaled_sums(x: &BlockQ6K, q8: &[i8; QK_K]) -> __m256i {
+    let low4 = _mm256_set1_epi8(0x0f);
+    let high2 = _mm256_set1_epi8(0x30);
+    let (ql, _) = x.ql.as_chunks::<32>();
+    let (qh, _) = x.qh.as_chunks::<32>();
+    let (scales, _) = x.scales.as_chunks::<8>();
+    let (q8, _) = q8.as_chunks::<QK>();
+    let mut sumi = _mm256_setzero_si256();
+    // Each 128 values: low nibbles of `ql[0..64]`, then high nibbles, with the 2-bit pairs of
+    // `qh[0..32]` from its lowest to its highest bits.
+    for j in 0..QK_K / 128 {
+        let sc = _mm256_broadcastsi128_si256(scales_i16(&scales[j]));
+        let (l0, l1, h) = (
+            load_u8x32(&ql[2 * j]),
+            load_u8x32(&ql[2 * j + 1]),
+            load_u8x32(&qh[j]),
+        );
+        let q = [
+            _mm256_or_si256(
+                _mm256_and_si256(l0, low4),
+                _mm256_and_si256(_mm256_slli_epi16::<4>(h), high2),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(l1, low4),
+                _mm256_and_si256(_mm256_slli_epi16::<2>(h), high2),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(l0), low4),
+                _mm256_and_si256(h, high2),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(l1), low4),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(h), high2),
+            ),
+        ];
+        for (k, q) in q.into_iter().enumerate() {
+            let p = _mm256_maddubs_epi16(q, load_i8x32(&q8[4 * j + k]));
+            let s = 2 * k as i32;
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(spread_i16(sc, s, s + 1), p));
+        }
+    }
+    sumi
+}
+
+/// Q6_K x Q8_K dots of `R` rows against `y` (ggml `ggml_vec_dot_q6_K_q8_K`, AVX2): per super-block,
+/// the scaled int32 lanes less the offset's, times `d`, into an 8-lane accumulator.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_q6_k_rows<const R: usize>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let rows = cut(rows, n);
+    let mut acc = [_mm256_setzero_ps(); R];
+    for (i, b) in y[..n].iter().enumerate() {
+        if R > 1 {
+            prefetch_blocks_ahead(&rows, i);
+        }
+        let bsums = load_i16x16(&b.bsums);
+        for r in 0..R {
+            let a = &rows[r][i];
+            let sumi = _mm256_sub_epi32(q6_k_scaled_sums(a, &b.qs), q6_k_offset(a, bsums));
+            let d = _mm256_set1_ps(b.d * f16_to_f32(a.d));
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    acc.map(|a| hsum_float_8(a))
+}
+
+/// ggml `ggml_vec_dot_q6_K_q8_K` (AVX2).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
+    dot_q6_k_rows([x], y)[0]
+}
+
+/// Four rows of [`vec_dot_q6_k_q8_k`] sharing the activation loads, the rows ahead prefetched.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q6_k_q8_k_x4(rows: [&[BlockQ6K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
+    dot_q6_k_rows(rows, y)
+}
+
+// ---------------------------------------------------------------------------------------------
 // Tiled products (prefill): register tiles of `TILE_ROWS` weight rows by `TILE_TOKENS` tokens.
 //
 // Every (row, token) of a tile keeps its own 8-lane accumulator and goes through exactly the per-block
@@ -629,7 +1126,7 @@ fn scale_products<'a>(
 
 #[target_feature(enable = "avx2")]
 #[inline]
-fn load_i16x16(v: &[i16; 16]) -> __m256i {
+pub(super) fn load_i16x16(v: &[i16; 16]) -> __m256i {
     // SAFETY: `v` is 32 readable bytes; `loadu` has no alignment requirement.
     unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
 }
@@ -823,4 +1320,86 @@ pub(crate) unsafe fn gemm_q4_1_q8_1(
             |rows, p, d, m| dot_q4_1_tile(rows, p, d, m),
         );
     });
+}
+
+#[cfg(test)]
+pub(super) mod k_quant_reference;
+
+#[cfg(test)]
+mod tests {
+    use super::{k_quant_reference::check_kernels, *};
+    use crate::kernels::cpu::{CpuFeatures, KernelTier};
+
+    /// Whether this CPU runs the tier (saying so when it does not).
+    fn runs() -> bool {
+        let runs = CpuFeatures::get().supports(KernelTier::Avx2);
+        if !runs {
+            eprintln!("skipped: this CPU lacks AVX2, FMA or F16C");
+        }
+        runs
+    }
+
+    /// Checks a type's one-row and four-row kernels (see [`check_kernels`]).
+    macro_rules! check {
+        ($name:literal, $one:ident, $four:ident) => {
+            check_kernels(
+                $name,
+                // SAFETY: called only after `runs()`: the CPU has the tier's features.
+                |x, y| unsafe { $one(x, y) },
+                // SAFETY: as above.
+                |rows, y| unsafe { $four(rows, y) },
+            )
+        };
+    }
+
+    #[test]
+    fn q5_0_dots_match_the_exact_products() {
+        if runs() {
+            check!("Q5_0", vec_dot_q5_0_q8_0, vec_dot_q5_0_q8_0_x4);
+        }
+    }
+
+    #[test]
+    fn q5_1_dots_match_the_exact_products() {
+        if runs() {
+            check!("Q5_1", vec_dot_q5_1_q8_1, vec_dot_q5_1_q8_1_x4);
+        }
+    }
+
+    #[test]
+    fn q4_k_dots_match_the_exact_products() {
+        if runs() {
+            check!("Q4_K", vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4);
+        }
+    }
+
+    #[test]
+    fn q5_k_dots_match_the_exact_products() {
+        if runs() {
+            check!("Q5_K", vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_x4);
+        }
+    }
+
+    #[test]
+    fn q6_k_dots_match_the_exact_products() {
+        if runs() {
+            check!("Q6_K", vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_x4);
+        }
+    }
+
+    #[test]
+    fn k4_scales_and_mins_unpack_as_ggml_packs_them() {
+        // Sub-block j < 4: scale in the low 6 bits of byte j, min in byte j + 4. Sub-block j >= 4: low
+        // nibbles in byte j + 4 (scale) and its high nibble (min), top bits from bytes j - 4 and j.
+        let mut packed = [0u8; 12];
+        packed[0] = 0b1100_0101; // scale 0 = 5; scale 4 gains 3 << 4
+        packed[4] = 0b0100_0111; // min 0 = 7; min 4 gains 1 << 4
+        packed[8] = 0x9a; // scale 4 low nibble 0xa, min 4 low nibble 9
+        packed[3] = 63; // scale 3
+        packed[11] = 0x21; // scale 7 low nibble 1, min 7 low nibble 2
+        let (scales, mins) = scales_mins_k4(&packed);
+        let (scales, mins) = (scales.to_le_bytes(), mins.to_le_bytes());
+        assert_eq!(scales, [5, 0, 0, 63, 0xa | (3 << 4), 0, 0, 1]);
+        assert_eq!(mins, [7, 0, 0, 0, 9 | (1 << 4), 0, 0, 2]);
+    }
 }

@@ -15,6 +15,10 @@
 //! - Q8_0: `dpbusd(-128*sum(y), x ^ 0x80, y) = sum((x+128)*y) - 128*sum(y)`; exact for every input
 //!   (ggml's sign trick is wrong for y = -128, which activations never hold). Its product of many
 //!   tokens biases the activations instead, and corrects by `-128*sum(x)` per weight block.
+//! - Q5_0 and Q5_1: as Q4_0 (offset `-16*sum(y)`) and Q4_1, the fifth bits added by a masked byte add.
+//! - K-quants: 64 values (two sub-blocks) per 512-bit vector, `vpmaddubsw` then `vpdpwssd` with the
+//!   sub-block scales; adding the two halves at the end gives the AVX2 tier's eight int32 lanes
+//!   exactly, and the float steps are its own.
 //!
 //! The f16 scales are read with one `vcvtph2ps` of the block's first 8 bytes. The float dots follow
 //! ggml's AVX-512 code (`simd-mappings.h` `__AVX512F__` branch, which llama.cpp runs on this class of
@@ -32,7 +36,10 @@ use super::{
     avx2,
     tiles::{OutLayout, each_row, store_tile, tile_rows},
 };
-use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK};
+use crate::quant::{
+    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8_1,
+    BlockQ8K, QK, QK_K,
+};
 
 /// Elements per f32 vector.
 const EPR: usize = 16;
@@ -485,6 +492,377 @@ pub(crate) unsafe fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn vec_dot_q4_1_q8_1_x4(rows: [&[BlockQ4_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
     dot_q4_1_rows(rows, y)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5-bit and K-quant dots.
+
+/// The 32 values of a 5-bit block, 0..=31, in element order: the nibbles, plus 16 where the fifth bit
+/// (element `j` in bit `j` of `qh`) is set.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn five_bit_values(qs: &[u8; QK / 2], qh: [u8; 4]) -> __m256i {
+    let q = bytes_from_nibbles_32(qs);
+    _mm256_mask_add_epi8(q, u32::from_le_bytes(qh), q, _mm256_set1_epi8(0x10))
+}
+
+/// Q5_0 x Q8_0 dots of `R` rows against `y`: `dpbusd(-16*sum(y), q, y) = sum((q-16)*y)`, the
+/// offset shared by every row.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_q5_0_rows<const R: usize>(rows: [&[BlockQ5_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let rows = cut(rows, n);
+    let sixteen = _mm256_set1_epi8(16);
+    let zero = _mm256_setzero_si256();
+    let mut acc = [_mm256_setzero_ps(); R];
+    for (i, b) in y[..n].iter().enumerate() {
+        if R > 1 {
+            avx2::prefetch_rows_ahead(&rows, i);
+        }
+        let hy = head_f32(b);
+        let qy = load_i8x32(&b.qs);
+        let offset = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, sixteen, qy));
+        for r in 0..R {
+            let a = &rows[r][i];
+            let d = _mm256_broadcastss_ps(_mm_mul_ss(head_f32(a), hy));
+            let qx = five_bit_values(&a.qs, a.qh);
+            let q = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(offset, qx, qy));
+            acc[r] = _mm256_fmadd_ps(d, q, acc[r]);
+        }
+    }
+    acc.map(|a| hsum_float_8(a))
+}
+
+/// ggml `ggml_vec_dot_q5_0_q8_0`, with VNNI.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
+    dot_q5_0_rows([x], y)[0]
+}
+
+/// Four rows of [`vec_dot_q5_0_q8_0`] sharing the activation loads and offsets.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q5_0_q8_0_x4(rows: [&[BlockQ5_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
+    dot_q5_0_rows(rows, y)
+}
+
+/// Q5_1 x Q8_1 dots of `R` rows against `y`: as Q4_1 with the fifth bits added to the nibbles.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_q5_1_rows<const R: usize>(rows: [&[BlockQ5_1]; R], y: &[BlockQ8_1]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let rows = cut(rows, n);
+    let zero = _mm256_setzero_si256();
+    let mut acc = [_mm256_setzero_ps(); R];
+    // Lane 1 of each holds the row's running `sum(m_x * s_y)`; the other lanes are ignored.
+    let mut summs = [_mm_setzero_ps(); R];
+    for (i, b) in y[..n].iter().enumerate() {
+        if R > 1 {
+            avx2::prefetch_rows_ahead(&rows, i);
+        }
+        let hy = head_f32(b); // [d_y, s_y, _, _]
+        let s_only = _mm_blend_ps::<0b0010>(_mm_setzero_ps(), hy); // [0, s_y, 0, 0]
+        let qy = load_i8x32(&b.qs);
+        for r in 0..R {
+            let a = &rows[r][i];
+            let hx = head_f32(a); // [d_x, m_x, _, _]
+            summs[r] = _mm_fmadd_ps(hx, s_only, summs[r]);
+            let d = _mm256_broadcastss_ps(_mm_mul_ss(hx, hy));
+            let qx = five_bit_values(&a.qs, a.qh);
+            let q = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(zero, qx, qy));
+            acc[r] = _mm256_fmadd_ps(d, q, acc[r]);
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_float_8(acc[r]) + _mm_cvtss_f32(_mm_movehdup_ps(summs[r]));
+    }
+    out
+}
+
+/// ggml `ggml_vec_dot_q5_1_q8_1`, with VNNI.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
+    dot_q5_1_rows([x], y)[0]
+}
+
+/// Four rows of [`vec_dot_q5_1_q8_1`] sharing the activation loads.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q5_1_q8_1_x4(rows: [&[BlockQ5_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
+    dot_q5_1_rows(rows, y)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn load_i8x64(v: &[i8; 64]) -> __m512i {
+    // SAFETY: `v` is 64 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn load_u8x64(v: &[u8; 64]) -> __m512i {
+    // SAFETY: `v` is 64 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+}
+
+/// 32 bytes in both 256-bit halves.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn broadcast_u8x32(v: &[u8; 32]) -> __m512i {
+    // SAFETY: `v` is 32 readable bytes; `loadu` has no alignment requirement.
+    _mm512_broadcast_i64x4(unsafe { _mm256_loadu_si256(v.as_ptr().cast()) })
+}
+
+/// `v` with i16 number `picks[k]` of each 128-bit lane in every i16 of lane `k`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn spread_i16(v: __m512i, picks: [i32; 4]) -> __m512i {
+    let index = |k: i32| {
+        let bytes = (2 * k) | ((2 * k + 1) << 8);
+        bytes | (bytes << 16)
+    };
+    let [a, b, c, d] = picks.map(index);
+    _mm512_shuffle_epi8(
+        v,
+        _mm512_setr_epi32(a, a, a, a, b, b, b, b, c, c, c, c, d, d, d, d),
+    )
+}
+
+/// The 16 int32 lanes of a 512-bit sum folded to ggml's 8: lane `l` plus lane `l + 8`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn fold_halves(v: __m512i) -> __m256i {
+    _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
+}
+
+/// The int32 lanes of a Q4_K/Q5_K super-block's scaled sums, equal to the AVX2 tier's: each 64 values
+/// (two sub-blocks) in one 512-bit vector, low nibbles in the low half and high nibbles in the high
+/// half, scaled and added by `vpdpwssd`; the halves are added at the end. `scales` holds the eight
+/// sub-block scales as i16; `qh`, for Q5_K, the fifth bits.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn k4_scaled_sums(
+    qs: &[u8; QK_K / 2],
+    qh: Option<&[u8; QK_K / 8]>,
+    scales: __m128i,
+    q8: &[i8; QK_K],
+) -> __m256i {
+    let low4 = _mm512_set1_epi8(0x0f);
+    let sixteen = _mm512_set1_epi8(0x10);
+    let nibble_shift = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
+    let scales = _mm512_broadcast_i32x4(scales);
+    let (q4, _) = qs.as_chunks::<32>();
+    let (q8, _) = q8.as_chunks::<64>();
+    let high = match qh {
+        Some(h) => broadcast_u8x32(h),
+        None => _mm512_setzero_si512(),
+    };
+    // The fifth bits of sub-blocks 2j (low half) and 2j + 1 (high half).
+    let mut bit = _mm512_inserti64x4::<1>(_mm512_set1_epi8(1), _mm256_set1_epi8(2));
+    let mut sumi = _mm512_setzero_si512();
+    for j in 0..QK_K / 64 {
+        let bits = _mm512_srlv_epi64(broadcast_u8x32(&q4[j]), nibble_shift);
+        let mut q = _mm512_and_si512(bits, low4);
+        if qh.is_some() {
+            q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(high, bit), q, sixteen);
+            bit = _mm512_slli_epi16::<2>(bit);
+        }
+        let p = _mm512_maddubs_epi16(q, load_i8x64(&q8[j]));
+        let s = 2 * j as i32;
+        sumi = _mm512_dpwssd_epi32(sumi, p, spread_i16(scales, [s, s, s + 1, s + 1]));
+    }
+    fold_halves(sumi)
+}
+
+/// Q4_K x Q8_K dots of `R` rows against `y`, in the AVX2 tier's numerics (ggml's).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_q4_k_rows<const R: usize>(rows: [&[BlockQ4K]; R], y: &[BlockQ8K]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let rows = cut(rows, n);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut acc_m = [_mm_setzero_ps(); R];
+    for (i, b) in y[..n].iter().enumerate() {
+        if R > 1 {
+            avx2::prefetch_blocks_ahead(&rows, i);
+        }
+        let sub_sums = avx2::sub_block_sums(b);
+        let dy = _mm_setr_ps(b.d, -b.d, 0.0, 0.0);
+        for r in 0..R {
+            let a = &rows[r][i];
+            let (scales, mins) = avx2::scales_mins_k4(&a.scales);
+            let d = avx2::k4_scales(a, dy);
+            let prod = avx2::k4_min_products(mins, sub_sums);
+            let dmin = _mm_permute_ps::<0b0101_0101>(d);
+            acc_m[r] = _mm_fmadd_ps(dmin, _mm_cvtepi32_ps(prod), acc_m[r]);
+            let sumi = k4_scaled_sums(&a.qs, None, avx2::u8x8_to_i16(scales), &b.qs);
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    std::array::from_fn(|r| hsum_float_8(acc[r]) + avx2::hsum_float_4(acc_m[r]))
+}
+
+/// ggml `ggml_vec_dot_q4_K_q8_K`, on 512-bit vectors.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
+    dot_q4_k_rows([x], y)[0]
+}
+
+/// Four rows of [`vec_dot_q4_k_q8_k`] sharing the activation sums, the rows ahead prefetched.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q4_k_q8_k_x4(rows: [&[BlockQ4K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
+    dot_q4_k_rows(rows, y)
+}
+
+/// Q5_K x Q8_K dots of `R` rows against `y`, in the AVX2 tier's numerics (ggml's).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_q5_k_rows<const R: usize>(rows: [&[BlockQ5K]; R], y: &[BlockQ8K]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let rows = cut(rows, n);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut summs = [0f32; R];
+    for (i, b) in y[..n].iter().enumerate() {
+        if R > 1 {
+            avx2::prefetch_blocks_ahead(&rows, i);
+        }
+        let sub_sums = avx2::sub_block_sums(b);
+        let dy = _mm_setr_ps(b.d, -b.d, 0.0, 0.0);
+        for r in 0..R {
+            let a = &rows[r][i];
+            let (scales, mins) = avx2::scales_mins_k4(&a.scales);
+            let d = avx2::k4_scales(a, dy);
+            let prod = avx2::hsum_i32_4(avx2::k4_min_products(mins, sub_sums));
+            let dmin = _mm_cvtss_f32(_mm_movehdup_ps(d));
+            summs[r] = dmin.mul_add(prod as f32, summs[r]);
+            let sumi = k4_scaled_sums(&a.qs, Some(&a.qh), avx2::u8x8_to_i16(scales), &b.qs);
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    std::array::from_fn(|r| hsum_float_8(acc[r]) + summs[r])
+}
+
+/// ggml `ggml_vec_dot_q5_K_q8_K`, on 512-bit vectors.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
+    dot_q5_k_rows([x], y)[0]
+}
+
+/// Four rows of [`vec_dot_q5_k_q8_k`] sharing the activation sums, the rows ahead prefetched.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q5_k_q8_k_x4(rows: [&[BlockQ5K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
+    dot_q5_k_rows(rows, y)
+}
+
+/// The int32 lanes of a Q6_K super-block's scaled sums of its unsigned 6-bit values, equal to the
+/// AVX2 tier's: each 128 values as two 512-bit vectors (values 0..64 from the low nibbles, 64..128
+/// from the high ones, each with its 2-bit pairs of `qh`), scaled and added by `vpdpwssd`; the halves
+/// are added at the end.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn q6_k_scaled_sums(x: &BlockQ6K, q8: &[i8; QK_K]) -> __m256i {
+    /// `(a & b) | c` for `vpternlogd`.
+    const A_AND_B_OR_C: i32 = 0xea;
+    let low4 = _mm512_set1_epi8(0x0f);
+    let high2 = _mm512_set1_epi8(0x30);
+    // Brings bits 0-1 (low half) and 2-3 (high half) of each byte to bits 4-5 ...
+    let first_pairs = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4);
+    // ... and bits 4-5 (low half) and 6-7 (high half).
+    let second_pairs = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
+    let (ql, _) = x.ql.as_chunks::<64>();
+    let (qh, _) = x.qh.as_chunks::<32>();
+    let (scales, _) = x.scales.as_chunks::<8>();
+    let (q8, _) = q8.as_chunks::<64>();
+    let mut sumi = _mm512_setzero_si512();
+    for j in 0..QK_K / 128 {
+        let sc = _mm512_broadcast_i32x4(avx2::scales_i16(&scales[j]));
+        let (l, h) = (load_u8x64(&ql[j]), broadcast_u8x32(&qh[j]));
+        let h_first = _mm512_and_si512(_mm512_sllv_epi64(h, first_pairs), high2);
+        let h_second = _mm512_and_si512(_mm512_srlv_epi64(h, second_pairs), high2);
+        let first = _mm512_ternarylogic_epi32::<A_AND_B_OR_C>(l, low4, h_first);
+        let second =
+            _mm512_ternarylogic_epi32::<A_AND_B_OR_C>(_mm512_srli_epi16::<4>(l), low4, h_second);
+        let p = _mm512_maddubs_epi16(first, load_i8x64(&q8[2 * j]));
+        sumi = _mm512_dpwssd_epi32(sumi, p, spread_i16(sc, [0, 1, 2, 3]));
+        let p = _mm512_maddubs_epi16(second, load_i8x64(&q8[2 * j + 1]));
+        sumi = _mm512_dpwssd_epi32(sumi, p, spread_i16(sc, [4, 5, 6, 7]));
+    }
+    fold_halves(sumi)
+}
+
+/// Q6_K x Q8_K dots of `R` rows against `y`, in the AVX2 tier's numerics (ggml's).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_q6_k_rows<const R: usize>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K]) -> [f32; R] {
+    let n = common_len(&rows, y);
+    let rows = cut(rows, n);
+    let mut acc = [_mm256_setzero_ps(); R];
+    for (i, b) in y[..n].iter().enumerate() {
+        if R > 1 {
+            avx2::prefetch_blocks_ahead(&rows, i);
+        }
+        let bsums = avx2::load_i16x16(&b.bsums);
+        for r in 0..R {
+            let a = &rows[r][i];
+            let sumi = _mm256_sub_epi32(q6_k_scaled_sums(a, &b.qs), avx2::q6_k_offset(a, bsums));
+            let d = _mm256_set1_ps(b.d * f16_to_f32(a.d));
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+    }
+    acc.map(|a| hsum_float_8(a))
+}
+
+/// ggml `ggml_vec_dot_q6_K_q8_K`, on 512-bit vectors.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
+    dot_q6_k_rows([x], y)[0]
+}
+
+/// Four rows of [`vec_dot_q6_k_q8_k`] sharing the activation loads, the rows ahead prefetched.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q6_k_q8_k_x4(rows: [&[BlockQ6K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
+    dot_q6_k_rows(rows, y)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1001,4 +1379,78 @@ pub(crate) unsafe fn gemm_q4_1_q8_1(
             |rows, p, d, m| dot_q4_1_tile(rows, p, d, m),
         );
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::{
+        avx2::k_quant_reference::{check_kernels, check_same_bits},
+        cpu::{CpuFeatures, KernelTier},
+    };
+
+    /// Whether this CPU runs the tier (saying so when it does not).
+    fn runs() -> bool {
+        let runs = CpuFeatures::get().supports(KernelTier::Avx512);
+        if !runs {
+            eprintln!("skipped: this CPU lacks the AVX-512 tier's features");
+        }
+        runs
+    }
+
+    /// Checks a type's one-row and four-row kernels (see [`check_kernels`]), and that the one-row
+    /// kernel gives the AVX2 tier's bits.
+    macro_rules! check {
+        ($name:literal, $one:ident, $four:ident) => {{
+            check_kernels(
+                $name,
+                // SAFETY: called only after `runs()`: the CPU has the tier's features.
+                |x, y| unsafe { $one(x, y) },
+                // SAFETY: as above.
+                |rows, y| unsafe { $four(rows, y) },
+            );
+            check_same_bits(
+                $name,
+                // SAFETY: as above; the tier includes AVX2, FMA and F16C.
+                |x, y| unsafe { avx2::$one(x, y) },
+                // SAFETY: as above.
+                |x, y| unsafe { $one(x, y) },
+            );
+        }};
+    }
+
+    #[test]
+    fn q5_0_dots_match_the_exact_products_and_avx2() {
+        if runs() {
+            check!("Q5_0", vec_dot_q5_0_q8_0, vec_dot_q5_0_q8_0_x4);
+        }
+    }
+
+    #[test]
+    fn q5_1_dots_match_the_exact_products_and_avx2() {
+        if runs() {
+            check!("Q5_1", vec_dot_q5_1_q8_1, vec_dot_q5_1_q8_1_x4);
+        }
+    }
+
+    #[test]
+    fn q4_k_dots_match_the_exact_products_and_avx2() {
+        if runs() {
+            check!("Q4_K", vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4);
+        }
+    }
+
+    #[test]
+    fn q5_k_dots_match_the_exact_products_and_avx2() {
+        if runs() {
+            check!("Q5_K", vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_x4);
+        }
+    }
+
+    #[test]
+    fn q6_k_dots_match_the_exact_products_and_avx2() {
+        if runs() {
+            check!("Q6_K", vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_x4);
+        }
+    }
 }
