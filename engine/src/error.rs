@@ -50,6 +50,16 @@ pub enum Error {
     /// A request to the engine is invalid (empty prompt, beyond the context, bad sampling values).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// Values cannot be quantized as asked.
+    #[error("cannot quantize {len} values as {kind}: {problem}")]
+    Quantize {
+        /// The target type's name.
+        kind: &'static str,
+        /// How many values were given.
+        len: usize,
+        /// What is wrong with them.
+        problem: String,
+    },
     /// Writing a converted model failed.
     #[error("{path}: {problem}")]
     Write {

@@ -4,6 +4,9 @@
 
 use half::{bf16, f16};
 
+mod kquants;
+pub use kquants::*;
+
 /// Elements per block of the 32-wide formats.
 pub const QK: usize = 32;
 /// Elements per K-quant super-block.

@@ -169,6 +169,8 @@ pub struct GgufFile {
     pub version: u32,
     /// Metadata, by key.
     pub metadata: BTreeMap<String, MetaValue>,
+    /// The metadata keys in the order the file lists them.
+    metadata_order: Vec<String>,
     /// Tensor table, in file order.
     pub tensors: Vec<TensorInfo>,
     /// Alignment of tensor data.
@@ -194,7 +196,7 @@ impl GgufFile {
     }
 
     fn parse(path: &Path, bytes: FileBytes) -> Result<Self> {
-        let (version, metadata, tensors, alignment) = {
+        let (version, (metadata, metadata_order), tensors, alignment) = {
             let mut reader = Reader {
                 data: bytes.as_slice(),
                 pos: 0,
@@ -202,7 +204,7 @@ impl GgufFile {
             };
             let header = reader.header()?;
             let metadata = reader.metadata(header.metadata_count)?;
-            let alignment = alignment_of(path, &metadata)?;
+            let alignment = alignment_of(path, &metadata.0)?;
             let infos = reader.tensor_infos(header.tensor_count)?;
             let data_start = align_up(reader.pos as u64, alignment);
             let tensors = place_tensors(path, infos, data_start, alignment, reader.data.len())?;
@@ -213,6 +215,7 @@ impl GgufFile {
             bytes: Arc::new(bytes),
             version,
             metadata,
+            metadata_order,
             tensors,
             alignment,
         })
@@ -238,6 +241,13 @@ impl GgufFile {
     /// [`FileBytes::release`]).
     pub fn release_data(&self, info: &TensorInfo) {
         self.bytes.release(info.offset..info.offset + info.size);
+    }
+
+    /// The metadata in the order the file lists it (which tools that copy it keep).
+    pub fn metadata_in_file_order(&self) -> impl Iterator<Item = (&str, &MetaValue)> {
+        self.metadata_order
+            .iter()
+            .filter_map(|key| Some((key.as_str(), self.metadata.get(key)?)))
     }
 
     /// A metadata value.
@@ -389,8 +399,10 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn metadata(&mut self, count: u64) -> Result<BTreeMap<String, MetaValue>> {
+    /// The metadata by key, and its keys in file order.
+    fn metadata(&mut self, count: u64) -> Result<(BTreeMap<String, MetaValue>, Vec<String>)> {
         let mut map = BTreeMap::new();
+        let mut order = Vec::new();
         for index in 0..count {
             let key = self.string(&format!("metadata key #{index}"))?;
             let kind = self.u32(&format!("type of metadata {key}"))?;
@@ -398,8 +410,9 @@ impl<'a> Reader<'a> {
             if map.insert(key.clone(), value).is_some() {
                 return Err(self.err(format_args!("duplicate metadata key {key}")));
             }
+            order.push(key);
         }
-        Ok(map)
+        Ok((map, order))
     }
 
     fn value(&mut self, kind: u32, key: &str, depth: usize) -> Result<MetaValue> {

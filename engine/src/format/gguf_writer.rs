@@ -19,6 +19,8 @@
 //! # Ok::<(), strata_engine::Error>(())
 //! ```
 
+use std::io::{self, Write};
+
 use half::{bf16, f16};
 
 use crate::{
@@ -163,6 +165,36 @@ impl GgufWriter {
     /// The file's bytes: header, metadata, tensor table, padding, then each tensor's data at the
     /// next aligned offset, the file padded to the alignment at the end.
     pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = self.header_bytes();
+        let alignment = self.alignment();
+        for tensor in &self.tensors {
+            out.extend_from_slice(&tensor.data);
+            pad_to(&mut out, alignment);
+        }
+        out
+    }
+
+    /// Writes the bytes of [`GgufWriter::to_bytes`] to `out` without building them in memory first.
+    ///
+    /// # Errors
+    /// When `out` fails to take them.
+    pub fn write_to(&self, out: &mut impl Write) -> io::Result<()> {
+        let alignment = self.alignment();
+        let header = self.header_bytes();
+        out.write_all(&header)?;
+        let mut written = header.len() as u64;
+        for tensor in &self.tensors {
+            out.write_all(&tensor.data)?;
+            written += tensor.data.len() as u64;
+            let padding = align_up(written, alignment) - written;
+            out.write_all(&vec![0u8; padding as usize])?;
+            written += padding;
+        }
+        Ok(())
+    }
+
+    /// Header, metadata and tensor table, padded to the alignment: everything before the data.
+    fn header_bytes(&self) -> Vec<u8> {
         let alignment = self.alignment();
         let mut out = Vec::new();
         out.extend_from_slice(&GGUF_MAGIC);
@@ -186,10 +218,6 @@ impl GgufWriter {
             offset = align_up(offset + tensor.data.len() as u64, alignment);
         }
         pad_to(&mut out, alignment);
-        for tensor in &self.tensors {
-            out.extend_from_slice(&tensor.data);
-            pad_to(&mut out, alignment);
-        }
         out
     }
 }
@@ -623,6 +651,18 @@ mod tests {
             assert_eq!(info.offset % 64, 0, "{}", info.name);
             assert_eq!(file.tensor_data(info), vec![fill; len], "{}", info.name);
         }
+    }
+
+    #[test]
+    fn writing_to_a_stream_gives_the_same_bytes() {
+        let mut w = GgufWriter::new();
+        w.metadata("general.alignment", MetaValue::U32(64))
+            .tensor("a", &[3], GgmlType::F32, vec![1u8; 12])
+            .tensor("b", &[32, 2], GgmlType::Q8_0, vec![2u8; 68]);
+        let mut streamed = Vec::new();
+        w.write_to(&mut streamed).expect("writes to memory");
+        assert_eq!(streamed, w.to_bytes());
+        assert_eq!(streamed.len() % 64, 0);
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod convert;
 pub mod gguf;
 pub mod gguf_writer;
 pub mod mmap;
+pub mod requantize;
 pub mod safetensors;
 
 use std::{borrow::Cow, path::Path};
