@@ -392,6 +392,76 @@ pub fn parse_q8_0(bytes: &[u8]) -> Vec<BlockQ8_0> {
         .collect()
 }
 
+/// `N` bytes of `b` from `at`.
+fn bytes_at<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
+    std::array::from_fn(|i| b[at + i])
+}
+
+/// Parses Q5_0 blocks from file bytes (length a multiple of 22).
+pub fn parse_q5_0(bytes: &[u8]) -> Vec<BlockQ5_0> {
+    bytes
+        .chunks_exact(Q5_0_BYTES)
+        .map(|b| BlockQ5_0 {
+            d: f16_at(b, 0),
+            qh: bytes_at(b, 2),
+            qs: bytes_at(b, 6),
+        })
+        .collect()
+}
+
+/// Parses Q5_1 blocks from file bytes (length a multiple of 24).
+pub fn parse_q5_1(bytes: &[u8]) -> Vec<BlockQ5_1> {
+    bytes
+        .chunks_exact(Q5_1_BYTES)
+        .map(|b| BlockQ5_1 {
+            d: f16_at(b, 0),
+            m: f16_at(b, 2),
+            qh: bytes_at(b, 4),
+            qs: bytes_at(b, 8),
+        })
+        .collect()
+}
+
+/// Parses Q4_K super-blocks from file bytes (length a multiple of 144).
+pub fn parse_q4_k(bytes: &[u8]) -> Vec<BlockQ4K> {
+    bytes
+        .chunks_exact(Q4_K_BYTES)
+        .map(|b| BlockQ4K {
+            d: f16_at(b, 0),
+            dmin: f16_at(b, 2),
+            scales: bytes_at(b, 4),
+            qs: bytes_at(b, 16),
+        })
+        .collect()
+}
+
+/// Parses Q5_K super-blocks from file bytes (length a multiple of 176).
+pub fn parse_q5_k(bytes: &[u8]) -> Vec<BlockQ5K> {
+    bytes
+        .chunks_exact(Q5_K_BYTES)
+        .map(|b| BlockQ5K {
+            d: f16_at(b, 0),
+            dmin: f16_at(b, 2),
+            scales: bytes_at(b, 4),
+            qh: bytes_at(b, 16),
+            qs: bytes_at(b, 48),
+        })
+        .collect()
+}
+
+/// Parses Q6_K super-blocks from file bytes (length a multiple of 210).
+pub fn parse_q6_k(bytes: &[u8]) -> Vec<BlockQ6K> {
+    bytes
+        .chunks_exact(Q6_K_BYTES)
+        .map(|b| BlockQ6K {
+            ql: bytes_at(b, 0),
+            qh: bytes_at(b, 128),
+            scales: bytes_at::<16>(b, 192).map(|s| s as i8),
+            d: f16_at(b, 208),
+        })
+        .collect()
+}
+
 /// Serializes blocks back to GGUF bytes.
 pub fn q4_0_bytes(blocks: &[BlockQ4_0]) -> Vec<u8> {
     let mut out = Vec::with_capacity(blocks.len() * 18);
@@ -419,6 +489,66 @@ pub fn q8_0_bytes(blocks: &[BlockQ8_0]) -> Vec<u8> {
     for b in blocks {
         out.extend_from_slice(&b.d.to_le_bytes());
         out.extend(b.qs.iter().map(|&q| q as u8));
+    }
+    out
+}
+
+/// Serializes blocks back to GGUF bytes.
+pub fn q5_0_bytes(blocks: &[BlockQ5_0]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(blocks.len() * Q5_0_BYTES);
+    for b in blocks {
+        out.extend_from_slice(&b.d.to_le_bytes());
+        out.extend_from_slice(&b.qh);
+        out.extend_from_slice(&b.qs);
+    }
+    out
+}
+
+/// Serializes blocks back to GGUF bytes.
+pub fn q5_1_bytes(blocks: &[BlockQ5_1]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(blocks.len() * Q5_1_BYTES);
+    for b in blocks {
+        out.extend_from_slice(&b.d.to_le_bytes());
+        out.extend_from_slice(&b.m.to_le_bytes());
+        out.extend_from_slice(&b.qh);
+        out.extend_from_slice(&b.qs);
+    }
+    out
+}
+
+/// Serializes super-blocks back to GGUF bytes.
+pub fn q4_k_bytes(blocks: &[BlockQ4K]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(blocks.len() * Q4_K_BYTES);
+    for b in blocks {
+        out.extend_from_slice(&b.d.to_le_bytes());
+        out.extend_from_slice(&b.dmin.to_le_bytes());
+        out.extend_from_slice(&b.scales);
+        out.extend_from_slice(&b.qs);
+    }
+    out
+}
+
+/// Serializes super-blocks back to GGUF bytes.
+pub fn q5_k_bytes(blocks: &[BlockQ5K]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(blocks.len() * Q5_K_BYTES);
+    for b in blocks {
+        out.extend_from_slice(&b.d.to_le_bytes());
+        out.extend_from_slice(&b.dmin.to_le_bytes());
+        out.extend_from_slice(&b.scales);
+        out.extend_from_slice(&b.qh);
+        out.extend_from_slice(&b.qs);
+    }
+    out
+}
+
+/// Serializes super-blocks back to GGUF bytes.
+pub fn q6_k_bytes(blocks: &[BlockQ6K]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(blocks.len() * Q6_K_BYTES);
+    for b in blocks {
+        out.extend_from_slice(&b.ql);
+        out.extend_from_slice(&b.qh);
+        out.extend(b.scales.iter().map(|&s| s as u8));
+        out.extend_from_slice(&b.d.to_le_bytes());
     }
     out
 }
@@ -511,6 +641,35 @@ pub fn quantize_activations_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
     }
 }
 
+/// Activations to Q8_K as ggml's x86 `quantize_row_q8_K` (its reference `quantize_row_q8_K_ref`)
+/// writes them: the value of largest magnitude, sign kept, sets `iscale = -127 / max`; each value is
+/// `iscale * x` rounded half to even (at most 127 in magnitude, as `|x| <= |max|`, so ggml's clamp to
+/// 127 never acts); `bsums` are the sums of each 16 values and `d = 1 / iscale`. An all-zero
+/// super-block gets `d = 0` and zero values.
+pub fn quantize_activations_q8_k(x: &[f32], out: &mut [BlockQ8K]) {
+    for (xs, b) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
+        let (mut amax, mut max) = (0f32, 0f32);
+        for &v in xs {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        if amax == 0.0 {
+            *b = BlockQ8K::default();
+            continue;
+        }
+        let iscale = -127.0 / max;
+        for (q, &v) in b.qs.iter_mut().zip(xs) {
+            *q = round_to_i8(iscale * v);
+        }
+        for (sum, qs) in b.bsums.iter_mut().zip(b.qs.chunks_exact(16)) {
+            *sum = qs.iter().map(|&q| i16::from(q)).sum();
+        }
+        b.d = 1.0 / iscale;
+    }
+}
+
 /// ggml `quantize_row_q4_0_ref`.
 pub fn quantize_q4_0(x: &[f32], out: &mut [BlockQ4_0]) {
     for (xs, b) in x.chunks_exact(QK).zip(out.iter_mut()) {
@@ -550,8 +709,8 @@ pub fn quantize_q4_1(x: &[f32], out: &mut [BlockQ4_1]) {
     }
 }
 
-/// ggml `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` of a Q4_K super-block.
-fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+/// ggml `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` of a Q4_K/Q5_K super-block.
+fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
@@ -562,128 +721,117 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     }
 }
 
-/// ggml `dequantize_row_q4_K` over raw 144-byte super-blocks.
-pub fn dequantize_q4_k(bytes: &[u8], out: &mut [f32]) {
-    for (b, y) in bytes
-        .chunks_exact(Q4_K_BYTES)
-        .zip(out.chunks_exact_mut(QK_K))
-    {
-        let d = f16_at(b, 0).to_f32();
-        let dmin = f16_at(b, 2).to_f32();
-        let scales = &b[4..16];
-        let qs = &b[16..144];
-        let mut out_at = 0;
-        for (chunk, q) in qs.chunks_exact(32).enumerate() {
-            let (sc, m) = scale_min_k4(2 * chunk, scales);
-            let (d1, m1) = (d * sc as f32, dmin * m as f32);
-            let (sc, m) = scale_min_k4(2 * chunk + 1, scales);
-            let (d2, m2) = (d * sc as f32, dmin * m as f32);
-            for &byte in q {
-                y[out_at] = d1 * (byte & 0xF) as f32 - m1;
-                out_at += 1;
-            }
-            for &byte in q {
-                y[out_at] = d2 * (byte >> 4) as f32 - m2;
-                out_at += 1;
+/// The eight 6-bit scales and the eight 6-bit mins of a Q4_K/Q5_K super-block, by sub-block.
+pub(crate) fn scales_mins_k4(packed: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    let pairs: [(u8, u8); 8] = std::array::from_fn(|j| scale_min_k4(j, packed));
+    (pairs.map(|p| p.0), pairs.map(|p| p.1))
+}
+
+/// The 4-bit values of a Q4_K super-block in element order: each 64 values share 32 bytes of `qs`,
+/// low nibbles first.
+pub(crate) fn q4_k_values(b: &BlockQ4K) -> [u8; QK_K] {
+    std::array::from_fn(|i| {
+        let byte = b.qs[i / 64 * 32 + i % 32];
+        if i % 64 < 32 { byte & 0xF } else { byte >> 4 }
+    })
+}
+
+/// The 5-bit values of a Q5_K super-block in element order: the Q4_K nibble of element `i` plus
+/// 16 when bit `i / 32` of `qh[i % 32]` is set.
+pub(crate) fn q5_k_values(b: &BlockQ5K) -> [u8; QK_K] {
+    std::array::from_fn(|i| {
+        let byte = b.qs[i / 64 * 32 + i % 32];
+        let low = if i % 64 < 32 { byte & 0xF } else { byte >> 4 };
+        low | (((b.qh[i % 32] >> (i / 32)) & 1) << 4)
+    })
+}
+
+/// The 6-bit values of a Q6_K super-block in element order, less 32: each 128 values take 64 bytes of
+/// `ql` (elements `l` and `l + 64` from byte `l`'s nibbles, `l + 32` and `l + 96` from byte `l + 32`'s)
+/// and 32 bytes of `qh` (two bits each for `l`, `l + 32`, `l + 64`, `l + 96` in byte `l`).
+pub(crate) fn q6_k_values(b: &BlockQ6K) -> [i8; QK_K] {
+    std::array::from_fn(|i| {
+        let (half, k) = (i / 128, i % 128);
+        let (quarter, l) = (k / 32, k % 32);
+        let ql = b.ql[64 * half + l + 32 * (quarter % 2)];
+        let low = if quarter < 2 { ql & 0xF } else { ql >> 4 };
+        let high = (b.qh[32 * half + l] >> (2 * quarter)) & 3;
+        (low | (high << 4)) as i8 - 32
+    })
+}
+
+/// The 5-bit values of a Q5_0/Q5_1 block in element order: nibbles as in [`BlockQ4_0`], the fifth
+/// bit of element `j` in bit `j` of the little-endian `qh` word.
+pub(crate) fn five_bit_values(qs: &[u8; QK / 2], qh: &[u8; 4]) -> [u8; QK] {
+    let qh = u32::from_le_bytes(*qh);
+    std::array::from_fn(|j| {
+        let low = if j < QK / 2 {
+            qs[j] & 0x0f
+        } else {
+            qs[j - QK / 2] >> 4
+        };
+        low | ((((qh >> j) & 1) as u8) << 4)
+    })
+}
+
+/// ggml `dequantize_row_q4_K`: `x = d * sc * q - dmin * m` per sub-block of 32.
+pub fn dequantize_q4_k(blocks: &[BlockQ4K], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
+        let q = q4_k_values(b);
+        k4_affine(b.d, b.dmin, &b.scales, &q, y);
+    }
+}
+
+/// ggml `dequantize_row_q5_K`: as [`dequantize_q4_k`] with 5-bit values.
+pub fn dequantize_q5_k(blocks: &[BlockQ5K], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
+        let q = q5_k_values(b);
+        k4_affine(b.d, b.dmin, &b.scales, &q, y);
+    }
+}
+
+/// `y = (d * sc) * q - dmin * m` over the eight sub-blocks of a Q4_K/Q5_K super-block.
+fn k4_affine(d: f16, dmin: f16, packed: &[u8; 12], q: &[u8; QK_K], y: &mut [f32]) {
+    let (d, dmin) = (d.to_f32(), dmin.to_f32());
+    let (scales, mins) = scales_mins_k4(packed);
+    for (s, (qs, ys)) in q.chunks_exact(32).zip(y.chunks_exact_mut(32)).enumerate() {
+        let (ds, ms) = (d * scales[s] as f32, dmin * mins[s] as f32);
+        for (v, &q) in ys.iter_mut().zip(qs) {
+            *v = ds * q as f32 - ms;
+        }
+    }
+}
+
+/// ggml `dequantize_row_q6_K`: `x = d * scales[s] * (q - 32)` per sub-block of 16.
+pub fn dequantize_q6_k(blocks: &[BlockQ6K], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK_K)) {
+        let d = b.d.to_f32();
+        let q = q6_k_values(b);
+        for (s, (qs, ys)) in q.chunks_exact(16).zip(y.chunks_exact_mut(16)).enumerate() {
+            let ds = d * b.scales[s] as f32;
+            for (v, &q) in ys.iter_mut().zip(qs) {
+                *v = ds * q as f32;
             }
         }
     }
 }
 
-/// ggml `dequantize_row_q5_0` over raw 22-byte blocks: `x = (q - 16) * d`, the fifth bit of element
-/// `j` in bit `j` of the little-endian `qh` word.
-pub fn dequantize_q5_0(bytes: &[u8], out: &mut [f32]) {
-    for (b, y) in bytes.chunks_exact(Q5_0_BYTES).zip(out.chunks_exact_mut(QK)) {
-        let d = f16_at(b, 0).to_f32();
-        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-        for (j, &byte) in b[6..22].iter().enumerate() {
-            let (lo, hi) = five_bit_pair(byte, qh, j);
-            y[j] = (lo as i32 - 16) as f32 * d;
-            y[j + QK / 2] = (hi as i32 - 16) as f32 * d;
+/// ggml `dequantize_row_q5_0`: `x = (q - 16) * d`.
+pub fn dequantize_q5_0(blocks: &[BlockQ5_0], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        let d = b.d.to_f32();
+        for (v, &q) in y.iter_mut().zip(&five_bit_values(&b.qs, &b.qh)) {
+            *v = (q as i32 - 16) as f32 * d;
         }
     }
 }
 
-/// ggml `dequantize_row_q5_1` over raw 24-byte blocks: `x = q * d + m`.
-pub fn dequantize_q5_1(bytes: &[u8], out: &mut [f32]) {
-    for (b, y) in bytes.chunks_exact(Q5_1_BYTES).zip(out.chunks_exact_mut(QK)) {
-        let (d, m) = (f16_at(b, 0).to_f32(), f16_at(b, 2).to_f32());
-        let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-        for (j, &byte) in b[8..24].iter().enumerate() {
-            let (lo, hi) = five_bit_pair(byte, qh, j);
-            y[j] = lo as f32 * d + m;
-            y[j + QK / 2] = hi as f32 * d + m;
-        }
-    }
-}
-
-/// The 5-bit values of elements `j` and `j + 16` of a Q5_0/Q5_1 block from their nibble byte and
-/// the block's high-bit word.
-fn five_bit_pair(byte: u8, qh: u32, j: usize) -> (u8, u8) {
-    let hi_lo = ((qh >> j) & 1) as u8;
-    let hi_hi = ((qh >> (j + 16)) & 1) as u8;
-    ((byte & 0x0f) | (hi_lo << 4), (byte >> 4) | (hi_hi << 4))
-}
-
-/// ggml `dequantize_row_q5_K` over raw 176-byte super-blocks: each 64 values share 32 nibble bytes
-/// (low nibbles first) and take their fifth bit from `qh`, two bits of each byte per 64 values.
-pub fn dequantize_q5_k(bytes: &[u8], out: &mut [f32]) {
-    for (b, y) in bytes
-        .chunks_exact(Q5_K_BYTES)
-        .zip(out.chunks_exact_mut(QK_K))
-    {
-        let d = f16_at(b, 0).to_f32();
-        let dmin = f16_at(b, 2).to_f32();
-        let scales = &b[4..16];
-        let qh = &b[16..48];
-        let qs = &b[48..176];
-        let mut out_at = 0;
-        for (chunk, q) in qs.chunks_exact(32).enumerate() {
-            let (sc, m) = scale_min_k4(2 * chunk, scales);
-            let (d1, m1) = (d * sc as f32, dmin * m as f32);
-            let (sc, m) = scale_min_k4(2 * chunk + 1, scales);
-            let (d2, m2) = (d * sc as f32, dmin * m as f32);
-            let (bit_lo, bit_hi) = (1u8 << (2 * chunk), 1u8 << (2 * chunk + 1));
-            for (l, &byte) in q.iter().enumerate() {
-                let high = if qh[l] & bit_lo != 0 { 16 } else { 0 };
-                y[out_at] = d1 * ((byte & 0xF) + high) as f32 - m1;
-                out_at += 1;
-            }
-            for (l, &byte) in q.iter().enumerate() {
-                let high = if qh[l] & bit_hi != 0 { 16 } else { 0 };
-                y[out_at] = d2 * ((byte >> 4) + high) as f32 - m2;
-                out_at += 1;
-            }
-        }
-    }
-}
-
-/// ggml `dequantize_row_q6_K` over raw 210-byte super-blocks.
-pub fn dequantize_q6_k(bytes: &[u8], out: &mut [f32]) {
-    for (b, y) in bytes
-        .chunks_exact(Q6_K_BYTES)
-        .zip(out.chunks_exact_mut(QK_K))
-    {
-        let (ql_all, rest) = b.split_at(128);
-        let (qh_all, rest) = rest.split_at(64);
-        let (scales, d) = rest.split_at(16);
-        let d = f16_at(d, 0).to_f32();
-        for half in 0..2 {
-            let ql = &ql_all[64 * half..];
-            let qh = &qh_all[32 * half..];
-            let sc = &scales[8 * half..];
-            let y = &mut y[128 * half..];
-            for l in 0..32 {
-                let is = l / 16;
-                let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i32 - 32;
-                let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
-                let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
-                let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
-                y[l] = d * (sc[is] as i8) as f32 * q1 as f32;
-                y[l + 32] = d * (sc[is + 2] as i8) as f32 * q2 as f32;
-                y[l + 64] = d * (sc[is + 4] as i8) as f32 * q3 as f32;
-                y[l + 96] = d * (sc[is + 6] as i8) as f32 * q4 as f32;
-            }
+/// ggml `dequantize_row_q5_1`: `x = q * d + m`.
+pub fn dequantize_q5_1(blocks: &[BlockQ5_1], out: &mut [f32]) {
+    for (b, y) in blocks.iter().zip(out.chunks_exact_mut(QK)) {
+        let (d, m) = (b.d.to_f32(), b.m.to_f32());
+        for (v, &q) in y.iter_mut().zip(&five_bit_values(&b.qs, &b.qh)) {
+            *v = q as f32 * d + m;
         }
     }
 }
@@ -756,11 +904,11 @@ pub fn dequantize_bytes(kind: GgmlType, bytes: &[u8], out: &mut [f32]) {
         GgmlType::Q4_0 => dequantize_q4_0(&parse_q4_0(bytes), out),
         GgmlType::Q4_1 => dequantize_q4_1(&parse_q4_1(bytes), out),
         GgmlType::Q8_0 => dequantize_q8_0(&parse_q8_0(bytes), out),
-        GgmlType::Q5_0 => dequantize_q5_0(bytes, out),
-        GgmlType::Q5_1 => dequantize_q5_1(bytes, out),
-        GgmlType::Q4K => dequantize_q4_k(bytes, out),
-        GgmlType::Q5K => dequantize_q5_k(bytes, out),
-        GgmlType::Q6K => dequantize_q6_k(bytes, out),
+        GgmlType::Q5_0 => dequantize_q5_0(&parse_q5_0(bytes), out),
+        GgmlType::Q5_1 => dequantize_q5_1(&parse_q5_1(bytes), out),
+        GgmlType::Q4K => dequantize_q4_k(&parse_q4_k(bytes), out),
+        GgmlType::Q5K => dequantize_q5_k(&parse_q5_k(bytes), out),
+        GgmlType::Q6K => dequantize_q6_k(&parse_q6_k(bytes), out),
     }
 }
 
@@ -856,6 +1004,123 @@ mod tests {
     }
 
     #[test]
+    fn q8_k_keeps_the_sign_of_the_largest_value_and_rounds_half_to_even() {
+        // max = 127 (positive), so iscale = -1 and every value is negated: ties go to even.
+        let mut x = vec![0f32; QK_K];
+        x[0] = 127.0;
+        x[1] = 2.5;
+        x[2] = 3.5;
+        x[3] = -0.5;
+        x[4] = -127.0;
+        x[17] = 1.5;
+        x[255] = -6.25;
+        let mut out = vec![
+            BlockQ8K {
+                d: 9.0,
+                qs: [5; QK_K],
+                bsums: [7; QK_K / 16],
+            };
+            1
+        ];
+        quantize_activations_q8_k(&x, &mut out);
+        let b = &out[0];
+        assert_eq!(b.d, -1.0);
+        assert_eq!(&b.qs[..5], &[-127, -2, -4, 0, 127]);
+        assert_eq!((b.qs[17], b.qs[255]), (-2, 6));
+        assert!(b.qs[5..17].iter().all(|&q| q == 0));
+        assert_eq!(b.bsums[0], -127 - 2 - 4 + 127);
+        assert_eq!(b.bsums[1], -2);
+        assert_eq!(b.bsums[15], 6);
+        assert!(b.bsums[2..15].iter().all(|&s| s == 0));
+    }
+
+    #[test]
+    fn q8_k_with_a_negative_maximum_scales_up_and_zero_blocks_are_cleared() {
+        // max = -2: iscale = 63.5, d = 1 / 63.5; 1.0 -> 63.5 -> 64 (even), 0.5 -> 31.75 -> 32.
+        let mut x = vec![0f32; 2 * QK_K];
+        x[0] = -2.0;
+        x[1] = 1.0;
+        x[2] = 0.5;
+        x[3] = 0.007_812_5;
+        let mut out = vec![
+            BlockQ8K {
+                d: 3.0,
+                qs: [1; QK_K],
+                bsums: [16; QK_K / 16],
+            };
+            2
+        ];
+        quantize_activations_q8_k(&x, &mut out);
+        assert_eq!(out[0].d, 1.0 / 63.5);
+        assert_eq!(&out[0].qs[..4], &[-127, 64, 32, 0]);
+        assert_eq!(out[0].bsums[0], -127 + 64 + 32);
+        assert_eq!(out[1], BlockQ8K::default(), "an all-zero block");
+    }
+
+    #[test]
+    fn q8_k_dequantizes_within_half_a_step() {
+        let x = random(QK_K * 3, 21);
+        let mut q = vec![BlockQ8K::default(); 3];
+        quantize_activations_q8_k(&x, &mut q);
+        for (b, xs) in q.iter().zip(x.chunks_exact(QK_K)) {
+            for (&v, &q) in xs.iter().zip(&b.qs) {
+                assert!(
+                    (b.d * q as f32 - v).abs() <= b.d.abs() * 0.5001,
+                    "{v} vs {q}"
+                );
+            }
+            for (sum, qs) in b.bsums.iter().zip(b.qs.chunks_exact(16)) {
+                assert_eq!(*sum as i32, qs.iter().map(|&q| q as i32).sum::<i32>());
+            }
+        }
+    }
+
+    #[test]
+    fn new_block_types_parse_and_serialize_back_to_their_bytes() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let mut bytes = |len: usize| (0..len).map(|_| rng.random::<u8>()).collect::<Vec<u8>>();
+        let b = bytes(3 * Q5_0_BYTES);
+        assert_eq!(q5_0_bytes(&parse_q5_0(&b)), b);
+        let b = bytes(3 * Q5_1_BYTES);
+        assert_eq!(q5_1_bytes(&parse_q5_1(&b)), b);
+        let b = bytes(3 * Q4_K_BYTES);
+        assert_eq!(q4_k_bytes(&parse_q4_k(&b)), b);
+        let b = bytes(3 * Q5_K_BYTES);
+        assert_eq!(q5_k_bytes(&parse_q5_k(&b)), b);
+        let b = bytes(3 * Q6_K_BYTES);
+        assert_eq!(q6_k_bytes(&parse_q6_k(&b)), b);
+        let block = &parse_q6_k(&b)[1];
+        assert_eq!(block.d, f16_at(&b, Q6_K_BYTES + 208));
+        assert_eq!(block.scales[3], b[Q6_K_BYTES + 192 + 3] as i8);
+    }
+
+    #[test]
+    fn q6_k_places_every_quarter_of_both_halves() {
+        let mut block = vec![0u8; Q6_K_BYTES];
+        block[208..210].copy_from_slice(&f16::from_f32(0.5).to_le_bytes());
+        // Element 67 (first half, third quarter): high nibble of ql[3], bits 4-5 of qh[3], scale 4.
+        block[3] = 0x90;
+        block[128 + 3] = 0b10 << 4;
+        block[192 + 4] = 2;
+        // Element 229 (second half, fourth quarter): high nibble of ql[64 + 32 + 5], bits 6-7 of
+        // qh[32 + 5], scale 14 (negative).
+        block[64 + 32 + 5] = 0x70;
+        block[128 + 32 + 5] = 0b11 << 6;
+        block[192 + 14] = (-3i8) as u8;
+        // Element 165 (second half, second quarter): low nibble of ql[64 + 32 + 5], bits 2-3 of
+        // qh[32 + 5], scale 10.
+        block[64 + 32 + 5] |= 0x0A;
+        block[128 + 32 + 5] |= 0b01 << 2;
+        block[192 + 10] = 1;
+        let mut out = vec![0f32; QK_K];
+        dequantize_q6_k(&parse_q6_k(&block), &mut out);
+        assert_eq!(out[67], 0.5 * 2.0 * ((9 | (2 << 4)) - 32) as f32);
+        assert_eq!(out[229], 0.5 * -3.0 * ((7 | (3 << 4)) - 32) as f32);
+        assert_eq!(out[165], 0.5 * ((10 | (1 << 4)) - 32) as f32);
+        assert_eq!(out[66], 0.5 * 2.0 * -32.0);
+    }
+
+    #[test]
     fn q6_k_dequantizes_a_known_block() {
         // All quants 32 (i.e. zero after the -32 offset) except the first, scale 1, d = 0.5.
         let mut block = vec![0u8; 210];
@@ -865,7 +1130,7 @@ mod tests {
         }
         block[208..210].copy_from_slice(&f16::from_f32(0.5).to_le_bytes());
         let mut out = vec![0f32; 256];
-        dequantize_q6_k(&block, &mut out);
+        dequantize_q6_k(&parse_q6_k(&block), &mut out);
         assert_eq!(out[0], 0.5 * -31.0);
         assert_eq!(out[1], 0.5 * -32.0);
     }
@@ -900,7 +1165,7 @@ mod tests {
         block[6] = 0x3F; // element 0: 15, element 16: 3 (+16 from the high bit)
         block[7] = 0x02; // element 1: 2 + 16, element 17: 0
         let mut out = vec![0f32; QK];
-        dequantize_q5_0(&block, &mut out);
+        dequantize_q5_0(&parse_q5_0(&block), &mut out);
         assert_eq!(out[0], (15 - 16) as f32 * 0.5);
         assert_eq!(out[16], (3 + 16 - 16) as f32 * 0.5);
         assert_eq!(out[1], (2 + 16 - 16) as f32 * 0.5);
@@ -915,7 +1180,7 @@ mod tests {
         block[4..8].copy_from_slice(&(1u32 << 31).to_le_bytes()); // element 31's high bit
         block[8 + 15] = 0xF1; // element 15: 1, element 31: 15 + 16
         let mut out = vec![0f32; QK];
-        dequantize_q5_1(&block, &mut out);
+        dequantize_q5_1(&parse_q5_1(&block), &mut out);
         assert_eq!(out[15], 2.0 - 1.0);
         assert_eq!(out[31], 31.0 * 2.0 - 1.0);
         assert_eq!(out[0], -1.0);
@@ -938,7 +1203,7 @@ mod tests {
         block[48] = 0x21; // element 0: 1, element 32: 2
         block[48 + 64 + 1] = 0x07; // element 129 (sub-block 4): 7
         let mut out = vec![0f32; QK_K];
-        dequantize_q5_k(&block, &mut out);
+        dequantize_q5_k(&parse_q5_k(&block), &mut out);
         assert_eq!(out[0], 3.0 * (1 + 16) as f32 - 0.25 * 8.0);
         assert_eq!(out[32], (2 + 16) as f32);
         assert_eq!(out[1], -2.0);
@@ -955,7 +1220,7 @@ mod tests {
         block[8] = 4; // min of sub-block 0
         block[16] = 0x73; // first byte: low nibble 3 (sub-block 0), high nibble 7 (sub-block 1)
         let mut out = vec![0f32; 256];
-        dequantize_q4_k(&block, &mut out);
+        dequantize_q4_k(&parse_q4_k(&block), &mut out);
         assert_eq!(out[0], 2.0 * 3.0 - 0.5 * 4.0);
         assert_eq!(out[1], -2.0);
         assert_eq!(out[32], 0.0);

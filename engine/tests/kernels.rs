@@ -18,7 +18,10 @@ use strata_engine::{
         dispatch::{self, KernelTable},
         scalar,
     },
-    quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK},
+    quant::{
+        self, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0,
+        BlockQ8_1, BlockQ8K, QK, QK_K,
+    },
 };
 
 /// Block counts: single blocks, odd counts, and the model's shapes (576 = 18 blocks, 1536 = 48).
@@ -550,4 +553,575 @@ fn q8_0_weights_at_minus_128_are_exact() {
             k.tier()
         );
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The 5-bit and K-quant types: Q5_0 and Q5_1 against Q8_0 / Q8_1, Q4_K, Q5_K and Q6_K against Q8_K.
+
+/// Super-block counts: single, odd, and the model shapes (640 = 20 blocks of 32 is no K-quant row;
+/// 1024 = 4 super-blocks, 2048 = 8).
+const SUPER_BLOCK_COUNTS: [usize; 6] = [1, 3, 4, 8, 17, 49];
+
+fn q5_0_weights(rng: &mut StdRng, n: usize) -> Vec<BlockQ5_0> {
+    (0..n)
+        .map(|_| BlockQ5_0 {
+            d: scale(rng),
+            qh: rng.random(),
+            qs: rng.random(),
+        })
+        .collect()
+}
+
+fn q5_1_weights(rng: &mut StdRng, n: usize) -> Vec<BlockQ5_1> {
+    (0..n)
+        .map(|_| BlockQ5_1 {
+            d: scale(rng),
+            m: scale(rng),
+            qh: rng.random(),
+            qs: rng.random(),
+        })
+        .collect()
+}
+
+/// A K-quant super-scale: positive, as llama-quantize writes them, but small or large.
+fn super_scale(rng: &mut StdRng) -> f16 {
+    f16::from_f32(rng.random_range(1e-5f32..2e-3))
+}
+
+/// Q4_K super-blocks with every byte of the packed 6-bit scales and mins random.
+fn q4_k_weights(rng: &mut StdRng, n: usize) -> Vec<BlockQ4K> {
+    (0..n)
+        .map(|_| BlockQ4K {
+            d: super_scale(rng),
+            dmin: super_scale(rng),
+            scales: rng.random(),
+            qs: std::array::from_fn(|_| rng.random()),
+        })
+        .collect()
+}
+
+fn q5_k_weights(rng: &mut StdRng, n: usize) -> Vec<BlockQ5K> {
+    (0..n)
+        .map(|_| BlockQ5K {
+            d: super_scale(rng),
+            dmin: super_scale(rng),
+            scales: rng.random(),
+            qh: rng.random(),
+            qs: std::array::from_fn(|_| rng.random()),
+        })
+        .collect()
+}
+
+/// Q6_K super-blocks with signed 8-bit sub-block scales over their whole range.
+fn q6_k_weights(rng: &mut StdRng, n: usize) -> Vec<BlockQ6K> {
+    (0..n)
+        .map(|_| BlockQ6K {
+            ql: std::array::from_fn(|_| rng.random()),
+            qh: rng.random(),
+            scales: rng.random(),
+            d: super_scale(rng),
+        })
+        .collect()
+}
+
+/// Q8_K activations as the quantizer writes them: values in -127..=127, their 16-value sums, and a
+/// scale of either sign.
+fn q8_k_activations(rng: &mut StdRng, n: usize) -> Vec<BlockQ8K> {
+    (0..n)
+        .map(|_| {
+            let qs: [i8; QK_K] = std::array::from_fn(|_| rng.random_range(-127..=127));
+            let bsums = std::array::from_fn(|j| {
+                qs[16 * j..16 * j + 16].iter().map(|&q| i16::from(q)).sum()
+            });
+            let d = rng.random_range(1e-4f32..0.05);
+            BlockQ8K {
+                d: if rng.random() { d } else { -d },
+                qs,
+                bsums,
+            }
+        })
+        .collect()
+}
+
+fn q8_k_values(blocks: &[BlockQ8K]) -> Vec<f64> {
+    blocks
+        .iter()
+        .flat_map(|b| b.qs.map(|q| f64::from(q) * f64::from(b.d)))
+        .collect()
+}
+
+/// ggml `get_scale_min_k4`, written out again here so that the checks do not share the engine's.
+fn scale_min_k4(j: usize, q: &[u8; 12]) -> (f64, f64) {
+    let (sc, m) = if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    };
+    (f64::from(sc), f64::from(m))
+}
+
+/// Each element of a weight row as `(scaled part, subtracted part)`: its value is their difference,
+/// and their magnitudes bound the rounding of any float order.
+type Parts = Vec<(f64, f64)>;
+
+fn q5_0_parts(blocks: &[BlockQ5_0]) -> Parts {
+    blocks
+        .iter()
+        .flat_map(|b| {
+            let d = f64::from(b.d.to_f32());
+            let qh = u32::from_le_bytes(b.qh);
+            let q = nibbles(&b.qs);
+            (0..QK).map(move |j| {
+                (
+                    f64::from(q[j] | (((qh >> j) & 1) << 4) as i32) * d,
+                    16.0 * d,
+                )
+            })
+        })
+        .collect()
+}
+
+fn q5_1_parts(blocks: &[BlockQ5_1]) -> Parts {
+    blocks
+        .iter()
+        .flat_map(|b| {
+            let (d, m) = (f64::from(b.d.to_f32()), f64::from(b.m.to_f32()));
+            let qh = u32::from_le_bytes(b.qh);
+            let q = nibbles(&b.qs);
+            (0..QK).map(move |j| (f64::from(q[j] | (((qh >> j) & 1) << 4) as i32) * d, -m))
+        })
+        .collect()
+}
+
+/// Q4_K (no `qh`) or Q5_K (with): ggml's `dequantize_row_q4_K` / `_q5_K` loops over 64 values.
+fn k4_parts(
+    d: f16,
+    dmin: f16,
+    scales: &[u8; 12],
+    qs: &[u8; QK_K / 2],
+    qh: Option<&[u8; 32]>,
+) -> Parts {
+    let (d, dmin) = (f64::from(d.to_f32()), f64::from(dmin.to_f32()));
+    let mut out = Vec::with_capacity(QK_K);
+    for chunk in 0..4 {
+        for (half, shift) in [(0, 0), (1, 4)] {
+            let (sc, m) = scale_min_k4(2 * chunk + half, scales);
+            for l in 0..32 {
+                let mut q = (qs[32 * chunk + l] >> shift) & 0xF;
+                if let Some(qh) = qh
+                    && qh[l] & (1 << (2 * chunk + half)) != 0
+                {
+                    q += 16;
+                }
+                out.push((d * sc * f64::from(q), dmin * m));
+            }
+        }
+    }
+    out
+}
+
+fn q4_k_parts(blocks: &[BlockQ4K]) -> Parts {
+    blocks
+        .iter()
+        .flat_map(|b| k4_parts(b.d, b.dmin, &b.scales, &b.qs, None))
+        .collect()
+}
+
+fn q5_k_parts(blocks: &[BlockQ5K]) -> Parts {
+    blocks
+        .iter()
+        .flat_map(|b| k4_parts(b.d, b.dmin, &b.scales, &b.qs, Some(&b.qh)))
+        .collect()
+}
+
+/// ggml's `dequantize_row_q6_K` loop: two halves of 128, four values per `l`.
+fn q6_k_parts(blocks: &[BlockQ6K]) -> Parts {
+    let mut out = Vec::with_capacity(blocks.len() * QK_K);
+    for b in blocks {
+        let d = f64::from(b.d.to_f32());
+        for half in 0..2 {
+            let mut values = [(0f64, 0f64); 128];
+            for l in 0..32 {
+                let (ql, qh) = (&b.ql[64 * half..], b.qh[32 * half + l]);
+                let sc = |k: usize| f64::from(b.scales[8 * half + k / 16]) * d;
+                let q = [
+                    (ql[l] & 0xF) | ((qh & 3) << 4),
+                    (ql[l + 32] & 0xF) | (((qh >> 2) & 3) << 4),
+                    (ql[l] >> 4) | (((qh >> 4) & 3) << 4),
+                    (ql[l + 32] >> 4) | (((qh >> 6) & 3) << 4),
+                ];
+                for (quarter, &q) in q.iter().enumerate() {
+                    let k = l + 32 * quarter;
+                    values[k] = (sc(k) * f64::from(q), sc(k) * 32.0);
+                }
+            }
+            out.extend(values);
+        }
+    }
+    out
+}
+
+/// The exact dot of the parts' values with `y`, and `1e-6 * sum(|parts| |y|)`, a bound on float
+/// rounding in any order that scales with the parts, not the possibly cancelling result.
+fn exact_and_tolerance(parts: &Parts, y: &[f64]) -> (f64, f64) {
+    let exact = parts.iter().zip(y).map(|((a, b), y)| (a - b) * y).sum();
+    let mass: f64 = parts
+        .iter()
+        .zip(y)
+        .map(|((a, b), y)| (a.abs() + b.abs()) * y.abs())
+        .sum();
+    (exact, RTOL * mass)
+}
+
+/// [`exact_and_tolerance`] for Q5_1 against Q8_1, whose minimum multiplies the activations' stored
+/// block sum `s` (an f16, so not exactly `d * sum(q)`), as the format defines the product.
+fn q5_1_exact_and_tolerance(w: &[BlockQ5_1], a: &[BlockQ8_1]) -> (f64, f64) {
+    let (mut exact, mut mass) = (0f64, 0f64);
+    for (x, y) in w.iter().zip(a) {
+        let values = q5_1_parts(std::slice::from_ref(x));
+        let acts = q8_1_values(std::slice::from_ref(y));
+        let min = f64::from(x.m.to_f32()) * f64::from(y.s.to_f32());
+        let products = values.iter().zip(&acts).map(|((v, _), y)| v * y);
+        exact += products.clone().sum::<f64>() + min;
+        mass += products.map(f64::abs).sum::<f64>() + min.abs();
+    }
+    (exact, RTOL * mass)
+}
+
+/// One new kernel's weights and activations, with its single-row dots.
+struct NewDots {
+    q5_0: (Vec<BlockQ5_0>, Vec<BlockQ8_0>),
+    q5_1: (Vec<BlockQ5_1>, Vec<BlockQ8_1>),
+    q4_k: (Vec<BlockQ4K>, Vec<BlockQ8K>),
+    q5_k: (Vec<BlockQ5K>, Vec<BlockQ8K>),
+    q6_k: (Vec<BlockQ6K>, Vec<BlockQ8K>),
+}
+
+impl NewDots {
+    /// `nb` super-blocks' worth of each: `8 * nb` blocks of 32 for the 32-wide types.
+    fn random(rng: &mut StdRng, nb: usize) -> Self {
+        let a8k = q8_k_activations(rng, nb);
+        Self {
+            q5_0: (q5_0_weights(rng, 8 * nb), q8_0_activations(rng, 8 * nb)),
+            q5_1: (q5_1_weights(rng, 8 * nb), q8_1_activations(rng, 8 * nb)),
+            q4_k: (q4_k_weights(rng, nb), a8k.clone()),
+            q5_k: (q5_k_weights(rng, nb), a8k.clone()),
+            q6_k: (q6_k_weights(rng, nb), a8k),
+        }
+    }
+
+    /// `(name, the tier's dot, the scalar dot, exact value, tolerance)` of each type.
+    fn results(&self, k: &KernelTable) -> [(&'static str, f32, f32, f64, f64); 5] {
+        let (w, a) = &self.q5_0;
+        let (e50, t50) = exact_and_tolerance(&q5_0_parts(w), &q8_0_values(a));
+        let q5_0 = (
+            "q5_0",
+            k.vec_dot_q5_0_q8_0(w, a),
+            scalar::vec_dot_q5_0_q8_0(w, a),
+            e50,
+            t50,
+        );
+        let (w, a) = &self.q5_1;
+        let (e51, t51) = q5_1_exact_and_tolerance(w, a);
+        let q5_1 = (
+            "q5_1",
+            k.vec_dot_q5_1_q8_1(w, a),
+            scalar::vec_dot_q5_1_q8_1(w, a),
+            e51,
+            t51,
+        );
+        let (w, a) = &self.q4_k;
+        let (e4k, t4k) = exact_and_tolerance(&q4_k_parts(w), &q8_k_values(a));
+        let q4_k = (
+            "q4_k",
+            k.vec_dot_q4_k_q8_k(w, a),
+            scalar::vec_dot_q4_k_q8_k(w, a),
+            e4k,
+            t4k,
+        );
+        let (w, a) = &self.q5_k;
+        let (e5k, t5k) = exact_and_tolerance(&q5_k_parts(w), &q8_k_values(a));
+        let q5_k = (
+            "q5_k",
+            k.vec_dot_q5_k_q8_k(w, a),
+            scalar::vec_dot_q5_k_q8_k(w, a),
+            e5k,
+            t5k,
+        );
+        let (w, a) = &self.q6_k;
+        let (e6k, t6k) = exact_and_tolerance(&q6_k_parts(w), &q8_k_values(a));
+        let q6_k = (
+            "q6_k",
+            k.vec_dot_q6_k_q8_k(w, a),
+            scalar::vec_dot_q6_k_q8_k(w, a),
+            e6k,
+            t6k,
+        );
+        [q5_0, q5_1, q4_k, q5_k, q6_k]
+    }
+}
+
+#[test]
+fn new_quantized_dots_match_scalar_on_every_tier() {
+    let mut rng = StdRng::seed_from_u64(0x5eed_0101);
+    for &nb in &SUPER_BLOCK_COUNTS {
+        let dots = NewDots::random(&mut rng, nb);
+        for k in tables() {
+            for (name, got, want, _, tol) in dots.results(k) {
+                assert_close(&format!("{} {name} x{nb}", k.tier()), got, want, tol);
+            }
+        }
+    }
+}
+
+/// Each new kernel equals the f64 dot of its weights and activations dequantized (ggml's dequantizer
+/// loops, written out in the test), within float rounding, on every tier.
+#[test]
+fn new_quantized_dots_equal_dequantized_dots() {
+    let mut rng = StdRng::seed_from_u64(0x5eed_0102);
+    for &nb in &SUPER_BLOCK_COUNTS {
+        let dots = NewDots::random(&mut rng, nb);
+        for k in tables() {
+            for (name, got, _, exact, tol) in dots.results(k) {
+                let diff = (f64::from(got) - exact).abs();
+                assert!(
+                    diff <= tol,
+                    "{} {name} x{nb}: {got} vs dequantized {exact}: |diff| {diff:e} > {tol:e}",
+                    k.tier()
+                );
+            }
+        }
+    }
+}
+
+/// The engine's own dequantizers give the test's values (to f32 rounding), so that the dequantized
+/// dots above check the kernels against the formats, not against themselves.
+#[test]
+fn engine_dequantizers_match_the_formats() {
+    let mut rng = StdRng::seed_from_u64(0x5eed_0103);
+    let check = |name: &str, parts: Parts, got: Vec<f32>| {
+        for (i, ((a, b), v)) in parts.iter().zip(&got).enumerate() {
+            let tol = 4.0 * f64::from(f32::EPSILON) * (a.abs() + b.abs());
+            assert!(
+                (a - b - f64::from(*v)).abs() <= tol,
+                "{name} element {i}: {} vs {v}",
+                a - b
+            );
+        }
+    };
+    let w = q5_0_weights(&mut rng, 24);
+    let mut out = vec![0f32; 24 * QK];
+    quant::dequantize_q5_0(&w, &mut out);
+    check("q5_0", q5_0_parts(&w), out);
+    let w = q5_1_weights(&mut rng, 24);
+    let mut out = vec![0f32; 24 * QK];
+    quant::dequantize_q5_1(&w, &mut out);
+    check("q5_1", q5_1_parts(&w), out);
+    let w = q4_k_weights(&mut rng, 3);
+    let mut out = vec![0f32; 3 * QK_K];
+    quant::dequantize_q4_k(&w, &mut out);
+    check("q4_k", q4_k_parts(&w), out);
+    let w = q5_k_weights(&mut rng, 3);
+    let mut out = vec![0f32; 3 * QK_K];
+    quant::dequantize_q5_k(&w, &mut out);
+    check("q5_k", q5_k_parts(&w), out);
+    let w = q6_k_weights(&mut rng, 3);
+    let mut out = vec![0f32; 3 * QK_K];
+    quant::dequantize_q6_k(&w, &mut out);
+    check("q6_k", q6_k_parts(&w), out);
+}
+
+/// Hand-built super-blocks whose dots are exact small integers, on every tier.
+#[test]
+fn k_quant_dots_of_hand_built_blocks_are_exact() {
+    // Every 6-bit scale 1 and min 2 (bytes 0..8 hold scales and mins of sub-blocks 0..4 in their low
+    // six bits; bytes 8..12 those of sub-blocks 4..8 in nibbles, high bits zero), d = 0.5, dmin = 1.
+    let mut scales = [0u8; 12];
+    scales[..4].fill(1);
+    scales[4..8].fill(2);
+    scales[8..].fill(0x21);
+    let q4 = [BlockQ4K {
+        d: f16::from_f32(0.5),
+        dmin: f16::ONE,
+        scales,
+        qs: [0x31; QK_K / 2], // low nibbles 1, high nibbles 3
+    }];
+    let ones = [BlockQ8K {
+        d: 1.0,
+        qs: [1; QK_K],
+        bsums: [16; QK_K / 16],
+    }];
+    // Values: 0.5 * 1 * q - 2 with q = 1 (first 32 of each 64) or 3: -1.5 or -0.5, 128 of each.
+    let q5 = [BlockQ5K {
+        d: q4[0].d,
+        dmin: q4[0].dmin,
+        scales,
+        qh: [0xFF; QK_K / 8], // every fifth bit: q = 17 or 19
+        qs: q4[0].qs,
+    }];
+    // Q6_K: every value q = 33 (low nibble 1, high bits 2), scale s = sub-block index - 8, d = 0.25:
+    // x = 0.25 * s * 1, 16 values per scale, sum over s of 16 * 0.25 * s = 4 * (-8 - 7 ... + 7) = -32.
+    let q6 = [BlockQ6K {
+        ql: [0x11; QK_K / 2],
+        qh: [0xAA; QK_K / 4],
+        scales: std::array::from_fn(|s| s as i8 - 8),
+        d: f16::from_f32(0.25),
+    }];
+    for k in tables() {
+        let tier = k.tier();
+        assert_eq!(
+            k.vec_dot_q4_k_q8_k(&q4, &ones),
+            128.0 * -1.5 + 128.0 * -0.5,
+            "{tier} q4_k"
+        );
+        assert_eq!(
+            k.vec_dot_q5_k_q8_k(&q5, &ones),
+            128.0 * 6.5 + 128.0 * 7.5,
+            "{tier} q5_k"
+        );
+        assert_eq!(k.vec_dot_q6_k_q8_k(&q6, &ones), -32.0, "{tier} q6_k");
+    }
+}
+
+#[test]
+fn new_x4_forms_equal_four_single_row_calls() {
+    let mut rng = StdRng::seed_from_u64(0x5eed_0104);
+    for &nb in &SUPER_BLOCK_COUNTS {
+        let w50: [Vec<BlockQ5_0>; 4] = std::array::from_fn(|_| q5_0_weights(&mut rng, 8 * nb));
+        let w51: [Vec<BlockQ5_1>; 4] = std::array::from_fn(|_| q5_1_weights(&mut rng, 8 * nb));
+        let w4k: [Vec<BlockQ4K>; 4] = std::array::from_fn(|_| q4_k_weights(&mut rng, nb));
+        let w5k: [Vec<BlockQ5K>; 4] = std::array::from_fn(|_| q5_k_weights(&mut rng, nb));
+        let w6k: [Vec<BlockQ6K>; 4] = std::array::from_fn(|_| q6_k_weights(&mut rng, nb));
+        let a8 = q8_0_activations(&mut rng, 8 * nb);
+        let a81 = q8_1_activations(&mut rng, 8 * nb);
+        let a8k = q8_k_activations(&mut rng, nb);
+        for k in tables() {
+            let got50 = k.vec_dot_q5_0_q8_0_x4(w50.each_ref().map(|r| r.as_slice()), &a8);
+            let got51 = k.vec_dot_q5_1_q8_1_x4(w51.each_ref().map(|r| r.as_slice()), &a81);
+            let got4k = k.vec_dot_q4_k_q8_k_x4(w4k.each_ref().map(|r| r.as_slice()), &a8k);
+            let got5k = k.vec_dot_q5_k_q8_k_x4(w5k.each_ref().map(|r| r.as_slice()), &a8k);
+            let got6k = k.vec_dot_q6_k_q8_k_x4(w6k.each_ref().map(|r| r.as_slice()), &a8k);
+            for r in 0..4 {
+                let what = format!("{} x{nb} row {r}", k.tier());
+                assert_bits(
+                    &format!("q5_0 {what}"),
+                    got50[r],
+                    k.vec_dot_q5_0_q8_0(&w50[r], &a8),
+                );
+                assert_bits(
+                    &format!("q5_1 {what}"),
+                    got51[r],
+                    k.vec_dot_q5_1_q8_1(&w51[r], &a81),
+                );
+                assert_bits(
+                    &format!("q4_k {what}"),
+                    got4k[r],
+                    k.vec_dot_q4_k_q8_k(&w4k[r], &a8k),
+                );
+                assert_bits(
+                    &format!("q5_k {what}"),
+                    got5k[r],
+                    k.vec_dot_q5_k_q8_k(&w5k[r], &a8k),
+                );
+                assert_bits(
+                    &format!("q6_k {what}"),
+                    got6k[r],
+                    k.vec_dot_q6_k_q8_k(&w6k[r], &a8k),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn new_tiled_products_equal_single_row_dots_bit_for_bit() {
+    let mut rng = StdRng::seed_from_u64(0x5eed_0105);
+    for nb in [1, 3] {
+        for rows in TILED_ROWS {
+            let w50 = q5_0_weights(&mut rng, rows * 8 * nb);
+            let w51 = q5_1_weights(&mut rng, rows * 8 * nb);
+            let w4k = q4_k_weights(&mut rng, rows * nb);
+            let w5k = q5_k_weights(&mut rng, rows * nb);
+            let w6k = q6_k_weights(&mut rng, rows * nb);
+            for tokens in TILED_TOKENS {
+                let a8 = q8_0_activations(&mut rng, tokens * 8 * nb);
+                let a81 = q8_1_activations(&mut rng, tokens * 8 * nb);
+                let a8k = q8_k_activations(&mut rng, tokens * nb);
+                for k in tables() {
+                    let what = format!("{} {rows} x {tokens} x{nb}", k.tier());
+                    let nb32 = 8 * nb;
+                    check_tiled(
+                        &format!("q5_0 {what}"),
+                        (&w50, &a8, nb32),
+                        |w, x, out, layout| k.gemm_q5_0_q8_0(w, x, nb32, out, layout),
+                        |w, x| k.vec_dot_q5_0_q8_0(w, x),
+                    );
+                    check_tiled(
+                        &format!("q5_1 {what}"),
+                        (&w51, &a81, nb32),
+                        |w, x, out, layout| k.gemm_q5_1_q8_1(w, x, nb32, out, layout),
+                        |w, x| k.vec_dot_q5_1_q8_1(w, x),
+                    );
+                    check_tiled(
+                        &format!("q4_k {what}"),
+                        (&w4k, &a8k, nb),
+                        |w, x, out, layout| k.gemm_q4_k_q8_k(w, x, nb, out, layout),
+                        |w, x| k.vec_dot_q4_k_q8_k(w, x),
+                    );
+                    check_tiled(
+                        &format!("q5_k {what}"),
+                        (&w5k, &a8k, nb),
+                        |w, x, out, layout| k.gemm_q5_k_q8_k(w, x, nb, out, layout),
+                        |w, x| k.vec_dot_q5_k_q8_k(w, x),
+                    );
+                    check_tiled(
+                        &format!("q6_k {what}"),
+                        (&w6k, &a8k, nb),
+                        |w, x, out, layout| k.gemm_q6_k_q8_k(w, x, nb, out, layout),
+                        |w, x| k.vec_dot_q6_k_q8_k(w, x),
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn new_free_functions_use_the_process_table() {
+    let k = dispatch::table();
+    let mut rng = StdRng::seed_from_u64(0x5eed_0106);
+    let dots = NewDots::random(&mut rng, 3);
+    let (w, a) = &dots.q4_k;
+    assert_bits(
+        "q4_k",
+        dispatch::vec_dot_q4_k_q8_k(w, a),
+        k.vec_dot_q4_k_q8_k(w, a),
+    );
+    let (w, a) = &dots.q5_k;
+    assert_bits(
+        "q5_k",
+        dispatch::vec_dot_q5_k_q8_k(w, a),
+        k.vec_dot_q5_k_q8_k(w, a),
+    );
+    let (w, a) = &dots.q6_k;
+    assert_bits(
+        "q6_k",
+        dispatch::vec_dot_q6_k_q8_k(w, a),
+        k.vec_dot_q6_k_q8_k(w, a),
+    );
+    let (w, a) = &dots.q5_0;
+    assert_bits(
+        "q5_0",
+        dispatch::vec_dot_q5_0_q8_0(w, a),
+        k.vec_dot_q5_0_q8_0(w, a),
+    );
+    let (w, a) = &dots.q5_1;
+    assert_bits(
+        "q5_1",
+        dispatch::vec_dot_q5_1_q8_1(w, a),
+        k.vec_dot_q5_1_q8_1(w, a),
+    );
 }

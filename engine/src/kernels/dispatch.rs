@@ -24,7 +24,10 @@ use super::{
 };
 #[cfg(target_arch = "x86_64")]
 use super::{avx2, avx512};
-use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1};
+use crate::quant::{
+    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8_1,
+    BlockQ8K,
+};
 
 /// One tier's kernels.
 ///
@@ -46,6 +49,21 @@ pub struct KernelTable {
     q8_0_gemm: unsafe fn(&[BlockQ8_0], &[BlockQ8_0], usize, &mut [f32], OutLayout),
     q4_0_gemm: unsafe fn(&[BlockQ4_0], &[BlockQ8_0], usize, &mut [f32], OutLayout),
     q4_1_gemm: unsafe fn(&[BlockQ4_1], &[BlockQ8_1], usize, &mut [f32], OutLayout),
+    q5_0: unsafe fn(&[BlockQ5_0], &[BlockQ8_0]) -> f32,
+    q5_0_x4: unsafe fn([&[BlockQ5_0]; 4], &[BlockQ8_0]) -> [f32; 4],
+    q5_0_gemm: unsafe fn(&[BlockQ5_0], &[BlockQ8_0], usize, &mut [f32], OutLayout),
+    q5_1: unsafe fn(&[BlockQ5_1], &[BlockQ8_1]) -> f32,
+    q5_1_x4: unsafe fn([&[BlockQ5_1]; 4], &[BlockQ8_1]) -> [f32; 4],
+    q5_1_gemm: unsafe fn(&[BlockQ5_1], &[BlockQ8_1], usize, &mut [f32], OutLayout),
+    q4_k: unsafe fn(&[BlockQ4K], &[BlockQ8K]) -> f32,
+    q4_k_x4: unsafe fn([&[BlockQ4K]; 4], &[BlockQ8K]) -> [f32; 4],
+    q4_k_gemm: unsafe fn(&[BlockQ4K], &[BlockQ8K], usize, &mut [f32], OutLayout),
+    q5_k: unsafe fn(&[BlockQ5K], &[BlockQ8K]) -> f32,
+    q5_k_x4: unsafe fn([&[BlockQ5K]; 4], &[BlockQ8K]) -> [f32; 4],
+    q5_k_gemm: unsafe fn(&[BlockQ5K], &[BlockQ8K], usize, &mut [f32], OutLayout),
+    q6_k: unsafe fn(&[BlockQ6K], &[BlockQ8K]) -> f32,
+    q6_k_x4: unsafe fn([&[BlockQ6K]; 4], &[BlockQ8K]) -> [f32; 4],
+    q6_k_gemm: unsafe fn(&[BlockQ6K], &[BlockQ8K], usize, &mut [f32], OutLayout),
     attend_f16: unsafe fn(&GroupQueries<'_>, &CachedHead<'_, f16>, &mut [f32], &mut Scratch),
     attend_f32: unsafe fn(&GroupQueries<'_>, &CachedHead<'_, f32>, &mut [f32], &mut Scratch),
 }
@@ -66,6 +84,21 @@ static SCALAR: KernelTable = KernelTable {
     q8_0_gemm: scalar::gemm_q8_0_q8_0,
     q4_0_gemm: scalar::gemm_q4_0_q8_0,
     q4_1_gemm: scalar::gemm_q4_1_q8_1,
+    q5_0: scalar::vec_dot_q5_0_q8_0,
+    q5_0_x4: scalar::vec_dot_q5_0_q8_0_x4,
+    q5_0_gemm: scalar::gemm_q5_0_q8_0,
+    q5_1: scalar::vec_dot_q5_1_q8_1,
+    q5_1_x4: scalar::vec_dot_q5_1_q8_1_x4,
+    q5_1_gemm: scalar::gemm_q5_1_q8_1,
+    q4_k: scalar::vec_dot_q4_k_q8_k,
+    q4_k_x4: scalar::vec_dot_q4_k_q8_k_x4,
+    q4_k_gemm: scalar::gemm_q4_k_q8_k,
+    q5_k: scalar::vec_dot_q5_k_q8_k,
+    q5_k_x4: scalar::vec_dot_q5_k_q8_k_x4,
+    q5_k_gemm: scalar::gemm_q5_k_q8_k,
+    q6_k: scalar::vec_dot_q6_k_q8_k,
+    q6_k_x4: scalar::vec_dot_q6_k_q8_k_x4,
+    q6_k_gemm: scalar::gemm_q6_k_q8_k,
     attend_f16: attention::attend_f16_portable,
     attend_f32: attention::attend_f32_portable,
 };
@@ -87,6 +120,21 @@ static AVX2: KernelTable = KernelTable {
     q8_0_gemm: avx2::gemm_q8_0_q8_0,
     q4_0_gemm: avx2::gemm_q4_0_q8_0,
     q4_1_gemm: avx2::gemm_q4_1_q8_1,
+    q5_0: scalar::vec_dot_q5_0_q8_0,
+    q5_0_x4: scalar::vec_dot_q5_0_q8_0_x4,
+    q5_0_gemm: scalar::gemm_q5_0_q8_0,
+    q5_1: scalar::vec_dot_q5_1_q8_1,
+    q5_1_x4: scalar::vec_dot_q5_1_q8_1_x4,
+    q5_1_gemm: scalar::gemm_q5_1_q8_1,
+    q4_k: scalar::vec_dot_q4_k_q8_k,
+    q4_k_x4: scalar::vec_dot_q4_k_q8_k_x4,
+    q4_k_gemm: scalar::gemm_q4_k_q8_k,
+    q5_k: scalar::vec_dot_q5_k_q8_k,
+    q5_k_x4: scalar::vec_dot_q5_k_q8_k_x4,
+    q5_k_gemm: scalar::gemm_q5_k_q8_k,
+    q6_k: scalar::vec_dot_q6_k_q8_k,
+    q6_k_x4: scalar::vec_dot_q6_k_q8_k_x4,
+    q6_k_gemm: scalar::gemm_q6_k_q8_k,
     attend_f16: attention::attend_f16_avx2,
     attend_f32: attention::attend_f32_avx2,
 };
@@ -108,6 +156,21 @@ static AVX512: KernelTable = KernelTable {
     q8_0_gemm: avx512::gemm_q8_0_q8_0,
     q4_0_gemm: avx512::gemm_q4_0_q8_0,
     q4_1_gemm: avx512::gemm_q4_1_q8_1,
+    q5_0: scalar::vec_dot_q5_0_q8_0,
+    q5_0_x4: scalar::vec_dot_q5_0_q8_0_x4,
+    q5_0_gemm: scalar::gemm_q5_0_q8_0,
+    q5_1: scalar::vec_dot_q5_1_q8_1,
+    q5_1_x4: scalar::vec_dot_q5_1_q8_1_x4,
+    q5_1_gemm: scalar::gemm_q5_1_q8_1,
+    q4_k: scalar::vec_dot_q4_k_q8_k,
+    q4_k_x4: scalar::vec_dot_q4_k_q8_k_x4,
+    q4_k_gemm: scalar::gemm_q4_k_q8_k,
+    q5_k: scalar::vec_dot_q5_k_q8_k,
+    q5_k_x4: scalar::vec_dot_q5_k_q8_k_x4,
+    q5_k_gemm: scalar::gemm_q5_k_q8_k,
+    q6_k: scalar::vec_dot_q6_k_q8_k,
+    q6_k_x4: scalar::vec_dot_q6_k_q8_k_x4,
+    q6_k_gemm: scalar::gemm_q6_k_q8_k,
     attend_f16: attention::attend_f16_avx512,
     attend_f32: attention::attend_f32_avx512,
 };
@@ -305,6 +368,166 @@ impl KernelTable {
         // SAFETY: as in `gemm_q8_0_q8_0`.
         unsafe { (self.q4_1_gemm)(w, x, nb, out, layout) }
     }
+
+    /// Q5_0 weights against Q8_0 activations (ggml `ggml_vec_dot_q5_0_q8_0`).
+    #[inline]
+    pub fn vec_dot_q5_0_q8_0(&self, x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q5_0)(x, y) }
+    }
+
+    /// Four Q5_0 weight rows against one activation row; equal to four single-row calls.
+    #[inline]
+    pub fn vec_dot_q5_0_q8_0_x4(&self, rows: [&[BlockQ5_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q5_0_x4)(rows, y) }
+    }
+
+    /// [`Self::vec_dot_q5_0_q8_0`] of every weight row against every token, as
+    /// [`Self::gemm_q8_0_q8_0`].
+    ///
+    /// # Panics
+    /// When `out` is too short for `layout`.
+    #[inline]
+    pub fn gemm_q5_0_q8_0(
+        &self,
+        w: &[BlockQ5_0],
+        x: &[BlockQ8_0],
+        nb: usize,
+        out: &mut [f32],
+        layout: OutLayout,
+    ) {
+        // SAFETY: as in `gemm_q8_0_q8_0`.
+        unsafe { (self.q5_0_gemm)(w, x, nb, out, layout) }
+    }
+
+    /// Q5_1 weights against Q8_1 activations (ggml `ggml_vec_dot_q5_1_q8_1`).
+    #[inline]
+    pub fn vec_dot_q5_1_q8_1(&self, x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q5_1)(x, y) }
+    }
+
+    /// Four Q5_1 weight rows against one activation row; equal to four single-row calls.
+    #[inline]
+    pub fn vec_dot_q5_1_q8_1_x4(&self, rows: [&[BlockQ5_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q5_1_x4)(rows, y) }
+    }
+
+    /// [`Self::vec_dot_q5_1_q8_1`] of every weight row against every token, as
+    /// [`Self::gemm_q8_0_q8_0`].
+    ///
+    /// # Panics
+    /// When `out` is too short for `layout`.
+    #[inline]
+    pub fn gemm_q5_1_q8_1(
+        &self,
+        w: &[BlockQ5_1],
+        x: &[BlockQ8_1],
+        nb: usize,
+        out: &mut [f32],
+        layout: OutLayout,
+    ) {
+        // SAFETY: as in `gemm_q8_0_q8_0`.
+        unsafe { (self.q5_1_gemm)(w, x, nb, out, layout) }
+    }
+
+    /// Q4_K weights against Q8_K activations (ggml `ggml_vec_dot_q4_K_q8_K`).
+    #[inline]
+    pub fn vec_dot_q4_k_q8_k(&self, x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q4_k)(x, y) }
+    }
+
+    /// Four Q4_K weight rows against one activation row; equal to four single-row calls.
+    #[inline]
+    pub fn vec_dot_q4_k_q8_k_x4(&self, rows: [&[BlockQ4K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q4_k_x4)(rows, y) }
+    }
+
+    /// [`Self::vec_dot_q4_k_q8_k`] of every weight row against every token (`nb` super-blocks
+    /// each), as [`Self::gemm_q8_0_q8_0`].
+    ///
+    /// # Panics
+    /// When `out` is too short for `layout`.
+    #[inline]
+    pub fn gemm_q4_k_q8_k(
+        &self,
+        w: &[BlockQ4K],
+        x: &[BlockQ8K],
+        nb: usize,
+        out: &mut [f32],
+        layout: OutLayout,
+    ) {
+        // SAFETY: as in `gemm_q8_0_q8_0`.
+        unsafe { (self.q4_k_gemm)(w, x, nb, out, layout) }
+    }
+
+    /// Q5_K weights against Q8_K activations (ggml `ggml_vec_dot_q5_K_q8_K`).
+    #[inline]
+    pub fn vec_dot_q5_k_q8_k(&self, x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q5_k)(x, y) }
+    }
+
+    /// Four Q5_K weight rows against one activation row; equal to four single-row calls.
+    #[inline]
+    pub fn vec_dot_q5_k_q8_k_x4(&self, rows: [&[BlockQ5K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q5_k_x4)(rows, y) }
+    }
+
+    /// [`Self::vec_dot_q5_k_q8_k`] of every weight row against every token, as
+    /// [`Self::gemm_q4_k_q8_k`].
+    ///
+    /// # Panics
+    /// When `out` is too short for `layout`.
+    #[inline]
+    pub fn gemm_q5_k_q8_k(
+        &self,
+        w: &[BlockQ5K],
+        x: &[BlockQ8K],
+        nb: usize,
+        out: &mut [f32],
+        layout: OutLayout,
+    ) {
+        // SAFETY: as in `gemm_q8_0_q8_0`.
+        unsafe { (self.q5_k_gemm)(w, x, nb, out, layout) }
+    }
+
+    /// Q6_K weights against Q8_K activations (ggml `ggml_vec_dot_q6_K_q8_K`).
+    #[inline]
+    pub fn vec_dot_q6_k_q8_k(&self, x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q6_k)(x, y) }
+    }
+
+    /// Four Q6_K weight rows against one activation row; equal to four single-row calls.
+    #[inline]
+    pub fn vec_dot_q6_k_q8_k_x4(&self, rows: [&[BlockQ6K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q6_k_x4)(rows, y) }
+    }
+
+    /// [`Self::vec_dot_q6_k_q8_k`] of every weight row against every token, as
+    /// [`Self::gemm_q4_k_q8_k`].
+    ///
+    /// # Panics
+    /// When `out` is too short for `layout`.
+    #[inline]
+    pub fn gemm_q6_k_q8_k(
+        &self,
+        w: &[BlockQ6K],
+        x: &[BlockQ8K],
+        nb: usize,
+        out: &mut [f32],
+        layout: OutLayout,
+    ) {
+        // SAFETY: as in `gemm_q8_0_q8_0`.
+        unsafe { (self.q6_k_gemm)(w, x, nb, out, layout) }
+    }
 }
 
 impl fmt::Debug for KernelTable {
@@ -363,4 +586,29 @@ pub fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
 /// [`KernelTable::vec_dot_q4_1_q8_1_x4`] on this process's tier.
 pub fn vec_dot_q4_1_q8_1_x4(rows: [&[BlockQ4_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
     table().vec_dot_q4_1_q8_1_x4(rows, y)
+}
+
+/// [`KernelTable::vec_dot_q5_0_q8_0`] on this process's tier.
+pub fn vec_dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
+    table().vec_dot_q5_0_q8_0(x, y)
+}
+
+/// [`KernelTable::vec_dot_q5_1_q8_1`] on this process's tier.
+pub fn vec_dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
+    table().vec_dot_q5_1_q8_1(x, y)
+}
+
+/// [`KernelTable::vec_dot_q4_k_q8_k`] on this process's tier.
+pub fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
+    table().vec_dot_q4_k_q8_k(x, y)
+}
+
+/// [`KernelTable::vec_dot_q5_k_q8_k`] on this process's tier.
+pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
+    table().vec_dot_q5_k_q8_k(x, y)
+}
+
+/// [`KernelTable::vec_dot_q6_k_q8_k`] on this process's tier.
+pub fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
+    table().vec_dot_q6_k_q8_k(x, y)
 }
