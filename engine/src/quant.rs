@@ -1151,9 +1151,15 @@ mod tests {
 
         let mut q51 = vec![0u8; Q5_1_BYTES];
         q51[2..4].copy_from_slice(&f16::INFINITY.to_le_bytes());
-        assert_eq!(check_block_scales(GgmlType::Q5_1, &q51).unwrap_err().field, "m");
+        assert_eq!(
+            check_block_scales(GgmlType::Q5_1, &q51).unwrap_err().field,
+            "m"
+        );
         // Plain floats are values, not scales.
-        assert_eq!(check_block_scales(GgmlType::F16, &f16::NAN.to_le_bytes()), Ok(()));
+        assert_eq!(
+            check_block_scales(GgmlType::F16, &f16::NAN.to_le_bytes()),
+            Ok(())
+        );
     }
 
     #[test]

@@ -372,7 +372,12 @@ fn unknown_tensor_type_id() {
 
 #[test]
 fn block_types_the_engine_does_not_run_are_named() {
-    for (id, name) in [(10u32, "Q2_K"), (11, "Q3_K"), (23, "IQ4_XS"), (16, "IQ2_XXS")] {
+    for (id, name) in [
+        (10u32, "Q2_K"),
+        (11, "Q3_K"),
+        (23, "IQ4_XS"),
+        (16, "IQ2_XXS"),
+    ] {
         let mut raw = Raw::header(3, 1, 0);
         raw.tensor("blk.3.ffn_down.weight", &[256, 4], id, 0)
             .data(4096);
@@ -381,7 +386,10 @@ fn block_types_the_engine_does_not_run_are_named() {
             &message,
             &["blk.3.ffn_down.weight", &format!("unsupported type {name}")],
         );
-        assert!(!message.contains("type id"), "named, not numbered: {message}");
+        assert!(
+            !message.contains("type id"),
+            "named, not numbered: {message}"
+        );
     }
 }
 
@@ -393,7 +401,10 @@ fn truncated_super_block_at_the_end_of_the_file() {
         .data(248);
     assert_mentions(
         &refused(raw.build()),
-        &["tensor blk.0.attn_q.weight needs 288 bytes at offset", "file has"],
+        &[
+            "tensor blk.0.attn_q.weight needs 288 bytes at offset",
+            "file has",
+        ],
     );
 }
 
@@ -647,17 +658,20 @@ fn tiny_with_k_quant_down(kind: GgmlType, scale: half::f16, bad_block: usize) ->
     .writer(5, WeightType::Q8_0);
     let blocks = TinyLlama::default().dim; // one super-block per output row
     let mut data = vec![0x11u8; blocks * kind.block_bytes()];
-    let d_at = if kind == GgmlType::Q6K { kind.block_bytes() - 2 } else { 0 };
+    let d_at = if kind == GgmlType::Q6K {
+        kind.block_bytes() - 2
+    } else {
+        0
+    };
     for (i, block) in data.chunks_exact_mut(kind.block_bytes()).enumerate() {
-        let d = if i == bad_block { scale } else { half::f16::from_f32(0.01) };
+        let d = if i == bad_block {
+            scale
+        } else {
+            half::f16::from_f32(0.01)
+        };
         block[d_at..d_at + 2].copy_from_slice(&d.to_le_bytes());
     }
-    w.tensor(
-        "blk.1.ffn_down.weight",
-        &[256, blocks as u64],
-        kind,
-        data,
-    );
+    w.tensor("blk.1.ffn_down.weight", &[256, blocks as u64], kind, data);
     w
 }
 

@@ -616,7 +616,13 @@ fn check_no_overlap(path: &Path, placed: &[TensorInfo]) -> Result<()> {
                 path,
                 format!(
                     "tensor {} ({} {:?}: {} bytes at offset {}) overlaps tensor {} at offset {}",
-                    first.name, first.kind, first.dims, first.size, first.offset, next.name, next.offset
+                    first.name,
+                    first.kind,
+                    first.dims,
+                    first.size,
+                    first.offset,
+                    next.name,
+                    next.offset
                 ),
             ));
         }

@@ -8,7 +8,8 @@ use half::{bf16, f16};
 
 use super::{
     BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, GgmlType,
-    QK, QK_K, q4_0_bytes, q4_1_bytes, q8_0_bytes, quantize_q4_0, quantize_q4_1, quantize_q8_0,
+    QK, QK_K, q4_0_bytes, q4_1_bytes, q4_k_bytes, q5_0_bytes, q5_1_bytes, q5_k_bytes, q6_k_bytes,
+    q8_0_bytes, quantize_q4_0, quantize_q4_1, quantize_q8_0,
 };
 use crate::error::{Error, Result};
 
@@ -399,66 +400,6 @@ fn q6_k_block(x: &[f32; QK_K]) -> BlockQ6K {
         }
     }
     block
-}
-
-/// Q5_0 blocks as GGUF stores them.
-pub fn q5_0_bytes(blocks: &[BlockQ5_0]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(blocks.len() * super::Q5_0_BYTES);
-    for b in blocks {
-        out.extend_from_slice(&b.d.to_le_bytes());
-        out.extend_from_slice(&b.qh);
-        out.extend_from_slice(&b.qs);
-    }
-    out
-}
-
-/// Q5_1 blocks as GGUF stores them.
-pub fn q5_1_bytes(blocks: &[BlockQ5_1]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(blocks.len() * super::Q5_1_BYTES);
-    for b in blocks {
-        out.extend_from_slice(&b.d.to_le_bytes());
-        out.extend_from_slice(&b.m.to_le_bytes());
-        out.extend_from_slice(&b.qh);
-        out.extend_from_slice(&b.qs);
-    }
-    out
-}
-
-/// Q4_K super-blocks as GGUF stores them.
-pub fn q4_k_bytes(blocks: &[BlockQ4K]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(blocks.len() * super::Q4_K_BYTES);
-    for b in blocks {
-        out.extend_from_slice(&b.d.to_le_bytes());
-        out.extend_from_slice(&b.dmin.to_le_bytes());
-        out.extend_from_slice(&b.scales);
-        out.extend_from_slice(&b.qs);
-    }
-    out
-}
-
-/// Q5_K super-blocks as GGUF stores them.
-pub fn q5_k_bytes(blocks: &[BlockQ5K]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(blocks.len() * super::Q5_K_BYTES);
-    for b in blocks {
-        out.extend_from_slice(&b.d.to_le_bytes());
-        out.extend_from_slice(&b.dmin.to_le_bytes());
-        out.extend_from_slice(&b.scales);
-        out.extend_from_slice(&b.qh);
-        out.extend_from_slice(&b.qs);
-    }
-    out
-}
-
-/// Q6_K super-blocks as GGUF stores them.
-pub fn q6_k_bytes(blocks: &[BlockQ6K]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(blocks.len() * super::Q6_K_BYTES);
-    for b in blocks {
-        out.extend_from_slice(&b.ql);
-        out.extend_from_slice(&b.qh);
-        out.extend(b.scales.iter().map(|&s| s as u8));
-        out.extend_from_slice(&b.d.to_le_bytes());
-    }
-    out
 }
 
 /// `x` encoded as GGUF stores `kind`, with ggml's reference quantizers for the block types (what

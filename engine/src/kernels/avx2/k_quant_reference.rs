@@ -6,8 +6,8 @@ use half::f16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use crate::quant::{
-    self, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K, QK,
-    QK_K,
+    self, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K,
+    GgmlType, QK, QK_K,
 };
 
 /// Block counts every kernel is checked at: one, odd counts, and rows longer than any unrolling.
@@ -94,7 +94,7 @@ impl Reference for BlockQ5_0 {
     fn exact(&self, y: &BlockQ8_0) -> (f64, f64) {
         let bytes = [&self.d.to_le_bytes()[..], &self.qh, &self.qs].concat();
         let mut w = [0f32; QK];
-        quant::dequantize_q5_0(&bytes, &mut w);
+        quant::dequantize_bytes(GgmlType::Q5_0, &bytes, &mut w);
         dot_f64(&w, q8_values(y.d, &y.qs))
     }
 }
@@ -124,7 +124,7 @@ impl Reference for BlockQ5_1 {
         let one = f16::ONE.to_le_bytes();
         let bytes = [&one[..], &f16::ZERO.to_le_bytes(), &self.qh, &self.qs].concat();
         let mut q = [0f32; QK];
-        quant::dequantize_q5_1(&bytes, &mut q);
+        quant::dequantize_bytes(GgmlType::Q5_1, &bytes, &mut q);
         let dx = f64::from(self.d.to_f32());
         let (sum, mag) = dot_f64(&q, q8_values(y.d, &y.qs).map(|v| dx * v));
         let min = f64::from(self.m.to_f32()) * f64::from(y.s.to_f32());
@@ -148,9 +148,9 @@ fn q8_k_values(y: &BlockQ8K) -> impl Iterator<Item = f64> {
 }
 
 /// The exact dot of a K-quant super-block, given as file bytes, with an activation block.
-fn exact_k(bytes: &[u8], dequantize: fn(&[u8], &mut [f32]), y: &BlockQ8K) -> (f64, f64) {
+fn exact_k(bytes: &[u8], kind: GgmlType, y: &BlockQ8K) -> (f64, f64) {
     let mut w = [0f32; QK_K];
-    dequantize(bytes, &mut w);
+    quant::dequantize_bytes(kind, bytes, &mut w);
     dot_f64(&w, q8_k_values(y))
 }
 
@@ -173,7 +173,7 @@ impl Reference for BlockQ4K {
     fn exact(&self, y: &BlockQ8K) -> (f64, f64) {
         let head = [self.d.to_le_bytes(), self.dmin.to_le_bytes()].concat();
         let bytes = [&head[..], &self.scales, &self.qs].concat();
-        exact_k(&bytes, quant::dequantize_q4_k, y)
+        exact_k(&bytes, GgmlType::Q4K, y)
     }
 }
 
@@ -197,7 +197,7 @@ impl Reference for BlockQ5K {
     fn exact(&self, y: &BlockQ8K) -> (f64, f64) {
         let head = [self.d.to_le_bytes(), self.dmin.to_le_bytes()].concat();
         let bytes = [&head[..], &self.scales, &self.qh, &self.qs].concat();
-        exact_k(&bytes, quant::dequantize_q5_k, y)
+        exact_k(&bytes, GgmlType::Q5K, y)
     }
 }
 
@@ -220,7 +220,7 @@ impl Reference for BlockQ6K {
     fn exact(&self, y: &BlockQ8K) -> (f64, f64) {
         let scales = self.scales.map(|s| s as u8);
         let bytes = [&self.ql[..], &self.qh, &scales, &self.d.to_le_bytes()].concat();
-        exact_k(&bytes, quant::dequantize_q6_k, y)
+        exact_k(&bytes, GgmlType::Q6K, y)
     }
 }
 
