@@ -38,7 +38,7 @@ use std::{arch::x86_64::*, cell::RefCell};
 
 use half::f16;
 
-use super::tiles::{OutLayout, each_row, store_tile, tile_rows};
+use super::tiles::{OutLayout, each_row, gemm_by_row_dots, store_tile, tile_rows};
 use crate::quant::{
     BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8_1,
     BlockQ8K, QK, QK_K,
@@ -525,7 +525,6 @@ fn dot_q5_0_rows<const R: usize>(rows: [&[BlockQ5_0]; R], y: &[BlockQ8_0]) -> [f
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
-#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn vec_dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
     dot_q5_0_rows([x], y)[0]
@@ -535,7 +534,6 @@ pub(crate) unsafe fn vec_dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
-#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn vec_dot_q5_0_q8_0_x4(rows: [&[BlockQ5_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
     dot_q5_0_rows(rows, y)
@@ -579,7 +577,6 @@ fn dot_q5_1_rows<const R: usize>(rows: [&[BlockQ5_1]; R], y: &[BlockQ8_1]) -> [f
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
-#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn vec_dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
     dot_q5_1_rows([x], y)[0]
@@ -589,7 +586,6 @@ pub(crate) unsafe fn vec_dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
-#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn vec_dot_q5_1_q8_1_x4(rows: [&[BlockQ5_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
     dot_q5_1_rows(rows, y)
@@ -771,7 +767,6 @@ fn dot_q4_k_rows<const R: usize>(rows: [&[BlockQ4K]; R], y: &[BlockQ8K]) -> [f32
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
-#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     dot_q4_k_rows([x], y)[0]
@@ -781,7 +776,6 @@ pub(crate) unsafe fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
-#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn vec_dot_q4_k_q8_k_x4(rows: [&[BlockQ4K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
     dot_q4_k_rows(rows, y)
@@ -822,7 +816,6 @@ fn dot_q5_k_rows<const R: usize>(rows: [&[BlockQ5K]; R], y: &[BlockQ8K]) -> [f32
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
-#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     dot_q5_k_rows([x], y)[0]
@@ -832,7 +825,6 @@ pub(crate) unsafe fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
-#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn vec_dot_q5_k_q8_k_x4(rows: [&[BlockQ5K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
     dot_q5_k_rows(rows, y)
@@ -933,7 +925,6 @@ fn dot_q6_k_rows<const R: usize>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K]) -> [f32
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
-#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     dot_q6_k_rows([x], y)[0]
@@ -943,7 +934,6 @@ pub(crate) unsafe fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
-#[cfg_attr(not(test), allow(dead_code, reason = "the kernel table selects it"))]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn vec_dot_q6_k_q8_k_x4(rows: [&[BlockQ6K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
     dot_q6_k_rows(rows, y)
@@ -1320,6 +1310,29 @@ pub(crate) unsafe fn gemm_q4_1_q8_1(
             |rows, p, d, m| dot_q4_1_tile(rows, p, d, m),
         );
     });
+}
+
+/// The tiled forms of the 5-bit and K-quant types: this tier's single-row and four-row dots over
+/// every row and token (see [`gemm_by_row_dots`]).
+macro_rules! gemm_by_dots {
+    ($($name:ident: $w:ty, $a:ty => $dot:ident, $dot_x4:ident;)*) => {$(
+        /// Every weight row against every token through this tier's dots, as the scalar tiled form.
+        ///
+        /// # Safety
+        /// The CPU must support this tier.
+        pub(crate) unsafe fn $name(w: &[$w], x: &[$a], nb: usize, out: &mut [f32], layout: OutLayout) {
+            // SAFETY: the caller's CPU supports this tier (this function's contract).
+            unsafe { gemm_by_row_dots((w, x, nb), (out, layout), $dot, $dot_x4) }
+        }
+    )*};
+}
+
+gemm_by_dots! {
+    gemm_q5_0_q8_0: BlockQ5_0, BlockQ8_0 => vec_dot_q5_0_q8_0, vec_dot_q5_0_q8_0_x4;
+    gemm_q5_1_q8_1: BlockQ5_1, BlockQ8_1 => vec_dot_q5_1_q8_1, vec_dot_q5_1_q8_1_x4;
+    gemm_q4_k_q8_k: BlockQ4K, BlockQ8K => vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4;
+    gemm_q5_k_q8_k: BlockQ5K, BlockQ8K => vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_x4;
+    gemm_q6_k_q8_k: BlockQ6K, BlockQ8K => vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_x4;
 }
 
 #[cfg(test)]

@@ -92,3 +92,40 @@ mod tests {
         assert_eq!(out, want);
     }
 }
+
+/// Every weight row of `w` against every token of `x` (`nb` blocks each) through a tier's single-row
+/// dots, four rows at a time where the rows allow (`dot_x4` must give the bits of four `dot` calls),
+/// into `out` as `layout` places them: the tiled form of the block types without register tiles yet.
+///
+/// # Safety
+/// The CPU must support the features `dot` and `dot_x4` were compiled for.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(unsafe_code)]
+pub(crate) unsafe fn gemm_by_row_dots<W, A>(
+    (w, x, nb): (&[W], &[A], usize),
+    (out, layout): (&mut [f32], OutLayout),
+    dot: unsafe fn(&[W], &[A]) -> f32,
+    dot_x4: unsafe fn([&[W]; 4], &[A]) -> [f32; 4],
+) {
+    if nb == 0 {
+        return;
+    }
+    let n_rows = w.len() / nb;
+    let row = |r: usize| &w[r * nb..(r + 1) * nb];
+    for (t, token) in x.chunks_exact(nb).enumerate() {
+        let mut r = 0;
+        while r + 4 <= n_rows {
+            // SAFETY: the caller's CPU supports the kernels (this function's contract).
+            let four = unsafe { dot_x4([row(r), row(r + 1), row(r + 2), row(r + 3)], token) };
+            for (k, v) in four.into_iter().enumerate() {
+                out[t * layout.token_stride + (r + k) * layout.row_stride] = v;
+            }
+            r += 4;
+        }
+        for k in r..n_rows {
+            // SAFETY: as above.
+            out[t * layout.token_stride + k * layout.row_stride] = unsafe { dot(row(k), token) };
+        }
+    }
+}
