@@ -5,7 +5,10 @@
 use std::path::Path;
 
 use strata_engine::{
-    format::{gguf::GgufFile, gguf_writer::tiny_llama_gguf},
+    format::{
+        gguf::GgufFile,
+        gguf_writer::{TinyLlama, tiny_llama_gguf},
+    },
     model::{BatchSeq, KvType, Llama, LlamaConfig, LoadOptions, Logits, PagedKv},
     weights::WeightType,
 };
@@ -15,8 +18,26 @@ fn tiny(kind: WeightType) -> Llama {
 }
 
 fn tiny_on(kind: WeightType, threads: usize) -> Llama {
-    let file =
-        GgufFile::from_bytes(Path::new("tiny.gguf"), tiny_llama_gguf(7, kind)).expect("parses");
+    load(tiny_llama_gguf(7, kind), threads)
+}
+
+/// A tiny random Gemma 3: 3 layers of width 64, 4 query heads of 32 over 2 key/value heads (queries
+/// twice as wide as the model), tied head, layers sliding over `window` positions but the last of
+/// every `period` (0: all slide).
+fn tiny_gemma(kind: WeightType, window: usize, period: usize) -> Llama {
+    let shape = TinyLlama {
+        architecture: "gemma3",
+        n_layers: 3,
+        head_dim: Some(32),
+        sliding_window: Some((window, period)),
+        tied_embeddings: true,
+        ..TinyLlama::default()
+    };
+    load(shape.writer(11, kind).to_bytes(), 2)
+}
+
+fn load(bytes: Vec<u8>, threads: usize) -> Llama {
+    let file = GgufFile::from_bytes(Path::new("tiny.gguf"), bytes).expect("parses");
     let config = LlamaConfig::from_gguf(&file).expect("config");
     Llama::load(
         config,
@@ -273,4 +294,113 @@ fn bad_batches_are_refused_with_a_reason() {
         )
         .expect_err("empty");
     assert!(err.to_string().contains("no tokens"), "{err}");
+}
+
+/// Every position's logits of `tokens` run alone in one pass.
+fn every_position(model: &Llama, kv: KvType, tokens: &[u32]) -> Vec<Vec<u32>> {
+    let mut cache = model.new_cache_with(tokens.len(), kv);
+    let logits = model
+        .forward(tokens, &mut cache, Logits::All)
+        .expect("forward");
+    logits
+        .chunks_exact(model.config().vocab_size)
+        .map(bits)
+        .collect()
+}
+
+/// Gemma 3's sliding-window layers over the paged pool: sequences longer than the window, fed in
+/// chunks that cross the window's edge and the blocks', batched together, give each chunk's last
+/// logits with the bits of the sequence run alone.
+#[test]
+fn gemma3_batched_paged_logits_equal_single_sequence_logits() {
+    let block_size = 4;
+    for kind in [WeightType::Q8_0, WeightType::F32] {
+        let model = tiny_gemma(kind, 6, 2);
+        assert_eq!(model.config().q_dim(), 2 * model.config().dim);
+        for kv in [KvType::F16, KvType::F32] {
+            let sequences = [prompt(19, 1), prompt(8, 2), prompt(23, 3)];
+            let chunks: [&[usize]; 3] = [&[5, 9, 1, 1, 1, 1, 1], &[7, 1], &[2, 14, 7]];
+            let want: Vec<_> = sequences
+                .iter()
+                .map(|s| every_position(&model, kv, s))
+                .collect();
+            let mut pool = PagedKv::new(model.config(), 32, block_size, kv);
+            let tables: [Vec<u32>; 3] = [
+                vec![30, 2, 9, 14, 22],
+                vec![5, 29],
+                vec![17, 8, 3, 0, 11, 26],
+            ];
+            let mut done = [0usize; 3];
+            for step in 0.. {
+                let live: Vec<usize> = (0..3).filter(|&i| step < chunks[i].len()).collect();
+                if live.is_empty() {
+                    break;
+                }
+                let batch: Vec<BatchSeq<'_>> = live
+                    .iter()
+                    .map(|&i| BatchSeq {
+                        tokens: &sequences[i][done[i]..done[i] + chunks[i][step]],
+                        start: done[i],
+                        blocks: &tables[i],
+                        logits: true,
+                    })
+                    .collect();
+                let got = model.forward_batch(&batch, &mut pool).expect("step");
+                for (&i, logits) in live.iter().zip(&got) {
+                    done[i] += chunks[i][step];
+                    assert_eq!(
+                        bits(logits.as_ref().expect("logits")),
+                        want[i][done[i] - 1],
+                        "{kind} {kv:?} sequence {i} at position {}",
+                        done[i] - 1
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// With every layer sliding over 4 positions, the last of 12 tokens reaches back 3 positions per
+/// layer (to position 2 after 3 layers): tokens before that change nothing, tokens inside change
+/// its logits, and with global layers the first token changes them too.
+#[test]
+fn a_sliding_window_forgets_tokens_beyond_its_reach() {
+    let sliding = tiny_gemma(WeightType::F32, 4, 0);
+    let global = tiny_gemma(WeightType::F32, 4, 1);
+    for kv in [KvType::F16, KvType::F32] {
+        let base = prompt(12, 5);
+        let with = |at: usize| {
+            let mut tokens = base.clone();
+            tokens[at] = tokens[at] % 200 + 7;
+            assert_ne!(tokens[at], base[at]);
+            tokens
+        };
+        let last = |model: &Llama, tokens: &[u32]| {
+            let mut cache = model.new_cache_with(tokens.len(), kv);
+            bits(
+                &model
+                    .forward(tokens, &mut cache, Logits::Last)
+                    .expect("forward"),
+            )
+        };
+        for early in [0, 1] {
+            assert_eq!(
+                last(&sliding, &with(early)),
+                last(&sliding, &base),
+                "{kv:?}: token {early} is beyond the windows' reach"
+            );
+        }
+        for inside in [2, 8, 11] {
+            assert_ne!(
+                last(&sliding, &with(inside)),
+                last(&sliding, &base),
+                "{kv:?}: token {inside} is within reach"
+            );
+        }
+        assert_ne!(
+            last(&global, &with(0)),
+            last(&global, &base),
+            "{kv:?}: global layers see the first token"
+        );
+    }
 }

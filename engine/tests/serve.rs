@@ -1,6 +1,7 @@
 //! The serving engine on a tiny random model: batched outputs equal one-at-a-time outputs (also when
-//! the key/value pool is so small that sequences are preempted), prefixes are reused, cancelled
-//! requests give their memory back, and bad requests are refused at the door.
+//! the key/value pool is so small that sequences are preempted, and for a model with sliding-window
+//! layers), prefixes are reused, cancelled requests give their memory back, and bad requests are
+//! refused at the door.
 
 use std::{
     path::{Path, PathBuf},
@@ -13,7 +14,10 @@ use std::{
 };
 
 use strata_engine::{
-    format::{gguf::GgufFile, gguf_writer::tiny_llama_gguf},
+    format::{
+        gguf::GgufFile,
+        gguf_writer::{TinyLlama, tiny_llama_gguf},
+    },
     generate::generate,
     loader::{LoadedModel, ModelFormat},
     model::{KvType, Llama, LlamaConfig, LoadOptions, PagedKv},
@@ -24,8 +28,23 @@ use strata_engine::{
 };
 
 fn tiny() -> Arc<LoadedModel> {
-    let file = GgufFile::from_bytes(Path::new("tiny.gguf"), tiny_llama_gguf(3, WeightType::Q8_0))
-        .expect("parses");
+    loaded(tiny_llama_gguf(3, WeightType::Q8_0))
+}
+
+/// A tiny random Gemma 3 whose first layer of every two slides over 8 positions.
+fn tiny_gemma() -> Arc<LoadedModel> {
+    let shape = TinyLlama {
+        architecture: "gemma3",
+        head_dim: Some(32),
+        sliding_window: Some((8, 2)),
+        tied_embeddings: true,
+        ..TinyLlama::default()
+    };
+    loaded(shape.writer(3, WeightType::Q8_0).to_bytes())
+}
+
+fn loaded(bytes: Vec<u8>) -> Arc<LoadedModel> {
+    let file = GgufFile::from_bytes(Path::new("tiny.gguf"), bytes).expect("parses");
     let config = LlamaConfig::from_gguf(&file).expect("config");
     let tokenizer = Tokenizer::from_gguf(&file).expect("tokenizer");
     let model = Llama::load(
@@ -124,7 +143,16 @@ fn kv_bytes_for(model: &LoadedModel, blocks: usize, block_size: usize) -> usize 
 /// with a pool so small that the scheduler must preempt and recompute.
 #[test]
 fn batched_greedy_equals_one_at_a_time() {
-    let model = tiny();
+    batched_greedy_equals_one_at_a_time_on(tiny());
+}
+
+/// The same with sliding-window layers: prompts and generations run past the window.
+#[test]
+fn batched_greedy_equals_one_at_a_time_with_a_sliding_window() {
+    batched_greedy_equals_one_at_a_time_on(tiny_gemma());
+}
+
+fn batched_greedy_equals_one_at_a_time_on(model: Arc<LoadedModel>) {
     let jobs: Vec<(Vec<u32>, SamplingParams)> = (0..16)
         .map(|i| {
             let params = if i % 4 == 3 {

@@ -144,6 +144,16 @@ pub struct Converted {
 /// supported model (or holds a tensor without a Hugging Face name), or a write fails.
 pub fn gguf_to_hf(gguf: &GgufFile, out_dir: &Path, options: ConvertOptions) -> Result<Converted> {
     let config = LlamaConfig::from_gguf(gguf)?;
+    if !CONVERTIBLE_ARCHITECTURES.contains(&config.architecture.as_str()) {
+        return Err(Error::model(
+            gguf.path(),
+            format!(
+                "converting architecture {:?} is not supported (supported: {})",
+                config.architecture,
+                CONVERTIBLE_ARCHITECTURES.join(", ")
+            ),
+        ));
+    }
     let tokenizer = Tokenizer::from_gguf(gguf)?;
     let pending = plan_tensors(gguf, &config, options.dtype)?;
     prepare_dir(out_dir, options.force)?;
@@ -234,6 +244,9 @@ impl View for PendingTensor<'_> {
         self.elements * self.dtype.bytes()
     }
 }
+
+/// The architectures whose Hugging Face form the converter writes.
+const CONVERTIBLE_ARCHITECTURES: &[&str] = &["llama", "qwen2"];
 
 /// Names, shapes and layouts of every tensor, checked before anything is written.
 fn plan_tensors<'a>(

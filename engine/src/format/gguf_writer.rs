@@ -411,6 +411,14 @@ pub struct TinyLlama {
     pub context_length: usize,
     /// Whether the output head reuses the embedding (no `output.weight` tensor).
     pub tied_embeddings: bool,
+    /// `general.architecture` (`llama`, `qwen2`, `qwen3` or `gemma3`), with that architecture's
+    /// metadata prefix and extra tensors (per-head Q/K norms; Gemma's post-norms).
+    pub architecture: &'static str,
+    /// Width of one head, written as `attention.key_length`; `None` for `dim / n_heads`.
+    pub head_dim: Option<usize>,
+    /// Gemma 3's sliding window: its size and the period of the layer pattern (the last layer of
+    /// every period is global).
+    pub sliding_window: Option<(usize, usize)>,
 }
 
 impl Default for TinyLlama {
@@ -423,6 +431,9 @@ impl Default for TinyLlama {
             ffn_dim: 128,
             context_length: 128,
             tied_embeddings: false,
+            architecture: "llama",
+            head_dim: None,
+            sliding_window: None,
         }
     }
 }
@@ -435,14 +446,17 @@ impl TinyLlama {
     /// (matrices as `weight_type`, norms as F32), ready to be modified or serialized.
     ///
     /// # Panics
-    /// When `dim` or `ffn_dim` is not a multiple of 32, or `n_heads` does not divide `dim`.
+    /// When `dim`, `ffn_dim` or the query width is not a multiple of 32, or without a head size
+    /// `n_heads` does not divide `dim`.
     pub fn writer(&self, seed: u64, weight_type: WeightType) -> GgufWriter {
         assert!(
-            self.dim.is_multiple_of(32) && self.ffn_dim.is_multiple_of(32),
+            self.dim.is_multiple_of(32)
+                && self.ffn_dim.is_multiple_of(32)
+                && (self.n_heads * self.head_size()).is_multiple_of(32),
             "widths are whole blocks of 32"
         );
         assert!(
-            self.n_heads > 0 && self.dim.is_multiple_of(self.n_heads),
+            self.n_heads > 0 && (self.head_dim.is_some() || self.dim.is_multiple_of(self.n_heads)),
             "heads divide the width"
         );
         let mut w = GgufWriter::new();
@@ -452,8 +466,15 @@ impl TinyLlama {
         w
     }
 
+    /// Width of one head.
+    pub fn head_size(&self) -> usize {
+        self.head_dim.unwrap_or(self.dim / self.n_heads.max(1))
+    }
+
     fn write_metadata(&self, w: &mut GgufWriter, weight_type: WeightType) {
         let u32_of = |v: usize| MetaValue::U32(v as u32);
+        let arch = self.architecture;
+        let key = |k: &str| format!("{arch}.{k}");
         let file_type = match weight_type {
             WeightType::F32 => 0,
             WeightType::F16 => 1,
@@ -462,28 +483,34 @@ impl TinyLlama {
             WeightType::Q8_0 => 7,
             WeightType::Bf16 => 32,
         };
-        w.metadata("general.architecture", MetaValue::String("llama".into()))
+        w.metadata("general.architecture", MetaValue::String(arch.into()))
             .metadata(
                 "general.name",
-                MetaValue::String("tiny-random-llama".into()),
+                MetaValue::String(format!("tiny-random-{arch}")),
             )
             .metadata("general.file_type", MetaValue::U32(file_type))
-            .metadata("llama.context_length", u32_of(self.context_length))
-            .metadata("llama.embedding_length", u32_of(self.dim))
-            .metadata("llama.block_count", u32_of(self.n_layers))
-            .metadata("llama.feed_forward_length", u32_of(self.ffn_dim))
-            .metadata("llama.attention.head_count", u32_of(self.n_heads))
-            .metadata("llama.attention.head_count_kv", u32_of(self.n_kv_heads))
+            .metadata(key("context_length"), u32_of(self.context_length))
+            .metadata(key("embedding_length"), u32_of(self.dim))
+            .metadata(key("block_count"), u32_of(self.n_layers))
+            .metadata(key("feed_forward_length"), u32_of(self.ffn_dim))
+            .metadata(key("attention.head_count"), u32_of(self.n_heads))
+            .metadata(key("attention.head_count_kv"), u32_of(self.n_kv_heads))
+            .metadata(key("rope.dimension_count"), u32_of(self.head_size()))
+            .metadata(key("rope.freq_base"), MetaValue::F32(10_000.0))
             .metadata(
-                "llama.rope.dimension_count",
-                u32_of(self.dim / self.n_heads),
-            )
-            .metadata("llama.rope.freq_base", MetaValue::F32(10_000.0))
-            .metadata(
-                "llama.attention.layer_norm_rms_epsilon",
+                key("attention.layer_norm_rms_epsilon"),
                 MetaValue::F32(1e-5),
             )
-            .metadata("llama.vocab_size", u32_of(Self::VOCAB_SIZE));
+            .metadata(key("vocab_size"), u32_of(Self::VOCAB_SIZE));
+        if let Some(head_dim) = self.head_dim {
+            w.metadata(key("attention.key_length"), u32_of(head_dim))
+                .metadata(key("attention.value_length"), u32_of(head_dim));
+        }
+        if let Some((size, period)) = self.sliding_window {
+            w.metadata(key("attention.sliding_window"), u32_of(size))
+                .metadata(key("attention.sliding_window_pattern"), u32_of(period))
+                .metadata(key("rope.freq_base"), MetaValue::F32(1_000_000.0));
+        }
     }
 
     fn write_tokenizer(&self, w: &mut GgufWriter) {
@@ -518,26 +545,42 @@ impl TinyLlama {
 
     fn write_tensors(&self, w: &mut GgufWriter, rng: &mut SplitMix64, weight_type: WeightType) {
         let (d, f, v) = (self.dim, self.ffn_dim, Self::VOCAB_SIZE);
-        let kv = self.n_kv_heads * (d / self.n_heads);
+        let hd = self.head_size();
+        let (q, kv) = (self.n_heads * hd, self.n_kv_heads * hd);
+        let qk_norm = matches!(self.architecture, "qwen3" | "gemma3");
+        let post_norms = self.architecture == "gemma3";
         let mut matrix = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize, scale: f32| {
             let values: Vec<f32> = (0..rows * cols).map(|_| rng.uniform() * scale).collect();
             w.tensor_f32(name, &[cols as u64, rows as u64], weight_type, &values);
         };
-        let norm = |w: &mut GgufWriter, name: &str| {
-            let values: Vec<f32> = (0..d)
+        let norm_of = |w: &mut GgufWriter, name: &str, len: usize| {
+            let values: Vec<f32> = (0..len)
                 .map(|i| 1.0 + 0.05 * ((i % 7) as f32 - 3.0))
                 .collect();
-            w.tensor_f32(name, &[d as u64], WeightType::F32, &values);
+            w.tensor_f32(name, &[len as u64], WeightType::F32, &values);
         };
-        let (in_d, in_f) = (1.0 / (d as f32).sqrt(), 1.0 / (f as f32).sqrt());
+        let norm = |w: &mut GgufWriter, name: &str| norm_of(w, name, d);
+        let (in_d, in_q, in_f) = (
+            1.0 / (d as f32).sqrt(),
+            1.0 / (q as f32).sqrt(),
+            1.0 / (f as f32).sqrt(),
+        );
         matrix(w, "token_embd.weight", v, d, 1.0);
         for i in 0..self.n_layers {
             let name = |suffix: &str| format!("blk.{i}.{suffix}");
             norm(w, &name("attn_norm.weight"));
-            matrix(w, &name("attn_q.weight"), d, d, in_d);
+            matrix(w, &name("attn_q.weight"), q, d, in_d);
             matrix(w, &name("attn_k.weight"), kv, d, in_d);
             matrix(w, &name("attn_v.weight"), kv, d, in_d);
-            matrix(w, &name("attn_output.weight"), d, d, in_d);
+            matrix(w, &name("attn_output.weight"), d, q, in_q);
+            if qk_norm {
+                norm_of(w, &name("attn_q_norm.weight"), hd);
+                norm_of(w, &name("attn_k_norm.weight"), hd);
+            }
+            if post_norms {
+                norm(w, &name("post_attention_norm.weight"));
+                norm(w, &name("post_ffw_norm.weight"));
+            }
             norm(w, &name("ffn_norm.weight"));
             matrix(w, &name("ffn_gate.weight"), f, d, in_d);
             matrix(w, &name("ffn_up.weight"), f, d, in_d);

@@ -17,7 +17,7 @@ use crate::{
     error::{Error, Result},
     format::{RawTensor, TensorSource, mmap::FileBytes},
     loader::{LoadedModel, ModelFormat},
-    model::{Llama, LlamaConfig, LoadOptions, RopeStyle},
+    model::{Activation, Llama, LlamaConfig, LoadOptions, RopeStyle},
     quant::GgmlType,
     tokenizer::Tokenizer,
 };
@@ -181,12 +181,6 @@ impl HfLlamaConfig {
         }
         let n_heads = self.num_attention_heads;
         let head_dim = match self.head_dim {
-            Some(head_dim) if head_dim.checked_mul(n_heads) != Some(self.hidden_size) => {
-                return Err(bad(format!(
-                    "head_dim {head_dim} x {n_heads} heads differs from hidden_size {}; the engine needs them equal",
-                    self.hidden_size
-                )));
-            }
             Some(head_dim) => head_dim,
             None => self.hidden_size.checked_div(n_heads).unwrap_or(0),
         };
@@ -206,6 +200,14 @@ impl HfLlamaConfig {
             },
             rms_eps: self.rms_norm_eps as f32,
             context_length: self.max_position_embeddings,
+            rope_scaling: None,
+            qk_norm: false,
+            post_norms: false,
+            activation: Activation::Silu,
+            embedding_scale: None,
+            query_scale: None,
+            sliding_window: None,
+            final_logit_softcap: None,
         };
         config.validate().map_err(bad)?;
         Ok(config)

@@ -10,6 +10,10 @@
 //! online softmax with one rescale per block and a vectorizable `exp`, and the weighted values summed
 //! in f32. A query row's result therefore has the same bits whichever tokens and heads share its call:
 //! batching and chunked prefill do not change it.
+//!
+//! A sliding-window layer's query at position `p` sees only positions `p'` with `p - p' < window`
+//! (llama.cpp's standard sliding window); the kernel skips the blocks before a call's first visible
+//! position and the keys before each row's.
 
 #![allow(unsafe_code)]
 
@@ -62,10 +66,14 @@ pub struct GroupQueries<'a> {
     pub heads: usize,
     /// Elements per head.
     pub head_dim: usize,
-    /// The first token's position: token `t` attends to positions `0..=first_pos + t`.
+    /// The first token's position: token `t` attends to positions `0..=first_pos + t` (the last
+    /// `window` of them when there is a window).
     pub first_pos: usize,
     /// Factor of every score (`1 / sqrt(head_dim)`).
     pub scale: f32,
+    /// Positions a query sees in a sliding-window layer (itself and the `window - 1` before it);
+    /// `None` for global attention.
+    pub window: Option<usize>,
 }
 
 impl GroupQueries<'_> {
@@ -78,9 +86,15 @@ impl GroupQueries<'_> {
         (r / self.heads) * self.stride + (r % self.heads) * self.head_dim
     }
 
-    /// Keys visible to the row of token `t`.
+    /// Keys visible to the row of token `t`: positions `first_visible(t)..visible(t)`.
     fn visible(&self, t: usize) -> usize {
         self.first_pos + t + 1
+    }
+
+    /// The first position the row of token `t` sees.
+    fn first_visible(&self, t: usize) -> usize {
+        self.window
+            .map_or(0, |window| self.visible(t).saturating_sub(window))
     }
 }
 
@@ -108,8 +122,9 @@ pub fn attend_reference<T: CacheValue>(
     for r in 0..queries.rows() {
         let at = queries.at(r);
         let query = &queries.q[at..at + hd];
-        let visible = queries.visible(r / queries.heads);
-        let mut weights: Vec<f64> = (0..visible)
+        let t = r / queries.heads;
+        let first = queries.first_visible(t);
+        let mut weights: Vec<f64> = (first..queries.visible(t))
             .map(|j| {
                 let o = (kv.offset)(j);
                 T::widen(&kv.keys[o..o + hd], &mut key);
@@ -128,7 +143,7 @@ pub fn attend_reference<T: CacheValue>(
             sum += *w;
         }
         let mut acc = vec![0f64; hd];
-        for (j, w) in weights.iter().enumerate() {
+        for (j, w) in (first..).zip(&weights) {
             let o = (kv.offset)(j);
             T::widen(&kv.values[o..o + hd], &mut value);
             for (a, &v) in acc.iter_mut().zip(&value) {
@@ -236,7 +251,7 @@ impl HalfRounding for Avx512Rounding {
     }
 }
 
-/// The fast kernel for head sizes it is compiled for (16, 32, 64, 128), the reference for others.
+/// The fast kernel for head sizes it is compiled for (16, 32, 64, 128, 256), the reference for others.
 /// Scores are summed with separate multiplies and adds (never fused), in the same order on every
 /// tier; the f32 cache's weighted values too, so that cache gives the same bits on every tier.
 ///
@@ -256,6 +271,7 @@ pub(crate) unsafe fn attend_fast<T: CacheValue, R: HalfRounding>(
             32 => blocked::<T, R, 32>(queries, kv, out, scratch),
             64 => blocked::<T, R, 64>(queries, kv, out, scratch),
             128 => blocked::<T, R, 128>(queries, kv, out, scratch),
+            256 => blocked::<T, R, 256>(queries, kv, out, scratch),
             _ => attend_reference(queries, kv, out),
         }
     }
@@ -296,19 +312,25 @@ unsafe fn blocked<T: CacheValue, R: HalfRounding, const HD: usize>(
     s.key.resize(HD, 0.0);
 
     let total = queries.visible(queries.tokens - 1);
-    for start in (0..total).step_by(KEY_BLOCK) {
+    // Blocks stay counted from position 0 so that a row's blocks do not depend on its call.
+    let first_block = queries.first_visible(0) / KEY_BLOCK * KEY_BLOCK;
+    for start in (first_block..total).step_by(KEY_BLOCK) {
         let n = (total - start).min(KEY_BLOCK);
         load_block::<T, HD>(kv, start, n, s);
         for t in 0..queries.tokens {
             let visible = queries.visible(t);
-            if visible <= start {
+            let first = queries.first_visible(t);
+            if visible <= start || first >= start + n {
                 continue;
             }
-            let live = (visible - start).min(n);
+            let keys = Visible {
+                from: first.saturating_sub(start),
+                live: (visible - start).min(n),
+            };
             let rows = t * queries.heads..(t + 1) * queries.heads;
             if T::FLASH_F16 {
                 // SAFETY: passed on from the caller.
-                unsafe { token_flash::<R, HD>(rows, queries.scale, live, s) };
+                unsafe { token_flash::<R, HD>(rows, queries.scale, keys, s) };
                 continue;
             }
             for r in rows {
@@ -317,7 +339,7 @@ unsafe fn blocked<T: CacheValue, R: HalfRounding, const HD: usize>(
                     sum: &mut s.sum[r],
                     acc: &mut s.acc[r * HD..(r + 1) * HD],
                 };
-                row_block::<HD>(&s.queries[r * HD..], &s.keys_t, &s.values, live, state);
+                row_block::<HD>(&s.queries[r * HD..], &s.keys_t, &s.values, keys, state);
             }
         }
     }
@@ -349,6 +371,13 @@ fn load_block<T: CacheValue, const HD: usize>(
         }
         T::widen(&kv.values[o..o + HD], &mut s.values[k * HD..(k + 1) * HD]);
     }
+}
+
+/// The keys of a loaded block a row sees: `from..live` (block-relative).
+#[derive(Debug, Clone, Copy)]
+struct Visible {
+    from: usize,
+    live: usize,
 }
 
 /// One query row's running softmax state.
@@ -400,7 +429,7 @@ fn block_scores<const HD: usize>(query: &[f32; HD], keys_t: &[f32]) -> [f32; KEY
 unsafe fn token_flash<R: HalfRounding, const HD: usize>(
     rows: std::ops::Range<usize>,
     scale: f32,
-    live: usize,
+    keys: Visible,
     s: &mut Scratch,
 ) {
     let step = if rows.len().is_multiple_of(3) {
@@ -415,7 +444,7 @@ unsafe fn token_flash<R: HalfRounding, const HD: usize>(
             keys_t: &s.keys_t,
             values: &s.values,
             scale,
-            live,
+            keys,
         };
         let queries = &s.queries[first * HD..(first + step) * HD];
         let max = &mut s.max[first..first + step];
@@ -456,12 +485,14 @@ impl Default for SoftmaxSteps {
 }
 
 impl SoftmaxSteps {
-    /// The steps of the first `live` keys of a block, from the running maximum `max`.
+    /// The steps of the keys `from..live` of a block, from the running maximum `max`; the others
+    /// change nothing.
     #[inline(always)]
-    fn new(scores: &[f32; KEY_BLOCK], scale: f32, mut max: f32, live: usize) -> Self {
+    fn new(scores: &[f32; KEY_BLOCK], scale: f32, mut max: f32, keys: Visible) -> Self {
         let mut exponent = [0f32; KEY_BLOCK];
         let mut raised = [false; KEY_BLOCK];
-        for (k, &score) in scores.iter().enumerate().take(live) {
+        let Visible { from, live } = keys;
+        for (k, &score) in scores.iter().enumerate().take(live).skip(from) {
             let s = score * scale;
             if s > max {
                 exponent[k] = max - s;
@@ -475,7 +506,7 @@ impl SoftmaxSteps {
             max,
             ..Self::default()
         };
-        for k in 0..live.min(KEY_BLOCK) {
+        for k in from..live.min(KEY_BLOCK) {
             let e = exponent[k].exp();
             steps.rescale[k] = if raised[k] { e } else { 1.0 };
             steps.weight[k] = if raised[k] { 1.0 } else { e };
@@ -490,7 +521,7 @@ struct FlashBlock<'a> {
     values: &'a [f32],
     scale: f32,
     /// Keys visible to the rows.
-    live: usize,
+    keys: Visible,
 }
 
 /// `G` query rows (`G x HD` values, with their running maxima, sums and f16 sums of values)
@@ -520,11 +551,12 @@ unsafe fn rows_flash<R: HalfRounding, const HD: usize, const G: usize>(
     let mut sums = [[0f32; HD]; G];
     for g in 0..G {
         let scores = block_scores::<HD>(&queries[g], block.keys_t);
-        steps[g] = SoftmaxSteps::new(&scores, block.scale, max[g], block.live);
+        steps[g] = SoftmaxSteps::new(&scores, block.scale, max[g], block.keys);
         sums[g] = acc[g];
     }
     let (values, _) = block.values.as_chunks::<HD>();
-    for (k, value) in values.iter().enumerate().take(block.live) {
+    let Visible { from, live } = block.keys;
+    for (k, value) in values.iter().enumerate().take(live).skip(from) {
         for g in 0..G {
             let (rescale, weight) = (steps[g].rescale[k], steps[g].weight[k]);
             if rescale != 1.0 {
@@ -548,22 +580,23 @@ unsafe fn rows_flash<R: HalfRounding, const HD: usize, const G: usize>(
     acc[..G].copy_from_slice(&sums);
 }
 
-/// One query row against one block of keys of which the first `live` are visible to it.
+/// One query row against one block of keys of which `keys` are visible to it.
 #[inline(always)]
 fn row_block<const HD: usize>(
     query: &[f32],
     keys_t: &[f32],
     values: &[f32],
-    live: usize,
+    keys: Visible,
     state: RowState<'_>,
 ) {
+    let Visible { from, live } = keys;
     let (Some(query), Some(acc)) = (query.first_chunk::<HD>(), state.acc.first_chunk_mut::<HD>())
     else {
         return;
     };
     let mut scores = block_scores::<HD>(query, keys_t);
     for (k, s) in scores.iter_mut().enumerate() {
-        if k >= live {
+        if k < from || k >= live {
             *s = f32::NEG_INFINITY;
         }
     }
@@ -571,7 +604,7 @@ fn row_block<const HD: usize>(
     let mut weights = [0f32; KEY_BLOCK];
     for (k, (w, &s)) in weights.iter_mut().zip(&scores).enumerate() {
         let e = exp_approx(s - new_max);
-        *w = if k < live { e } else { 0.0 };
+        *w = if (from..live).contains(&k) { e } else { 0.0 };
     }
     let correction = exp_approx(*state.max - new_max);
     *state.sum = *state.sum * correction + lane_sum(&weights);
@@ -582,7 +615,7 @@ fn row_block<const HD: usize>(
             *a *= correction;
         }
     }
-    for (k, &w) in weights.iter().enumerate().take(live) {
+    for (k, &w) in weights.iter().enumerate().take(live).skip(from) {
         let Some(value) = values[k * HD..].first_chunk::<HD>() else {
             return;
         };
@@ -759,19 +792,28 @@ mod tests {
     }
 
     /// Every tier against the reference and the portable kernel's bits, on both cache types, for head sizes with a fast form and
-    /// one without, one token and several, positions inside the first key block and across several.
+    /// one without, one token and several, positions inside the first key block and across several,
+    /// global and sliding-window attention (windows inside one block, across blocks, wider than the
+    /// positions so far).
     #[test]
     fn every_tier_matches_the_reference_and_the_portable_bits() {
         let shapes = [
-            (64, 3, 1, 0),
-            (64, 3, 1, 200),
-            (64, 3, 17, 63),
-            (64, 1, 5, 64),
-            (32, 2, 9, 130),
-            (128, 2, 3, 70),
-            (48, 3, 4, 10),
+            (64, 3, 1, 0, None),
+            (64, 3, 1, 200, None),
+            (64, 3, 17, 63, None),
+            (64, 1, 5, 64, None),
+            (32, 2, 9, 130, None),
+            (128, 2, 3, 70, None),
+            (48, 3, 4, 10, None),
+            (256, 4, 3, 90, None),
+            (256, 4, 1, 300, Some(100)),
+            (64, 3, 17, 150, Some(70)),
+            (64, 2, 20, 40, Some(10)),
+            (32, 3, 1, 5, Some(64)),
+            (256, 2, 12, 120, Some(1)),
+            (48, 3, 6, 30, Some(7)),
         ];
-        for (seed, &(hd, heads, tokens, first_pos)) in shapes.iter().enumerate() {
+        for (seed, &(hd, heads, tokens, first_pos, window)) in shapes.iter().enumerate() {
             let stride = heads * hd + 8;
             let positions = first_pos + tokens;
             let kv_width = 2 * hd;
@@ -785,6 +827,7 @@ mod tests {
                 head_dim: hd,
                 first_pos,
                 scale: 1.0 / (hd as f32).sqrt(),
+                window,
             };
             let keys16: Vec<f16> = c.keys.iter().map(|&v| f16::from_f32(v)).collect();
             let values16: Vec<f16> = c.values.iter().map(|&v| f16::from_f32(v)).collect();
@@ -808,7 +851,9 @@ mod tests {
             with_scratch(|s| attend_f16_portable(&queries, &head16, &mut portable16, s));
             for tier in cpu::available_tiers() {
                 let table = KernelTable::for_tier(tier).expect("available tier");
-                let what = format!("{tier:?} head {hd}, {tokens} tokens from {first_pos}");
+                let what = format!(
+                    "{tier:?} head {hd}, {tokens} tokens from {first_pos}, window {window:?}"
+                );
                 let mut got = vec![0f32; tokens * stride];
                 table.attend_f32(&queries, &head32, &mut got);
                 close(&got, &want32, 1e-4, &format!("{what}, f32 cache"));
@@ -850,6 +895,7 @@ mod tests {
             head_dim: hd,
             first_pos,
             scale: 0.125,
+            window: None,
         };
         let mut together = vec![0f32; tokens * stride];
         with_scratch(|s| attend_f32_portable(&block, &head, &mut together, s));
@@ -870,6 +916,143 @@ mod tests {
                     .collect::<Vec<_>>(),
                 "token {t}"
             );
+        }
+    }
+
+    /// A row of a sliding-window call has the same bits alone as in a block with other tokens, the
+    /// block's first rows seeing keys its last rows do not.
+    #[test]
+    fn a_windowed_row_has_the_same_bits_alone_or_in_a_block() {
+        let (hd, heads, tokens, first_pos, window) = (64, 2, 40, 100, 30);
+        let stride = heads * hd;
+        let c = case(11, tokens, stride, first_pos + tokens, hd);
+        let offset = |j: usize| c.order[j] * c.kv_width;
+        let keys16: Vec<f16> = c.keys.iter().map(|&v| f16::from_f32(v)).collect();
+        let values16: Vec<f16> = c.values.iter().map(|&v| f16::from_f32(v)).collect();
+        let head = CachedHead {
+            keys: &keys16,
+            values: &values16,
+            offset: &offset,
+        };
+        let block = GroupQueries {
+            q: &c.q,
+            stride,
+            tokens,
+            heads,
+            head_dim: hd,
+            first_pos,
+            scale: 0.125,
+            window: Some(window),
+        };
+        let mut together = vec![0f32; tokens * stride];
+        with_scratch(|s| attend_f16_portable(&block, &head, &mut together, s));
+        for t in [0, 21, 39] {
+            let alone = GroupQueries {
+                q: &c.q[t * stride..],
+                tokens: 1,
+                first_pos: first_pos + t,
+                ..block
+            };
+            let mut out = vec![0f32; stride];
+            with_scratch(|s| attend_f16_portable(&alone, &head, &mut out, s));
+            assert_eq!(
+                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                together[t * stride..(t + 1) * stride]
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>(),
+                "token {t}"
+            );
+        }
+    }
+
+    /// A query at position `p` with window `w` sees exactly positions `p - w + 1..=p`: its result is
+    /// global attention over those positions alone, and keys and values before them (NaN here) are
+    /// never used, on every tier and cache type.
+    #[test]
+    fn a_window_masks_every_position_before_it() {
+        let (hd, heads, window) = (64, 2, 24);
+        let stride = heads * hd;
+        for (tokens, first_pos) in [(1, 100), (5, 60), (30, 23), (3, 0)] {
+            let positions = first_pos + tokens;
+            let mut c = case(3, tokens, stride, positions, hd);
+            let lowest = (first_pos + 1).saturating_sub(window);
+            for j in 0..lowest {
+                let o = c.order[j] * c.kv_width;
+                c.keys[o..o + hd].fill(f32::NAN);
+                c.values[o..o + hd].fill(f32::NAN);
+            }
+            let offset = |j: usize| c.order[j] * c.kv_width;
+            let keys16: Vec<f16> = c.keys.iter().map(|&v| f16::from_f32(v)).collect();
+            let values16: Vec<f16> = c.values.iter().map(|&v| f16::from_f32(v)).collect();
+            let windowed = GroupQueries {
+                q: &c.q,
+                stride,
+                tokens,
+                heads,
+                head_dim: hd,
+                first_pos,
+                scale: 0.125,
+                window: Some(window),
+            };
+            for t in 0..tokens {
+                // The same row as a global query over its window's positions, renumbered from 0.
+                let pos = first_pos + t;
+                let from = (pos + 1).saturating_sub(window);
+                let shifted = |j: usize| c.order[j + from] * c.kv_width;
+                let global = GroupQueries {
+                    q: &c.q[t * stride..],
+                    tokens: 1,
+                    first_pos: pos - from,
+                    window: None,
+                    ..windowed
+                };
+                let shifted32 = CachedHead {
+                    keys: &c.keys,
+                    values: &c.values,
+                    offset: &shifted,
+                };
+                let shifted16 = CachedHead {
+                    keys: &keys16,
+                    values: &values16,
+                    offset: &shifted,
+                };
+                let mut want = vec![0f32; stride];
+                attend_reference(&global, &shifted32, &mut want);
+                let mut want16 = vec![0f32; stride];
+                attend_reference(&global, &shifted16, &mut want16);
+                assert!(want.iter().all(|v| v.is_finite()), "position {pos}");
+                for tier in cpu::available_tiers() {
+                    let table = KernelTable::for_tier(tier).expect("available tier");
+                    let what = format!("{tier:?} position {pos}, window {window}");
+                    let head32 = CachedHead {
+                        keys: &c.keys,
+                        values: &c.values,
+                        offset: &offset,
+                    };
+                    let mut got = vec![0f32; tokens * stride];
+                    table.attend_f32(&windowed, &head32, &mut got);
+                    close(
+                        &got[t * stride..(t + 1) * stride],
+                        &want,
+                        1e-4,
+                        &format!("{what}, f32 cache"),
+                    );
+                    let head16 = CachedHead {
+                        keys: &keys16,
+                        values: &values16,
+                        offset: &offset,
+                    };
+                    let mut got = vec![0f32; tokens * stride];
+                    table.attend_f16(&windowed, &head16, &mut got);
+                    close(
+                        &got[t * stride..(t + 1) * stride],
+                        &want16,
+                        3e-3,
+                        &format!("{what}, f16 cache"),
+                    );
+                }
+            }
         }
     }
 

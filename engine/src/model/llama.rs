@@ -1,7 +1,11 @@
-//! The Llama forward pass (RMSNorm, RoPE, grouped-query attention, SwiGLU, tied or untied head) over a
-//! key/value cache, batched over the tokens of one sequence.
+//! The Llama-family forward pass over a key/value cache, batched over the tokens of one or many
+//! sequences: RMSNorm, RoPE, grouped-query attention, a gated feed-forward, tied or untied head, and
+//! what Qwen3 and Gemma 3 add as llama.cpp builds them (per-head Q/K norms, post-norms, GeGLU, scaled
+//! embeddings and queries, sliding-window layers with their own RoPE base, a soft-capped head).
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+use half::f16;
 
 use crate::{
     error::{Error, Result},
@@ -11,7 +15,7 @@ use crate::{
         attention::{CachedHead, GroupQueries},
     },
     model::{
-        config::{LlamaConfig, RopeStyle},
+        config::{Activation, LlamaConfig, RopeStyle},
         kv::{KvCache, KvStorage, KvType, PagedKv, SeqLayout},
     },
     placement::{self, Applied, Placement, Topology},
@@ -116,10 +120,44 @@ struct Layer {
     bq: Option<Vec<f32>>,
     bk: Option<Vec<f32>>,
     bv: Option<Vec<f32>>,
+    /// Per-head RMSNorm weights of queries and keys (`head_dim` each).
+    q_norm: Option<Vec<f32>>,
+    k_norm: Option<Vec<f32>>,
+    /// RMSNorm of the attention output before its residual add.
+    post_attn_norm: Option<Vec<f32>>,
     ffn_norm: Vec<f32>,
     gate_up: Stacked,
     w_down: Weight,
+    /// RMSNorm of the feed-forward output before its residual add.
+    post_ffn_norm: Option<Vec<f32>>,
+    /// Positions a query sees when this is a sliding-window layer.
+    window: Option<usize>,
+    /// Which of the model's RoPE tables this layer rotates by.
+    rope: usize,
 }
+
+impl Layer {
+    fn norm_bytes(&self) -> usize {
+        let optional = [
+            &self.q_norm,
+            &self.k_norm,
+            &self.post_attn_norm,
+            &self.post_ffn_norm,
+        ];
+        let values = self.attn_norm.len()
+            + self.ffn_norm.len()
+            + optional
+                .iter()
+                .filter_map(|v| v.as_ref())
+                .map(Vec::len)
+                .sum::<usize>();
+        4 * values
+    }
+}
+
+/// Which RoPE table a global layer and a sliding-window layer use.
+const GLOBAL_ROPE: usize = 0;
+const SLIDING_ROPE: usize = 1;
 
 /// A loaded Llama-family model with its own thread pool.
 pub struct Llama {
@@ -128,8 +166,9 @@ pub struct Llama {
     output: Option<Weight>,
     output_norm: Vec<f32>,
     layers: Vec<Layer>,
-    /// Inverse frequency of each RoPE pair.
-    inv_freq: Vec<f64>,
+    /// Per RoPE table (global layers, then sliding-window layers when there are any): the angle per
+    /// position of each pair.
+    ropes: Vec<Vec<f64>>,
     pool: rayon::ThreadPool,
     placement: Applied,
     workspace: Mutex<Workspace>,
@@ -214,6 +253,7 @@ struct AttentionInputs<'a, T> {
     keys: &'a [T],
     values: &'a [T],
     kernel: &'a AttentionKernel<'a, T>,
+    window: Option<usize>,
 }
 
 /// Activations of a forward pass, sized for its tokens by [`Buffers::prepare`].
@@ -231,8 +271,9 @@ struct Buffers {
     combined: Vec<f32>,
     scratch: MatmulScratch,
     blocks: Vec<QueryBlock>,
-    /// Per token, per RoPE pair: the cosine and sine of its rotation (shared by every layer and head).
-    rotations: Vec<[f32; 2]>,
+    /// Per RoPE table, per token, per pair: the cosine and sine of its rotation (shared by every
+    /// layer of the table and every head).
+    rotations: Vec<Vec<[f32; 2]>>,
     /// Where each query block's attention output starts in `att`, and where the last one ends.
     block_bounds: Vec<usize>,
 }
@@ -240,14 +281,14 @@ struct Buffers {
 impl Buffers {
     /// Sizes every buffer for `n` tokens; capacity only grows.
     fn prepare(&mut self, config: &LlamaConfig, n: usize) {
-        let (d, kv, f) = (config.dim, config.kv_dim(), config.ffn_dim);
+        let (d, q, kv, f) = (config.dim, config.q_dim(), config.kv_dim(), config.ffn_dim);
         for (buffer, width) in [
             (&mut self.x, d),
             (&mut self.xb, d),
-            (&mut self.q, d),
+            (&mut self.q, q),
             (&mut self.k, kv),
             (&mut self.v, kv),
-            (&mut self.att, d),
+            (&mut self.att, q),
             (&mut self.proj, d),
             (&mut self.gate, f),
             (&mut self.up, f),
@@ -294,10 +335,7 @@ impl Llama {
         let layers = (0..config.n_layers)
             .map(|i| loader.layer(i))
             .collect::<Result<Vec<_>>>()?;
-        let half = config.head_dim / 2;
-        let inv_freq = (0..half)
-            .map(|i| (config.rope_theta as f64).powf(-2.0 * i as f64 / config.head_dim as f64))
-            .collect();
+        let ropes = rope_tables(&config, loader.rope_factors()?.as_deref());
         let binding = placement.clone();
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(options.threads)
@@ -320,7 +358,7 @@ impl Llama {
             output,
             output_norm,
             layers,
-            inv_freq,
+            ropes,
             pool,
             placement,
             workspace: Mutex::default(),
@@ -359,7 +397,7 @@ impl Llama {
                     + l.gate_up.byte_size()
                     + l.wo.byte_size()
                     + l.w_down.byte_size()
-                    + 4 * (l.attn_norm.len() + l.ffn_norm.len())
+                    + l.norm_bytes()
             })
             .sum();
         layers + self.embedding.byte_size() + self.output.as_ref().map_or(0, Weight::byte_size)
@@ -589,8 +627,11 @@ impl Llama {
         b.prepare(c, n);
         self.rotations(pass, &mut b.rotations);
         for (t, &token) in pass.tokens.iter().enumerate() {
-            self.embedding
-                .row_to_f32(token as usize, &mut b.x[t * c.dim..(t + 1) * c.dim]);
+            let row = &mut b.x[t * c.dim..(t + 1) * c.dim];
+            self.embedding.row_to_f32(token as usize, row);
+            if let Some(scale) = c.embedding_scale {
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
         }
         for (index, layer) in self.layers.iter().enumerate() {
             self.attention_block(split, index, layer, b, pass, storage, kv_dim);
@@ -624,8 +665,19 @@ impl Llama {
         add_bias(&mut b.q, layer.bq.as_deref());
         add_bias(&mut b.k, layer.bk.as_deref());
         add_bias(&mut b.v, layer.bv.as_deref());
-        for (x, width) in [(&mut b.q, c.dim), (&mut b.k, kv_dim)] {
-            self.rope_rows(split, x, width, &b.rotations);
+        let q_dim = c.q_dim();
+        if let Some(weight) = &layer.q_norm {
+            rms_norm_heads(split, &mut b.q, weight, c.rms_eps);
+        }
+        if let Some(weight) = &layer.k_norm {
+            rms_norm_heads(split, &mut b.k, weight, c.rms_eps);
+        }
+        let rotations = &b.rotations[layer.rope];
+        for (x, width) in [(&mut b.q, q_dim), (&mut b.k, kv_dim)] {
+            self.rope_rows(split, x, width, rotations);
+        }
+        if let Some(scale) = c.query_scale {
+            b.q.iter_mut().for_each(|v| *v *= scale);
         }
         for (t, at) in pass.at.iter().enumerate() {
             let row = t * kv_dim..(t + 1) * kv_dim;
@@ -635,8 +687,8 @@ impl Llama {
         query_blocks(pass.at, &mut b.blocks);
         b.block_bounds.clear();
         b.block_bounds
-            .extend(b.blocks.iter().map(|block| block.first * c.dim));
-        b.block_bounds.push(n * c.dim);
+            .extend(b.blocks.iter().map(|block| block.first * q_dim));
+        b.block_bounds.push(n * q_dim);
         let k = kernels::dispatch::table();
         let blocks = (&b.blocks[..], &b.block_bounds[..]);
         match storage {
@@ -650,6 +702,7 @@ impl Llama {
                     keys,
                     values,
                     kernel: &|q, kv, out| k.attend_f32(q, kv, out),
+                    window: layer.window,
                 },
                 blocks,
                 &mut b.att,
@@ -664,13 +717,26 @@ impl Llama {
                     keys,
                     values,
                     kernel: &|q, kv, out| k.attend_f16(q, kv, out),
+                    window: layer.window,
                 },
                 blocks,
                 &mut b.att,
             ),
         }
         matmul(split, &layer.wo, &b.att, n, &mut b.proj, &mut b.scratch);
-        add_residual(split, &mut b.x, &b.proj, c.dim);
+        self.add_block_output(split, layer.post_attn_norm.as_deref(), b);
+    }
+
+    /// `x += out` of a block whose output is in `proj`, RMS-normed first when it has a post-norm.
+    fn add_block_output(&self, split: Split<'_>, post_norm: Option<&[f32]>, b: &mut Buffers) {
+        let c = &self.config;
+        match post_norm {
+            Some(weight) => {
+                rms_norm(split, &b.proj, weight, c.rms_eps, &mut b.xb);
+                add_residual(split, &mut b.x, &b.xb, c.dim);
+            }
+            None => add_residual(split, &mut b.x, &b.proj, c.dim),
+        }
     }
 
     /// Causal grouped-query attention of the tokens of `blocks` (their query blocks and where each
@@ -709,19 +775,25 @@ impl Llama {
         out: &mut [f32],
     ) {
         let c = &self.config;
-        let (hd, group) = (c.head_dim, c.n_heads / c.n_kv_heads);
+        let (hd, group, q_dim) = (c.head_dim, c.n_heads / c.n_kv_heads, c.q_dim());
         let start = inputs.pass.at[block.first];
         let layout = &inputs.pass.layouts[start.seq];
+        // Queries scaled beforehand leave the scores unscaled, as llama.cpp runs Gemma.
+        let scale = match c.query_scale {
+            Some(_) => 1.0,
+            None => 1.0 / (hd as f32).sqrt(),
+        };
         let group_attends = |g: usize, out: &mut [f32]| {
             let offset = |j: usize| layout.offset(inputs.layer, j, inputs.kv_dim) + g * hd;
             let queries = GroupQueries {
-                q: &inputs.q[block.first * c.dim + g * group * hd..],
-                stride: c.dim,
+                q: &inputs.q[block.first * q_dim + g * group * hd..],
+                stride: q_dim,
                 tokens: block.tokens,
                 heads: group,
                 head_dim: hd,
                 first_pos: start.pos,
-                scale: 1.0 / (hd as f32).sqrt(),
+                scale,
+                window: inputs.window,
             };
             let head = CachedHead {
                 keys: inputs.keys,
@@ -756,9 +828,20 @@ impl Llama {
         );
         let width = c.ffn_dim * ELEMENTWISE_TOKENS;
         let up = &b.up;
+        let activation = c.activation;
         split.chunks_mut(&mut b.gate, width, |task, gate| {
-            for (g, &u) in gate.iter_mut().zip(&up[task * width..]) {
-                *g = silu(*g) * u;
+            let up = &up[task * width..];
+            match activation {
+                Activation::Silu => {
+                    for (g, &u) in gate.iter_mut().zip(up) {
+                        *g = silu(*g) * u;
+                    }
+                }
+                Activation::GeluTanh => {
+                    for (g, &u) in gate.iter_mut().zip(up) {
+                        *g = gelu_gate(*g, u);
+                    }
+                }
             }
         });
         matmul(
@@ -769,7 +852,7 @@ impl Llama {
             &mut b.proj,
             &mut b.scratch,
         );
-        add_residual(split, &mut b.x, &b.proj, c.dim);
+        self.add_block_output(split, layer.post_ffn_norm.as_deref(), b);
     }
 
     fn head(&self, split: Split<'_>, b: &mut Buffers, logit_rows: &[usize], out: &mut Vec<f32>) {
@@ -788,16 +871,24 @@ impl Llama {
         let head = self.output.as_ref().unwrap_or(&self.embedding);
         out.resize(rows * c.vocab_size, 0.0);
         matmul(split, head, xb, rows, out, &mut b.scratch);
+        if let Some(cap) = c.final_logit_softcap {
+            for logit in out.iter_mut() {
+                *logit = (*logit * (1.0 / cap)).tanh() * cap;
+            }
+        }
     }
 
-    /// Each RoPE pair's cosine and sine for every token of `pass`, into `out`.
-    fn rotations(&self, pass: &Pass<'_>, out: &mut Vec<[f32; 2]>) {
-        out.clear();
-        for at in pass.at {
-            out.extend(self.inv_freq.iter().map(|&freq| {
-                let theta = at.pos as f64 * freq;
-                [theta.cos() as f32, theta.sin() as f32]
-            }));
+    /// Per RoPE table, each pair's cosine and sine for every token of `pass`, into `out`.
+    fn rotations(&self, pass: &Pass<'_>, out: &mut Vec<Vec<[f32; 2]>>) {
+        out.resize_with(self.ropes.len(), Vec::new);
+        for (table, freqs) in out.iter_mut().zip(&self.ropes) {
+            table.clear();
+            for at in pass.at {
+                table.extend(freqs.iter().map(|&freq| {
+                    let theta = at.pos as f64 * freq;
+                    [theta.cos() as f32, theta.sin() as f32]
+                }));
+            }
         }
     }
 
@@ -927,28 +1018,64 @@ impl Loader<'_> {
         Ok(out)
     }
 
+    /// A vector the architecture has (`Some`, required) or does not have (`None`, not read).
+    fn vector_if(&self, has: bool, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
+        has.then(|| self.vector(name, len)).transpose()
+    }
+
+    /// Llama 3's per-pair RoPE frequency divisors (`rope_freqs.weight`), which llama.cpp applies
+    /// for the `llama` architecture only.
+    fn rope_factors(&self) -> Result<Option<Vec<f32>>> {
+        if self.config.architecture != "llama" {
+            return Ok(None);
+        }
+        let factors = self.optional_vector("rope_freqs.weight", self.config.head_dim / 2)?;
+        if let Some(bad) = factors
+            .iter()
+            .flatten()
+            .find(|f| !(f.is_finite() && **f > 0.0))
+        {
+            return Err(Error::model(
+                self.source.origin(),
+                format!("tensor rope_freqs.weight holds {bad}, not a positive frequency factor"),
+            ));
+        }
+        Ok(factors)
+    }
+
     fn layer(&self, i: usize) -> Result<Layer> {
         let c = self.config;
-        let (d, kv, f) = (c.dim, c.kv_dim(), c.ffn_dim);
+        let (d, q, kv, f, hd) = (c.dim, c.q_dim(), c.kv_dim(), c.ffn_dim, c.head_dim);
         let name = |suffix: &str| format!("blk.{i}.{suffix}");
         let t = self.target;
+        let window = c.window_of(i);
         Ok(Layer {
             attn_norm: self.vector(&name("attn_norm.weight"), d)?,
             qkv: Stacked::new(vec![
-                self.matrix(&name("attn_q.weight"), d, d, t)?,
+                self.matrix(&name("attn_q.weight"), q, d, t)?,
                 self.matrix(&name("attn_k.weight"), kv, d, t)?,
                 self.matrix(&name("attn_v.weight"), kv, d, t)?,
             ]),
-            wo: self.matrix(&name("attn_output.weight"), d, d, t)?,
-            bq: self.optional_vector(&name("attn_q.bias"), d)?,
+            wo: self.matrix(&name("attn_output.weight"), d, q, t)?,
+            bq: self.optional_vector(&name("attn_q.bias"), q)?,
             bk: self.optional_vector(&name("attn_k.bias"), kv)?,
             bv: self.optional_vector(&name("attn_v.bias"), kv)?,
+            q_norm: self.vector_if(c.qk_norm, &name("attn_q_norm.weight"), hd)?,
+            k_norm: self.vector_if(c.qk_norm, &name("attn_k_norm.weight"), hd)?,
+            post_attn_norm: self.vector_if(c.post_norms, &name("post_attention_norm.weight"), d)?,
             ffn_norm: self.vector(&name("ffn_norm.weight"), d)?,
             gate_up: Stacked::new(vec![
                 self.matrix(&name("ffn_gate.weight"), f, d, t)?,
                 self.matrix(&name("ffn_up.weight"), f, d, t)?,
             ]),
             w_down: self.matrix(&name("ffn_down.weight"), d, f, t)?,
+            post_ffn_norm: self.vector_if(c.post_norms, &name("post_ffw_norm.weight"), d)?,
+            window,
+            rope: if window.is_some() {
+                SLIDING_ROPE
+            } else {
+                GLOBAL_ROPE
+            },
         })
     }
 }
@@ -973,7 +1100,6 @@ fn check_len(
     Ok(())
 }
 
-/// Per row of `dim` values: `out = x / sqrt(mean(x^2) + eps) * weight`.
 /// Tokens per parallel task of the element-wise steps (norms, RoPE, SwiGLU, residual adds): a few
 /// tokens stay on one thread, a prompt spreads over the pool.
 const ELEMENTWISE_TOKENS: usize = 16;
@@ -1000,19 +1126,99 @@ fn rms_norm(split: Split<'_>, x: &[f32], weight: &[f32], eps: f32, out: &mut [f3
     });
 }
 
+/// Per row of `dim` values: `out = x / sqrt(mean(x^2) + eps) * weight`.
 fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let dim = weight.len();
     for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
-        let mean = xr.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / dim as f64;
-        let scale = (1.0 / (mean + eps as f64).sqrt()) as f32;
+        let scale = rms_scale(xr, eps);
         for ((o, &v), &w) in or.iter_mut().zip(xr).zip(weight) {
             *o = v * scale * w;
         }
     }
 }
 
+/// `1 / sqrt(mean(x^2) + eps)`, the sum in f64.
+fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    let mean = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / x.len() as f64;
+    (1.0 / (mean + eps as f64).sqrt()) as f32
+}
+
+/// RMS norm in place of every head of `x` (rows of `weight.len()`, the head size), as Qwen3 and
+/// Gemma 3 norm their queries and keys.
+fn rms_norm_heads(split: Split<'_>, x: &mut [f32], weight: &[f32], eps: f32) {
+    let width = weight.len() * ELEMENTWISE_TOKENS;
+    split.chunks_mut(x, width, |_, heads| {
+        for head in heads.chunks_exact_mut(weight.len()) {
+            let scale = rms_scale(head, eps);
+            for (v, &w) in head.iter_mut().zip(weight) {
+                *v = *v * scale * w;
+            }
+        }
+    });
+}
+
+/// The inverse frequency of every RoPE pair, per table: the global layers' (`rope_theta`, linear
+/// scaling, Llama 3's per-pair divisors as ggml applies them: the angle divided by the pair's
+/// factor, then multiplied by the scale), then, when some layers slide, theirs (their own base,
+/// neither scaled nor divided).
+fn rope_tables(config: &LlamaConfig, factors: Option<&[f32]>) -> Vec<Vec<f64>> {
+    let hd = config.head_dim;
+    let inv_freq = |base: f32| -> Vec<f64> {
+        (0..hd / 2)
+            .map(|i| f64::from(base).powf(-2.0 * i as f64 / hd as f64))
+            .collect()
+    };
+    let scale = config.rope_scaling.map_or(1.0, |f| 1.0 / f64::from(f));
+    let global = inv_freq(config.rope_theta)
+        .into_iter()
+        .enumerate()
+        .map(|(i, freq)| {
+            let factor = factors
+                .and_then(|f| f.get(i))
+                .map_or(1.0, |&f| f64::from(f));
+            freq / factor * scale
+        })
+        .collect();
+    let mut tables = vec![global];
+    if let Some(window) = &config.sliding_window {
+        debug_assert_eq!(tables.len(), SLIDING_ROPE);
+        tables.push(inv_freq(window.rope_theta));
+    }
+    tables
+}
+
 fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
+}
+
+/// GELU in its tanh form, in f32, as ggml's `ggml_gelu_f32`.
+fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const COEF_A: f32 = 0.044_715;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + COEF_A * x * x)).tanh())
+}
+
+/// GELU of every f16 value, rounded to f16: ggml's table, indexed by the bits of the input.
+fn gelu_table() -> &'static [f16] {
+    static TABLE: OnceLock<Vec<f16>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|bits| f16::from_f32(gelu_tanh(f16::from_bits(bits).to_f32())))
+            .collect()
+    })
+}
+
+/// `gelu(gate) * up` as ggml's CPU GeGLU computes it: the gate rounded to f16 and looked up in the
+/// f16 GELU table, except beyond ±10 where GELU is 0 or the identity.
+fn gelu_gate(gate: f32, up: f32) -> f32 {
+    if gate <= -10.0 {
+        0.0
+    } else if gate >= 10.0 {
+        gate * up
+    } else {
+        let bits = f16::from_f32(gate).to_bits();
+        gelu_table()[usize::from(bits)].to_f32() * up
+    }
 }
 
 fn add_in_place(x: &mut [f32], y: &[f32]) {
@@ -1031,6 +1237,121 @@ fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
     if let Some(bias) = bias {
         for row in x.chunks_exact_mut(bias.len()) {
             add_in_place(row, bias);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::config::SlidingWindow;
+
+    /// GELU by its definition with the exact tanh, in f64.
+    fn gelu_exact(x: f64) -> f64 {
+        0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044_715 * x * x * x)).tanh())
+    }
+
+    #[test]
+    fn geglu_follows_ggml_f16_table_and_its_cutoffs() {
+        for i in -1200..=1200 {
+            let x = i as f32 / 100.0;
+            let got = gelu_gate(x, 1.0);
+            if x <= -10.0 {
+                assert_eq!(got, 0.0, "gelu({x})");
+                continue;
+            }
+            if x >= 10.0 {
+                assert_eq!(got, x, "gelu({x})");
+                continue;
+            }
+            // An f16 input and output: within a few f16 steps of the exact value.
+            let want = gelu_exact(f64::from(f16::from_f32(x).to_f32()));
+            assert!(
+                (f64::from(got) - want).abs() <= 2e-3 * (1.0 + want.abs()),
+                "gelu({x}) = {got}, want {want}"
+            );
+            assert_eq!(
+                f16::from_f32(got).to_f32(),
+                got,
+                "gelu({x}) is an f16 value"
+            );
+        }
+        assert_eq!(gelu_gate(1.5, -2.0), gelu_gate(1.5, 1.0) * -2.0);
+        assert_eq!(gelu_gate(12.0, 0.5), 6.0);
+    }
+
+    fn config(head_dim: usize) -> LlamaConfig {
+        LlamaConfig {
+            architecture: "llama".into(),
+            n_layers: 2,
+            dim: 64,
+            n_heads: 4,
+            n_kv_heads: 2,
+            head_dim,
+            ffn_dim: 128,
+            vocab_size: 300,
+            rope_theta: 500_000.0,
+            rope_scaling: None,
+            rope_style: RopeStyle::Interleaved,
+            rms_eps: 1e-5,
+            context_length: 128,
+            qk_norm: false,
+            post_norms: false,
+            activation: Activation::Silu,
+            embedding_scale: None,
+            query_scale: None,
+            sliding_window: None,
+            final_logit_softcap: None,
+        }
+    }
+
+    #[test]
+    fn rope_tables_apply_factors_scaling_and_the_sliding_base() {
+        let plain = rope_tables(&config(8), None);
+        assert_eq!(plain.len(), 1);
+        let want: Vec<f64> = (0..4).map(|i| 500_000f64.powf(-(i as f64) / 4.0)).collect();
+        assert_eq!(plain[0], want);
+
+        let factors = [1.0, 2.0, 4.0, 8.0];
+        let divided = rope_tables(&config(8), Some(&factors));
+        for ((&got, &base), &factor) in divided[0].iter().zip(&want).zip(&factors) {
+            assert_eq!(got, base / f64::from(factor));
+        }
+
+        let mut gemma = config(8);
+        gemma.rope_scaling = Some(8.0);
+        gemma.sliding_window = Some(SlidingWindow {
+            size: 4,
+            layers: vec![true, false],
+            rope_theta: 10_000.0,
+        });
+        let tables = rope_tables(&gemma, None);
+        assert_eq!(tables.len(), 2);
+        for (&got, &base) in tables[GLOBAL_ROPE].iter().zip(&want) {
+            assert_eq!(got, base / 8.0, "global layers scaled");
+        }
+        let sliding: Vec<f64> = (0..4).map(|i| 10_000f64.powf(-(i as f64) / 4.0)).collect();
+        assert_eq!(
+            tables[SLIDING_ROPE], sliding,
+            "sliding layers: own base, unscaled"
+        );
+    }
+
+    #[test]
+    fn head_norms_norm_each_head_on_its_own() {
+        let weight = [1.0, 2.0];
+        let mut x = vec![3.0, 4.0, 0.0, 0.5, -1.0, 1.0];
+        rms_norm_heads(Split::Here, &mut x, &weight, 0.0);
+        let expected = [
+            3.0 / 12.5f32.sqrt(),
+            8.0 / 12.5f32.sqrt(),
+            0.0,
+            1.0 / 0.125f32.sqrt(),
+            -1.0,
+            2.0,
+        ];
+        for (got, want) in x.iter().zip(expected) {
+            assert!((got - want).abs() < 1e-6, "{x:?}");
         }
     }
 }

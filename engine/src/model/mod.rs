@@ -5,6 +5,6 @@ pub mod config;
 pub mod kv;
 pub mod llama;
 
-pub use config::{LlamaConfig, RopeStyle};
+pub use config::{Activation, LlamaConfig, RopeStyle, SUPPORTED_ARCHITECTURES, SlidingWindow};
 pub use kv::{KvCache, KvType, PagedKv};
 pub use llama::{BatchSeq, Llama, LoadOptions, Logits};
