@@ -715,13 +715,14 @@ mod tests {
             .map(|(p, s)| (p.as_str(), *s, NORMAL))
             .collect();
         let alphabet: Vec<char> = "ab =-.thecasmonrié".chars().collect();
+        let vocab = {
+            let w = spm_writer(&pieces);
+            let file = GgufFile::from_bytes(Path::new("spm.gguf"), w.to_bytes()).unwrap();
+            vocab::Vocabulary::from_gguf(&file).unwrap()
+        };
+        let reference = spm::reference::Reference::new(&vocab);
         for space_prefix in [false, true] {
             let tok = spm(&pieces, space_prefix);
-            let vocab = {
-                let w = spm_writer(&pieces);
-                let file = GgufFile::from_bytes(Path::new("spm.gguf"), w.to_bytes()).unwrap();
-                vocab::Vocabulary::from_gguf(&file).unwrap()
-            };
             let mut rng = StdRng::seed_from_u64(7);
             let mut merged = 0;
             for _ in 0..3000 {
@@ -729,7 +730,7 @@ mod tests {
                 let text: String = (0..len)
                     .map(|_| alphabet[rng.random_range(0..alphabet.len())])
                     .collect();
-                let want = spm::reference::encode(&vocab, &text, space_prefix);
+                let want = reference.encode(&text, space_prefix);
                 let got = tok.encode(&text).unwrap();
                 assert_eq!(got, want, "{text:?} (space prefix {space_prefix})");
                 merged += texts(&tok, &got)
@@ -741,6 +742,75 @@ mod tests {
                 merged > 3000,
                 "the texts exercise merges ({merged} multi-character pieces)"
             );
+        }
+    }
+
+    /// The Gemma 3 GGUF file `STRATA_GEMMA_GGUF` names, or `None` (with a note) outside CI.
+    fn gemma_file() -> Option<GgufFile> {
+        let Some(path) = std::env::var_os("STRATA_GEMMA_GGUF") else {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "STRATA_GEMMA_GGUF must name the Gemma 3 270M GGUF file on CI"
+            );
+            eprintln!("skipped: set STRATA_GEMMA_GGUF to the Gemma 3 270M GGUF file to run");
+            return None;
+        };
+        Some(GgufFile::open(Path::new(&path)).expect("the Gemma file opens"))
+    }
+
+    /// Texts for Gemma: runs of one character, and random strings of vocabulary pieces with
+    /// characters of many scripts, whitespace and markup between them.
+    fn gemma_texts(vocab: &Vocabulary, rng: &mut StdRng) -> Vec<String> {
+        let mut texts: Vec<String> = Vec::new();
+        for c in "=-.*#_0~+/!?`'\"xa1 \n\t▁é".chars() {
+            texts.extend((1..48).map(|n| c.to_string().repeat(n)));
+        }
+        let normal: Vec<&str> = vocab
+            .tokens
+            .iter()
+            .zip(&vocab.kinds)
+            .filter(|(_, kind)| **kind == TokenKind::Normal)
+            .map(|(text, _)| text.as_str())
+            .collect();
+        let extra: Vec<char> = " \n\t.,;:!?'\"()[]<>{}-_=+*/#0123456789aeé東京ЖΩ🦀☃"
+            .chars()
+            .collect();
+        for _ in 0..4000 {
+            let mut text = String::new();
+            for _ in 0..rng.random_range(1..12) {
+                if rng.random_bool(0.3) {
+                    text.push(extra[rng.random_range(0..extra.len())]);
+                }
+                text.push_str(&normal[rng.random_range(0..normal.len())].replace('▁', " "));
+            }
+            texts.push(text);
+        }
+        texts
+    }
+
+    #[test]
+    fn gemma_bpe_model_equals_llama_cpp_spm() {
+        let Some(file) = gemma_file() else { return };
+        let tok = Tokenizer::from_gguf(&file).expect("builds");
+        let meta = GgufVocab::from_gguf(&file, Algorithm::SentencePiece, true).expect("reads");
+        let reference = spm::reference::Reference::new(&meta.vocab);
+        let specials = tok
+            .specials
+            .as_ref()
+            .expect("GGUF tokenizers split specials");
+        let mut rng = StdRng::seed_from_u64(11);
+        for text in gemma_texts(&meta.vocab, &mut rng) {
+            let mut want: Vec<u32> = meta.bos.into_iter().collect();
+            for fragment in specials.split(&text) {
+                match fragment {
+                    Fragment::Token(id) => want.push(id),
+                    Fragment::Text(t) => want.extend(reference.encode(t, meta.add_space_prefix)),
+                }
+            }
+            let got = tok.encode(&text).expect("encodes");
+            assert_eq!(got, want, "{text:?}");
+            // A `▁` written in the text reads back as the space it stands for.
+            assert_eq!(tok.decode(&got), text.replace('▁', " "));
         }
     }
 

@@ -174,88 +174,114 @@ pub(super) mod reference {
         next: Option<usize>,
     }
 
-    /// Token ids of `text` (one stretch between special tokens), with the space prefix when asked.
-    pub(in crate::tokenizer) fn encode(
-        vocab: &Vocabulary,
-        text: &str,
-        add_space_prefix: bool,
-    ) -> Vec<u32> {
-        let index: HashMap<&str, u32> = vocab
-            .tokens
-            .iter()
-            .enumerate()
-            .map(|(id, t)| (t.as_str(), id as u32))
-            .collect();
-        let mut text = text.replace(' ', SPACE_MARK);
-        if add_space_prefix {
-            text.insert_str(0, SPACE_MARK);
+    /// A vocabulary indexed for [`Reference::encode`].
+    pub(in crate::tokenizer) struct Reference<'a> {
+        vocab: &'a Vocabulary,
+        index: HashMap<&'a str, u32>,
+        byte_tokens: HashMap<u8, u32>,
+    }
+
+    impl<'a> Reference<'a> {
+        pub(in crate::tokenizer) fn new(vocab: &'a Vocabulary) -> Self {
+            let index = vocab
+                .tokens
+                .iter()
+                .enumerate()
+                .map(|(id, t)| (t.as_str(), id as u32))
+                .collect();
+            let byte_tokens = vocab
+                .tokens
+                .iter()
+                .enumerate()
+                .filter_map(|(id, t)| byte_of(t).map(|b| (b, id as u32)))
+                .collect();
+            Self {
+                vocab,
+                index,
+                byte_tokens,
+            }
         }
-        let mut symbols: Vec<Symbol> = text
-            .char_indices()
-            .enumerate()
-            .map(|(i, (start, c))| Symbol {
-                start,
-                len: c.len_utf8(),
-                prev: i.checked_sub(1),
-                next: Some(i + 1),
-            })
-            .collect();
-        if let Some(last) = symbols.last_mut() {
-            last.next = None;
+
+        /// Token ids of `text` (one stretch between special tokens), with the space prefix when
+        /// asked.
+        pub(in crate::tokenizer) fn encode(&self, text: &str, add_space_prefix: bool) -> Vec<u32> {
+            let mut text = text.replace(' ', SPACE_MARK);
+            if add_space_prefix {
+                text.insert_str(0, SPACE_MARK);
+            }
+            let symbols = self.merge(&text);
+            let mut ids = Vec::new();
+            let mut at = (!symbols.is_empty()).then_some(0);
+            while let Some(i) = at {
+                let s = symbols[i];
+                let piece = &text[s.start..s.start + s.len];
+                match self.index.get(piece) {
+                    Some(&id) => ids.push(id),
+                    None => ids.extend(
+                        piece
+                            .bytes()
+                            .filter_map(|b| self.byte_tokens.get(&b).copied()),
+                    ),
+                }
+                at = s.next;
+            }
+            ids
         }
-        let mut queue = BinaryHeap::new();
-        let push =
-            |queue: &mut BinaryHeap<Candidate>, symbols: &[Symbol], left: usize, right: usize| {
+
+        /// The symbols of `text` after merging, linked from the first.
+        fn merge(&self, text: &str) -> Vec<Symbol> {
+            let mut symbols: Vec<Symbol> = text
+                .char_indices()
+                .enumerate()
+                .map(|(i, (start, c))| Symbol {
+                    start,
+                    len: c.len_utf8(),
+                    prev: i.checked_sub(1),
+                    next: Some(i + 1),
+                })
+                .collect();
+            if let Some(last) = symbols.last_mut() {
+                last.next = None;
+            }
+            let mut queue = BinaryHeap::new();
+            let push = |queue: &mut BinaryHeap<Candidate>,
+                        symbols: &[Symbol],
+                        left: usize,
+                        right: usize| {
                 let (l, r) = (symbols[left], symbols[right]);
                 let piece = &text[l.start..l.start + l.len + r.len];
-                if let Some(&id) = index.get(piece) {
+                if let Some(&id) = self.index.get(piece) {
                     queue.push(Candidate {
-                        score: vocab.scores[id as usize],
+                        score: self.vocab.scores[id as usize],
                         left,
                         right,
                         len: piece.len(),
                     });
                 }
             };
-        for i in 1..symbols.len() {
-            push(&mut queue, &symbols, i - 1, i);
+            for i in 1..symbols.len() {
+                push(&mut queue, &symbols, i - 1, i);
+            }
+            while let Some(best) = queue.pop() {
+                let (l, r) = (symbols[best.left], symbols[best.right]);
+                if l.len == 0 || r.len == 0 || l.len + r.len != best.len {
+                    continue;
+                }
+                symbols[best.left].len += r.len;
+                symbols[best.left].next = r.next;
+                symbols[best.right].len = 0;
+                if let Some(next) = r.next {
+                    symbols[next].prev = Some(best.left);
+                }
+                if let Some(prev) = l.prev {
+                    push(&mut queue, &symbols, prev, best.left);
+                }
+                if let Some(next) = r.next {
+                    push(&mut queue, &symbols, best.left, next);
+                }
+            }
+            symbols
         }
-        while let Some(best) = queue.pop() {
-            let (l, r) = (symbols[best.left], symbols[best.right]);
-            if l.len == 0 || r.len == 0 || l.len + r.len != best.len {
-                continue;
-            }
-            symbols[best.left].len += r.len;
-            symbols[best.left].next = r.next;
-            symbols[best.right].len = 0;
-            if let Some(next) = r.next {
-                symbols[next].prev = Some(best.left);
-            }
-            if let Some(prev) = l.prev {
-                push(&mut queue, &symbols, prev, best.left);
-            }
-            if let Some(next) = r.next {
-                push(&mut queue, &symbols, best.left, next);
-            }
-        }
-        let byte_tokens: HashMap<u8, u32> = vocab
-            .tokens
-            .iter()
-            .enumerate()
-            .filter_map(|(id, t)| byte_of(t).map(|b| (b, id as u32)))
-            .collect();
-        let mut ids = Vec::new();
-        let mut at = (!symbols.is_empty()).then_some(0);
-        while let Some(i) = at {
-            let s = symbols[i];
-            let piece = &text[s.start..s.start + s.len];
-            match index.get(piece) {
-                Some(&id) => ids.push(id),
-                None => ids.extend(piece.bytes().filter_map(|b| byte_tokens.get(&b).copied())),
-            }
-            at = s.next;
-        }
-        ids
     }
 }
 
