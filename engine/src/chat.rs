@@ -6,7 +6,10 @@ use minijinja::value::{Serde, Value};
 use minijinja::{Environment, ErrorKind, context};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Error, Result};
+use crate::{
+    error::{Error, Result},
+    tokenizer::Tokenizer,
+};
 
 /// The name the one template is stored under in its environment.
 const TEMPLATE_NAME: &str = "chat_template";
@@ -91,6 +94,30 @@ impl ChatTemplate {
         };
         template.render(ctx).map_err(template_error)
     }
+
+    /// Renders `messages` for `tokenizer`'s model: its BOS and EOS texts fill `bos_token` and
+    /// `eos_token`, and a BOS the template writes first is dropped when the tokenizer adds one
+    /// itself, as llama.cpp's chat code does, so that the prompt does not start with two.
+    ///
+    /// # Errors
+    /// As [`ChatTemplate::render`].
+    pub fn render_prompt(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        tokenizer: &Tokenizer,
+    ) -> Result<String> {
+        let text = |id: Option<u32>| {
+            id.and_then(|id| tokenizer.token_text(id))
+                .unwrap_or_default()
+        };
+        let (bos, eos) = (text(tokenizer.bos()), text(tokenizer.eos()));
+        let rendered = self.render(messages, add_generation_prompt, &bos, &eos)?;
+        Ok(match rendered.strip_prefix(bos.as_str()) {
+            Some(rest) if tokenizer.adds_bos() && !bos.is_empty() => rest.to_string(),
+            _ => rendered,
+        })
+    }
 }
 
 /// The whitespace rules Hugging Face renders chat templates with.
@@ -126,6 +153,9 @@ mod tests {
     /// SmolLM2's `tokenizer.chat_template`, verbatim.
     const SMOLLM2: &str = r"{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
+    /// Gemma 3's `tokenizer.chat_template` (Hugging Face `google/gemma-3-*-it`), verbatim.
+    const GEMMA3: &str = include_str!("../tests/data/gemma-3-chat-template.jinja");
+
     fn render(
         source: &str,
         messages: &[ChatMessage],
@@ -153,6 +183,51 @@ mod tests {
         let want = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
                     <|im_start|>assistant\nHello!<|im_end|>\n";
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn gemma3_folds_the_system_turn_into_the_first_user_turn() {
+        let messages = [
+            ChatMessage::new("system", "Be brief."),
+            ChatMessage::new("user", "  Hi \n"),
+        ];
+        let got = ChatTemplate::new(GEMMA3)
+            .unwrap()
+            .render(&messages, true, "<bos>", "<eos>")
+            .unwrap();
+        assert_eq!(
+            got,
+            "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n"
+        );
+    }
+
+    #[test]
+    fn gemma3_names_the_assistant_model_and_loops_over_turns() {
+        let messages = [
+            ChatMessage::new("user", "Hi"),
+            ChatMessage::new("assistant", "Hello!"),
+            ChatMessage::new("user", "Bye"),
+        ];
+        let got = ChatTemplate::new(GEMMA3)
+            .unwrap()
+            .render(&messages, false, "<bos>", "<eos>")
+            .unwrap();
+        let want = "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n\
+                    <start_of_turn>user\nBye<end_of_turn>\n";
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn gemma3_refuses_turns_out_of_order() {
+        let messages = [ChatMessage::new("user", "a"), ChatMessage::new("user", "b")];
+        let err = render(GEMMA3, &messages, true).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("Conversation roles must alternate user/assistant/user/assistant/..."),
+            "{err}"
+        );
+        let err = render(GEMMA3, &[ChatMessage::new("assistant", "a")], true).unwrap_err();
+        assert!(matches!(err, Error::ChatTemplate(_)), "{err:?}");
     }
 
     #[test]

@@ -1,117 +1,115 @@
-//! Tokenizers built with the `tokenizers` crate: from a GGUF file's metadata (byte-level BPE from
-//! `tokenizer.ggml.tokens` / `merges` / `token_type`) or from a Hugging Face `tokenizer.json`, plus
-//! byte-exact streaming detokenization.
+//! Tokenizers built with the `tokenizers` crate that tokenize as llama.cpp does: from a GGUF file's
+//! metadata (SentencePiece or byte-level BPE, special tokens split out of the text first) or from a
+//! Hugging Face `tokenizer.json`, plus byte-exact streaming detokenization.
+//!
+//! Where llama.cpp's defaults are accidents of history they are not followed: a byte-level BPE file
+//! that names no BOS or EOS token has none (llama.cpp falls back to id 11), and a special token id
+//! outside the vocabulary is an error (llama.cpp warns and uses its default).
+
+mod bpe;
+mod special;
+mod spm;
+mod vocab;
 
 use std::{collections::HashMap, path::Path};
 
-use tokenizers::{
-    AddedToken, DecoderWrapper, PreTokenizerWrapper, SplitDelimiterBehavior,
-    decoders::byte_level::ByteLevel as ByteLevelDecoder,
-    models::bpe::{BPE, Vocab},
-    pre_tokenizers::{
-        byte_level::ByteLevel, sequence::Sequence, split::Split, split::SplitPattern,
-    },
-};
+use tokenizers::{AddedToken, models::ModelWrapper};
 
 use crate::{
     error::{Error, Result},
     format::gguf::{GgufFile, MetaValue},
 };
-
-/// GGUF `token_type` of control tokens (`<|im_start|>` and the like).
-const TOKEN_TYPE_CONTROL: u64 = 3;
-/// GGUF `token_type` of user-defined tokens, matched verbatim in text.
-const TOKEN_TYPE_USER_DEFINED: u64 = 4;
-/// Texts of tokens that end a generated turn in common chat formats.
-const END_OF_TURN_TEXTS: [&str; 5] = [
-    "<|endoftext|>",
-    "<|im_end|>",
-    "<|eot_id|>",
-    "<|end|>",
-    "<end_of_turn>",
-];
-
-/// Word regexes of llama.cpp's pre-tokenizers (the GPT-2 one is built into `ByteLevel`).
-const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+use bpe::PreTokenizer;
+use special::{Fragment, SpecialTokens};
+use vocab::{Algorithm, GgufVocab, TokenKind, Vocabulary};
 
 /// A model's tokenizer with its special tokens and chat template.
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
+    /// Special tokens split out of text as llama.cpp does (GGUF files); without them `inner`'s own
+    /// added tokens do it (Hugging Face files).
+    specials: Option<SpecialTokens>,
     token_bytes: Vec<Vec<u8>>,
-    control: Vec<bool>,
+    hidden: Vec<bool>,
     bos: Option<u32>,
     eos: Option<u32>,
+    /// Ascending.
     end_of_generation: Vec<u32>,
     add_bos: bool,
+    add_eos: bool,
     chat_template: Option<String>,
 }
 
 impl Tokenizer {
-    /// Builds the tokenizer a GGUF file describes.
+    /// Builds the tokenizer a GGUF file describes: `tokenizer.ggml.model` = `llama` (SentencePiece)
+    /// or `gpt2` (byte-level BPE with the pre-tokenizer `tokenizer.ggml.pre` names).
     ///
     /// # Errors
     /// When the tokenizer metadata is missing, inconsistent, or of a kind not supported.
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         let bad = |problem: String| Error::model(file.path(), problem);
-        let model = file.meta_str("tokenizer.ggml.model")?;
-        if model != "gpt2" {
-            return Err(bad(format!(
-                "tokenizer model {model:?} is not supported (supported: gpt2 byte-level BPE)"
-            )));
-        }
-        let tokens = string_array(file, "tokenizer.ggml.tokens")?;
-        let merges = string_array(file, "tokenizer.ggml.merges")?;
-        let types: Vec<u64> = match file
-            .meta("tokenizer.ggml.token_type")
-            .and_then(MetaValue::as_array)
-        {
-            Some(items) => items.iter().map(|v| v.as_u64().unwrap_or(1)).collect(),
-            None => vec![1; tokens.len()],
-        };
-        if types.len() != tokens.len() {
-            return Err(bad(format!(
-                "{} token types for {} tokens",
-                types.len(),
-                tokens.len()
-            )));
-        }
-        let pre = file
-            .meta("tokenizer.ggml.pre")
-            .and_then(MetaValue::as_str)
-            .unwrap_or("default");
-        let inner =
-            build_bpe(&tokens, &merges, &types, pre).map_err(|e| bad(format!("tokenizer: {e}")))?;
-        let id_of = |key: &str| -> Result<Option<u32>> {
-            match file.meta(key).and_then(MetaValue::as_u64) {
-                Some(id) if (id as usize) < tokens.len() => Ok(Some(id as u32)),
-                Some(id) => Err(bad(format!(
-                    "{key} = {id} is outside the vocabulary of {}",
-                    tokens.len()
-                ))),
-                None => Ok(None),
+        let algorithm =
+            Algorithm::from_gguf(file.meta_str("tokenizer.ggml.model")?).map_err(bad)?;
+        let pre = match algorithm {
+            Algorithm::SentencePiece => None,
+            Algorithm::BytePairs => {
+                let name = file
+                    .meta("tokenizer.ggml.pre")
+                    .and_then(MetaValue::as_str)
+                    .unwrap_or("default");
+                Some(PreTokenizer::named(name).map_err(bad)?)
             }
         };
-        let control = types.iter().map(|&t| t == TOKEN_TYPE_CONTROL).collect();
-        let token_bytes = tokens.iter().map(|t| byte_level_bytes(t)).collect();
-        let mut tokenizer = Self {
+        // SentencePiece files add BOS unless they say otherwise; BPE ones as their pre-tokenizer does.
+        let default_add_bos = pre.is_none_or(|p| p.add_bos);
+        let meta = GgufVocab::from_gguf(file, algorithm, default_add_bos).map_err(bad)?;
+        let inner = match pre {
+            None => spm::model(&meta.vocab, meta.add_space_prefix, meta.unknown),
+            Some(pre) => {
+                let merges = vocab::string_array(file, "tokenizer.ggml.merges").map_err(bad)?;
+                bpe::model(&meta.vocab.tokens, &merges, pre)
+            }
+        }
+        .and_then(|inner| with_added_tokens(inner, &meta.vocab))
+        .map_err(|e| bad(format!("tokenizer: {e}")))?;
+        let chat_template = file
+            .meta("tokenizer.chat_template")
+            .and_then(MetaValue::as_str)
+            .map(str::to_string);
+        Ok(Self::from_gguf_vocab(inner, meta, algorithm, chat_template))
+    }
+
+    fn from_gguf_vocab(
+        inner: tokenizers::Tokenizer,
+        meta: GgufVocab,
+        algorithm: Algorithm,
+        chat_template: Option<String>,
+    ) -> Self {
+        let vocab = &meta.vocab;
+        let specials = vocab
+            .tokens
+            .iter()
+            .zip(&vocab.kinds)
+            .enumerate()
+            .filter(|(_, (_, kind))| kind.is_special())
+            .map(|(id, (text, _))| (id as u32, text.as_str()));
+        Self {
             inner,
-            token_bytes,
-            control,
-            bos: id_of("tokenizer.ggml.bos_token_id")?,
-            eos: id_of("tokenizer.ggml.eos_token_id")?,
-            end_of_generation: Vec::new(),
-            add_bos: file
-                .meta("tokenizer.ggml.add_bos_token")
-                .and_then(MetaValue::as_bool)
-                .unwrap_or(false),
-            chat_template: file
-                .meta("tokenizer.chat_template")
-                .and_then(MetaValue::as_str)
-                .map(str::to_string),
-        };
-        tokenizer.end_of_generation = tokenizer.find_end_of_generation(&tokens);
-        Ok(tokenizer)
+            specials: Some(SpecialTokens::new(specials)),
+            token_bytes: vocab
+                .tokens
+                .iter()
+                .zip(&vocab.kinds)
+                .map(|(text, &kind)| piece_bytes(algorithm, text, kind))
+                .collect(),
+            hidden: vocab.kinds.iter().map(|k| k.is_hidden()).collect(),
+            bos: meta.bos,
+            eos: meta.eos,
+            end_of_generation: meta.end_of_generation,
+            add_bos: meta.add_bos,
+            add_eos: meta.add_eos,
+            chat_template,
+        }
     }
 
     /// Loads a Hugging Face `tokenizer.json`, with special tokens and the chat template from the
@@ -137,10 +135,10 @@ impl Tokenizer {
                 *slot = text;
             }
         }
-        let mut control = vec![false; size];
+        let mut hidden = vec![false; size];
         for (id, added) in inner.get_added_tokens_decoder() {
             if added.special && (id as usize) < size {
-                control[id as usize] = true;
+                hidden[id as usize] = true;
             }
         }
         let token_id = |key: &str| {
@@ -149,59 +147,88 @@ impl Tokenizer {
                 .and_then(special_token_text)
                 .and_then(|t| inner.token_to_id(&t))
         };
+        let flag = |key: &str| {
+            config
+                .and_then(|c| c.get(key))
+                .and_then(|v| v.as_bool())
+                .unwrap_or(false)
+        };
         let bos = token_id("bos_token");
         let eos = token_id("eos_token");
-        let add_bos = config
-            .and_then(|c| c.get("add_bos_token"))
-            .and_then(|v| v.as_bool())
-            .unwrap_or(false);
         let chat_template = config
             .and_then(|c| c.get("chat_template"))
             .and_then(|v| v.as_str())
             .map(str::to_string);
-        let token_bytes = tokens.iter().map(|t| byte_level_bytes(t)).collect();
-        let mut tokenizer = Self {
+        // SentencePiece-style files (`▁` for spaces, `<0xXX>` byte tokens) fall back to bytes.
+        let sentencepiece =
+            matches!(inner.get_model(), ModelWrapper::BPE(bpe) if bpe.byte_fallback);
+        let algorithm = if sentencepiece {
+            Algorithm::SentencePiece
+        } else {
+            Algorithm::BytePairs
+        };
+        let token_bytes = tokens
+            .iter()
+            .map(|t| piece_bytes(algorithm, t, hf_kind(t, sentencepiece)))
+            .collect();
+        let mut end_of_generation: Vec<u32> = tokens
+            .iter()
+            .enumerate()
+            .filter(|&(id, text)| hidden[id] && vocab::is_end_of_generation_text(text))
+            .map(|(id, _)| id as u32)
+            .chain(eos)
+            .collect();
+        end_of_generation.sort_unstable();
+        end_of_generation.dedup();
+        Self {
             inner,
+            specials: None,
             token_bytes,
-            control,
+            hidden,
             bos,
             eos,
-            end_of_generation: Vec::new(),
-            add_bos,
+            end_of_generation,
+            add_bos: flag("add_bos_token"),
+            add_eos: flag("add_eos_token"),
             chat_template,
-        };
-        tokenizer.end_of_generation = tokenizer.find_end_of_generation(&tokens);
-        tokenizer
-    }
-
-    fn find_end_of_generation(&self, tokens: &[String]) -> Vec<u32> {
-        let mut ids: Vec<u32> = self.eos.into_iter().collect();
-        for (id, text) in tokens.iter().enumerate() {
-            if self.control[id]
-                && END_OF_TURN_TEXTS.contains(&text.as_str())
-                && !ids.contains(&(id as u32))
-            {
-                ids.push(id as u32);
-            }
         }
-        ids
     }
 
-    /// Tokenizes `text`, matching special tokens written in it, and prepends BOS when the model asks for it.
+    /// Tokenizes `text` as llama.cpp's server does a prompt: special tokens written in the text
+    /// become those tokens, and BOS (and EOS) are added when the model asks for them.
     ///
     /// # Errors
     /// When the tokenizer fails on the input.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let mut ids = Vec::with_capacity(text.len() / 3 + 2);
+        if self.add_bos {
+            ids.extend(self.bos);
+        }
+        match &self.specials {
+            Some(specials) => {
+                for fragment in specials.split(text) {
+                    match fragment {
+                        Fragment::Token(id) => ids.push(id),
+                        Fragment::Text(text) => self.encode_text(text, &mut ids)?,
+                    }
+                }
+            }
+            None => self.encode_text(text, &mut ids)?,
+        }
+        if self.add_eos {
+            ids.extend(self.eos);
+        }
+        Ok(ids)
+    }
+
+    /// Appends the ids of `text` as the model alone tokenizes it.
+    fn encode_text(&self, text: &str, ids: &mut Vec<u32>) -> Result<()> {
         let encoding = self
             .inner
             .encode_fast(text, false)
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
-        let mut ids = Vec::with_capacity(encoding.len() + 1);
-        if self.add_bos {
-            ids.extend(self.bos);
-        }
         ids.extend_from_slice(encoding.get_ids());
-        Ok(ids)
+        Ok(())
     }
 
     /// The text of `ids`, control tokens left out.
@@ -213,7 +240,7 @@ impl Tokenizer {
     /// The bytes token `id` stands for (empty for control tokens and unknown ids).
     pub fn piece(&self, id: u32) -> &[u8] {
         match self.token_bytes.get(id as usize) {
-            Some(bytes) if !self.control[id as usize] => bytes,
+            Some(bytes) if !self.hidden[id as usize] => bytes,
             _ => &[],
         }
     }
@@ -223,9 +250,15 @@ impl Tokenizer {
         self.token_bytes.len()
     }
 
-    /// Whether generating `id` ends the turn (EOS and end-of-turn control tokens).
+    /// Whether generating `id` ends the turn: EOS, end-of-turn and end-of-message tokens, as
+    /// llama.cpp's `is_eog` decides.
     pub fn is_end_of_generation(&self, id: u32) -> bool {
-        self.end_of_generation.contains(&id)
+        self.end_of_generation.binary_search(&id).is_ok()
+    }
+
+    /// The ids that end a generation, ascending.
+    pub fn end_of_generation(&self) -> &[u32] {
+        &self.end_of_generation
     }
 
     /// The beginning-of-sequence token, if the model has one.
@@ -241,6 +274,11 @@ impl Tokenizer {
     /// Whether [`Tokenizer::encode`] prepends BOS.
     pub fn adds_bos(&self) -> bool {
         self.add_bos
+    }
+
+    /// Whether [`Tokenizer::encode`] appends EOS.
+    pub fn adds_eos(&self) -> bool {
+        self.add_eos
     }
 
     /// The text of a token id as the vocabulary spells it.
@@ -290,98 +328,49 @@ impl StreamDecoder {
     }
 }
 
-fn string_array(file: &GgufFile, key: &str) -> Result<Vec<String>> {
-    let items = file
-        .meta(key)
-        .and_then(MetaValue::as_array)
-        .ok_or_else(|| {
-            Error::model(
-                file.path(),
-                format!("metadata key {key} is missing or not an array"),
-            )
-        })?;
-    items
-        .iter()
-        .map(|v| v.as_str().map(str::to_string))
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| {
-            Error::model(
-                file.path(),
-                format!("metadata key {key} holds a non-string item"),
-            )
-        })
-}
-
-fn build_bpe(
-    tokens: &[String],
-    merges: &[String],
-    types: &[u64],
-    pre: &str,
+/// Registers control, unknown and user-defined tokens with `inner` as whole tokens, as a
+/// `tokenizer.json` holds them.
+fn with_added_tokens(
+    mut inner: tokenizers::Tokenizer,
+    vocab: &Vocabulary,
 ) -> std::result::Result<tokenizers::Tokenizer, String> {
-    let vocab: Vocab = tokens
+    let added: Vec<AddedToken> = vocab
+        .tokens
         .iter()
-        .enumerate()
-        .map(|(i, t)| (t.clone(), i as u32))
-        .collect();
-    let merges = merges
-        .iter()
-        .map(|m| {
-            m.split_once(' ')
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-                .ok_or_else(|| format!("merge {m:?} is not \"a b\""))
+        .zip(&vocab.kinds)
+        .filter(|(_, kind)| kind.is_special())
+        .map(|(text, &kind)| {
+            AddedToken::from(text.clone(), kind != TokenKind::UserDefined).normalized(false)
         })
-        .collect::<std::result::Result<Vec<_>, _>>()?;
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, merges)
-        .build()
-        .map_err(|e| e.to_string())?;
-    let mut tokenizer = tokenizers::Tokenizer::new(bpe);
-    tokenizer.with_pre_tokenizer(Some(pre_tokenizer(pre)?));
-    tokenizer.with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevelDecoder::default())));
-    let added: Vec<AddedToken> = tokens
-        .iter()
-        .zip(types)
-        .filter(|(_, t)| **t == TOKEN_TYPE_CONTROL || **t == TOKEN_TYPE_USER_DEFINED)
-        .map(|(text, t)| AddedToken::from(text.clone(), *t == TOKEN_TYPE_CONTROL).normalized(false))
         .collect();
-    tokenizer
-        .add_special_tokens(added)
-        .map_err(|e| e.to_string())?;
-    Ok(tokenizer)
+    inner.add_special_tokens(added).map_err(|e| e.to_string())?;
+    Ok(inner)
 }
 
-/// The pre-tokenizer llama.cpp uses for a `tokenizer.ggml.pre` value.
-fn pre_tokenizer(pre: &str) -> std::result::Result<PreTokenizerWrapper, String> {
-    let split = |regex: &str| -> std::result::Result<PreTokenizerWrapper, String> {
-        Split::new(
-            SplitPattern::Regex(regex.to_string()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map(PreTokenizerWrapper::Split)
-        .map_err(|e| e.to_string())
-    };
-    let byte_level =
-        |use_regex| PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, use_regex));
-    Ok(match pre {
-        "default" | "gpt2" | "gpt-2" => byte_level(true),
-        // llama.cpp: digits are split one by one before the GPT-2 regex.
-        "smollm" | "starcoder" | "refact" | "codeshell" | "command-r" | "exaone" | "minerva-7b" => {
-            PreTokenizerWrapper::Sequence(Sequence::new(vec![split(r"\p{N}")?, byte_level(true)]))
+/// The bytes a token stands for, as llama.cpp's `token_to_piece` gives them: SentencePiece text
+/// with `▁` as a space or byte-level BPE text in GPT-2's byte alphabet, `<0xXX>` byte tokens as
+/// their byte, special tokens as written, unused ones as nothing.
+fn piece_bytes(algorithm: Algorithm, text: &str, kind: TokenKind) -> Vec<u8> {
+    match kind {
+        TokenKind::Normal => match algorithm {
+            Algorithm::SentencePiece => text.replace(spm::SPACE_MARK, " ").into_bytes(),
+            Algorithm::BytePairs => byte_level_bytes(text),
+        },
+        TokenKind::Byte => spm::byte_of(text).map_or_else(|| text.as_bytes().to_vec(), |b| vec![b]),
+        TokenKind::Control | TokenKind::Unknown | TokenKind::UserDefined => {
+            text.as_bytes().to_vec()
         }
-        "llama3" | "llama-bpe" | "llama-v3" => PreTokenizerWrapper::Sequence(Sequence::new(vec![
-            split(LLAMA3_REGEX)?,
-            byte_level(false),
-        ])),
-        "qwen2" | "deepseek-r1-qwen" => PreTokenizerWrapper::Sequence(Sequence::new(vec![
-            split(QWEN2_REGEX)?,
-            byte_level(false),
-        ])),
-        other => {
-            tracing::warn!(pre = other, "unknown pre-tokenizer; using the GPT-2 regex");
-            byte_level(true)
-        }
-    })
+        TokenKind::Unused | TokenKind::Undefined => Vec::new(),
+    }
+}
+
+/// The kind of a token of a Hugging Face vocabulary, as far as decoding needs it.
+fn hf_kind(text: &str, sentencepiece: bool) -> TokenKind {
+    if sentencepiece && spm::byte_of(text).is_some() {
+        TokenKind::Byte
+    } else {
+        TokenKind::Normal
+    }
 }
 
 fn read_json(path: &Path) -> Result<serde_json::Value> {
@@ -439,7 +428,391 @@ fn byte_level_bytes(token: &str) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+
     use super::*;
+    use crate::format::gguf_writer::{GgufWriter, string_array};
+
+    const NORMAL: i32 = 1;
+    const UNKNOWN: i32 = 2;
+    const CONTROL: i32 = 3;
+    const USER_DEFINED: i32 = 4;
+    const BYTE: i32 = 6;
+    /// Ids of the byte tokens: `<0x00>` is 3.
+    const FIRST_BYTE: u32 = 3;
+
+    /// A SentencePiece file: `<unk>`, `<s>`, `</s>`, the 256 byte tokens, then `pieces`
+    /// (text, score, GGUF token type) from id 259.
+    fn spm_writer(pieces: &[(&str, f32, i32)]) -> GgufWriter {
+        let mut tokens: Vec<String> = ["<unk>", "<s>", "</s>"].map(String::from).to_vec();
+        let mut scores = vec![0.0f32; 3];
+        let mut types = vec![UNKNOWN, CONTROL, CONTROL];
+        for byte in 0..=255u8 {
+            tokens.push(format!("<0x{byte:02X}>"));
+            scores.push(0.0);
+            types.push(BYTE);
+        }
+        for &(text, score, kind) in pieces {
+            tokens.push(text.to_string());
+            scores.push(score);
+            types.push(kind);
+        }
+        let mut w = GgufWriter::new();
+        w.metadata("tokenizer.ggml.model", MetaValue::String("llama".into()))
+            .metadata("tokenizer.ggml.tokens", string_array(tokens))
+            .metadata(
+                "tokenizer.ggml.scores",
+                MetaValue::Array(scores.into_iter().map(MetaValue::F32).collect()),
+            )
+            .metadata(
+                "tokenizer.ggml.token_type",
+                MetaValue::Array(types.into_iter().map(MetaValue::I32).collect()),
+            );
+        w
+    }
+
+    fn open(w: &GgufWriter) -> Result<Tokenizer> {
+        let file = GgufFile::from_bytes(Path::new("spm.gguf"), w.to_bytes())?;
+        Tokenizer::from_gguf(&file)
+    }
+
+    fn flag(w: &mut GgufWriter, key: &str, value: bool) {
+        w.metadata(key, MetaValue::Bool(value));
+    }
+
+    /// `pieces` with BOS off and the space prefix as given.
+    fn spm(pieces: &[(&str, f32, i32)], space_prefix: bool) -> Tokenizer {
+        let mut w = spm_writer(pieces);
+        flag(&mut w, "tokenizer.ggml.add_bos_token", false);
+        flag(&mut w, "tokenizer.ggml.add_space_prefix", space_prefix);
+        open(&w).expect("tokenizer builds")
+    }
+
+    fn texts(tok: &Tokenizer, ids: &[u32]) -> Vec<String> {
+        ids.iter()
+            .map(|&id| tok.token_text(id).unwrap_or_default())
+            .collect()
+    }
+
+    /// "hi" pieces: ▁ (259), h (260), i (261), hi (262), ▁hi (263).
+    const HI: [(&str, f32, i32); 5] = [
+        ("▁", -1.0, NORMAL),
+        ("h", -2.0, NORMAL),
+        ("i", -3.0, NORMAL),
+        ("hi", -4.0, NORMAL),
+        ("▁hi", -5.0, NORMAL),
+    ];
+
+    #[test]
+    fn merges_follow_scores() {
+        let pieces = |ab: f32, bc: f32| {
+            [
+                ("a", -1.0, NORMAL),
+                ("b", -1.0, NORMAL),
+                ("c", -1.0, NORMAL),
+                ("ab", ab, NORMAL),
+                ("bc", bc, NORMAL),
+            ]
+        };
+        let tok = spm(&pieces(-5.0, -4.0), false);
+        assert_eq!(texts(&tok, &tok.encode("abc").unwrap()), ["a", "bc"]);
+        let tok = spm(&pieces(-4.0, -5.0), false);
+        assert_eq!(texts(&tok, &tok.encode("abc").unwrap()), ["ab", "c"]);
+    }
+
+    #[test]
+    fn space_prefix_on_and_off() {
+        let with = spm(&HI, true);
+        assert_eq!(texts(&with, &with.encode("hi hi").unwrap()), ["▁hi", "▁hi"]);
+        assert_eq!(with.decode(&with.encode("hi").unwrap()), " hi");
+        let without = spm(&HI, false);
+        assert_eq!(
+            texts(&without, &without.encode("hi hi").unwrap()),
+            ["hi", "▁hi"]
+        );
+        assert_eq!(without.decode(&without.encode("hi hi").unwrap()), "hi hi");
+    }
+
+    #[test]
+    fn space_prefix_defaults_on_and_bos_is_added() {
+        let tok = open(&spm_writer(&HI)).expect("builds");
+        assert!(tok.adds_bos() && !tok.adds_eos());
+        assert_eq!(tok.encode("hi").unwrap(), [1, 263]);
+        assert_eq!(tok.encode("").unwrap(), [1]);
+    }
+
+    #[test]
+    fn eos_is_appended_when_asked() {
+        let mut w = spm_writer(&HI);
+        flag(&mut w, "tokenizer.ggml.add_eos_token", true);
+        w.metadata("tokenizer.ggml.eos_token_id", MetaValue::U32(2));
+        let tok = open(&w).expect("builds");
+        assert_eq!(tok.encode("hi").unwrap(), [1, 263, 2]);
+    }
+
+    #[test]
+    fn characters_outside_the_vocabulary_fall_back_to_bytes() {
+        let tok = spm(&HI, false);
+        let ids = tok.encode("hé€").unwrap();
+        let bytes: Vec<u32> = "é€".bytes().map(|b| FIRST_BYTE + u32::from(b)).collect();
+        assert_eq!(ids[0], 260);
+        assert_eq!(ids[1..], bytes[..]);
+        assert_eq!(tok.decode(&ids), "hé€");
+        assert_eq!(tok.piece(FIRST_BYTE + 0xC3), [0xC3]);
+    }
+
+    #[test]
+    fn special_tokens_are_matched_whole_and_control_ones_hidden() {
+        let mut pieces = HI.to_vec();
+        pieces.extend([
+            ("<start_of_turn>", 0.0, CONTROL),
+            ("<end_of_turn>", 0.0, CONTROL),
+            ("<b>", 0.0, USER_DEFINED),
+        ]);
+        let (sot, eot, bold) = (264, 265, 266);
+        let text = "<start_of_turn>hi<b>hi<end_of_turn>";
+        let without = spm(&pieces, false);
+        let ids = without.encode(text).unwrap();
+        assert_eq!(ids, [sot, 262, bold, 262, eot]);
+        assert_eq!(without.decode(&ids), "hi<b>hi");
+        // Llama 2 style: each stretch of text after a special token gets its own space.
+        let with = spm(&pieces, true);
+        let ids = with.encode(text).unwrap();
+        assert_eq!(ids, [sot, 263, bold, 263, eot]);
+        assert_eq!(with.decode(&ids), " hi<b> hi");
+        assert!(with.piece(sot).is_empty() && with.piece(1).is_empty());
+    }
+
+    #[test]
+    fn end_of_generation_follows_llama_cpp() {
+        let mut pieces = HI.to_vec();
+        pieces.extend([
+            ("<end_of_turn>", 0.0, CONTROL),
+            ("<|im_end|>", 0.0, NORMAL),
+            ("<start_of_turn>", 0.0, CONTROL),
+            ("<custom_stop>", 0.0, CONTROL),
+        ]);
+        let mut w = spm_writer(&pieces);
+        w.metadata("tokenizer.ggml.eos_token_id", MetaValue::U32(2));
+        w.metadata("tokenizer.ggml.eom_token_id", MetaValue::U32(267));
+        let tok = open(&w).expect("builds");
+        assert_eq!(tok.end_of_generation(), [2, 264, 265, 267]);
+        assert!(!tok.is_end_of_generation(266));
+        // A normal token spelled like an end marker becomes a control token, as in llama.cpp.
+        assert!(tok.piece(265).is_empty());
+        assert_eq!(tok.encode("hi<|im_end|>").unwrap(), [1, 263, 265]);
+    }
+
+    #[test]
+    fn unknown_algorithms_and_bad_vocabularies_are_named() {
+        let mut w = spm_writer(&HI);
+        w.metadata("tokenizer.ggml.model", MetaValue::String("bert".into()));
+        let err = open(&w).err().expect("refused").to_string();
+        assert!(
+            err.contains("\"bert\"") && err.contains("llama") && err.contains("gpt2"),
+            "{err}"
+        );
+
+        let mut w = spm_writer(&[("hi", 0.0, NORMAL), ("hi", 0.0, NORMAL)]);
+        let err = open(&w).err().expect("refused").to_string();
+        assert!(
+            err.contains("\"hi\" appears twice") && err.contains("259 and 260"),
+            "{err}"
+        );
+
+        w = spm_writer(&HI);
+        w.metadata(
+            "tokenizer.ggml.scores",
+            MetaValue::Array(vec![MetaValue::F32(0.0)]),
+        );
+        let err = open(&w).err().expect("refused").to_string();
+        assert!(
+            err.contains("tokenizer.ggml.scores has 1 entries for 264 tokens"),
+            "{err}"
+        );
+
+        w = spm_writer(&HI);
+        w.metadata("tokenizer.ggml.model", MetaValue::String("gpt2".into()));
+        w.metadata("tokenizer.ggml.pre", MetaValue::String("mystery".into()));
+        w.metadata("tokenizer.ggml.merges", string_array(["h i"]));
+        let err = open(&w).err().expect("refused").to_string();
+        assert!(
+            err.contains("\"mystery\"") && err.contains("llama-bpe"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn hugging_face_export_tokenizes_and_decodes_the_same() {
+        let tok = spm(&HI, true);
+        let json = tok.to_json().expect("serializes");
+        let inner: tokenizers::Tokenizer = json.parse().expect("reloads");
+        let hf = Tokenizer::from_hf_tokenizer(inner, None);
+        for text in ["hi hi", "hié", " hi  ih "] {
+            let ids = tok.encode(text).unwrap();
+            assert_eq!(hf.encode(text).unwrap(), ids, "{text:?}");
+            assert_eq!(hf.decode(&ids), tok.decode(&ids), "{text:?}");
+        }
+    }
+
+    /// Pieces trained on `corpus` the way SentencePiece's BPE trainer does: characters first, then
+    /// `rounds` merges of the most frequent adjacent pair (ties to the smaller pair), each piece
+    /// scored below the ones before it.
+    fn trained_pieces(corpus: &str, rounds: usize) -> Vec<(String, f32)> {
+        let mut words: Vec<Vec<String>> = corpus
+            .split(' ')
+            .map(|w| format!("▁{w}").chars().map(String::from).collect())
+            .collect();
+        let mut pieces: Vec<(String, f32)> = Vec::new();
+        for word in &words {
+            for c in word {
+                if !pieces.iter().any(|(p, _)| p == c) {
+                    pieces.push((c.clone(), -(pieces.len() as f32)));
+                }
+            }
+        }
+        for _ in 0..rounds {
+            let mut counts: HashMap<(String, String), usize> = HashMap::new();
+            for word in &words {
+                for pair in word.windows(2) {
+                    *counts
+                        .entry((pair[0].clone(), pair[1].clone()))
+                        .or_default() += 1;
+                }
+            }
+            let Some(best) = counts
+                .into_iter()
+                .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+                .map(|(pair, _)| pair)
+            else {
+                break;
+            };
+            let joined = format!("{}{}", best.0, best.1);
+            for word in &mut words {
+                let mut i = 0;
+                while i + 1 < word.len() {
+                    if word[i] == best.0 && word[i + 1] == best.1 {
+                        word[i] = joined.clone();
+                        word.remove(i + 1);
+                    }
+                    i += 1;
+                }
+            }
+            if !pieces.iter().any(|(p, _)| *p == joined) {
+                pieces.push((joined, -(pieces.len() as f32)));
+            }
+        }
+        pieces
+    }
+
+    #[test]
+    fn bpe_model_equals_llama_cpp_spm_on_random_text() {
+        let corpus = "aaaa aaa aa a bbb abab abba baab ==== ---- .... the cat sat on the mat \
+                      that hat is the best hat the end and then the cat ate the rat aaab";
+        let trained = trained_pieces(corpus, 60);
+        let pieces: Vec<(&str, f32, i32)> = trained
+            .iter()
+            .map(|(p, s)| (p.as_str(), *s, NORMAL))
+            .collect();
+        let alphabet: Vec<char> = "ab =-.thecasmonrié".chars().collect();
+        let vocab = {
+            let w = spm_writer(&pieces);
+            let file = GgufFile::from_bytes(Path::new("spm.gguf"), w.to_bytes()).unwrap();
+            vocab::Vocabulary::from_gguf(&file).unwrap()
+        };
+        let reference = spm::reference::Reference::new(&vocab);
+        for space_prefix in [false, true] {
+            let tok = spm(&pieces, space_prefix);
+            let mut rng = StdRng::seed_from_u64(7);
+            let mut merged = 0;
+            for _ in 0..3000 {
+                let len = rng.random_range(1..40);
+                let text: String = (0..len)
+                    .map(|_| alphabet[rng.random_range(0..alphabet.len())])
+                    .collect();
+                let want = reference.encode(&text, space_prefix);
+                let got = tok.encode(&text).unwrap();
+                assert_eq!(got, want, "{text:?} (space prefix {space_prefix})");
+                merged += texts(&tok, &got)
+                    .iter()
+                    .filter(|t| t.chars().count() > 1 && !t.starts_with("<0x"))
+                    .count();
+            }
+            assert!(
+                merged > 3000,
+                "the texts exercise merges ({merged} multi-character pieces)"
+            );
+        }
+    }
+
+    /// The Gemma 3 GGUF file `STRATA_GEMMA_GGUF` names, or `None` (with a note) outside CI.
+    fn gemma_file() -> Option<GgufFile> {
+        let Some(path) = std::env::var_os("STRATA_GEMMA_GGUF") else {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "STRATA_GEMMA_GGUF must name the Gemma 3 270M GGUF file on CI"
+            );
+            eprintln!("skipped: set STRATA_GEMMA_GGUF to the Gemma 3 270M GGUF file to run");
+            return None;
+        };
+        Some(GgufFile::open(Path::new(&path)).expect("the Gemma file opens"))
+    }
+
+    /// Texts for Gemma: runs of one character, and random strings of vocabulary pieces with
+    /// characters of many scripts, whitespace and markup between them.
+    fn gemma_texts(vocab: &Vocabulary, rng: &mut StdRng) -> Vec<String> {
+        let mut texts: Vec<String> = Vec::new();
+        for c in "=-.*#_0~+/!?`'\"xa1 \n\t▁é".chars() {
+            texts.extend((1..48).map(|n| c.to_string().repeat(n)));
+        }
+        let normal: Vec<&str> = vocab
+            .tokens
+            .iter()
+            .zip(&vocab.kinds)
+            .filter(|(_, kind)| **kind == TokenKind::Normal)
+            .map(|(text, _)| text.as_str())
+            .collect();
+        let extra: Vec<char> = " \n\t.,;:!?'\"()[]<>{}-_=+*/#0123456789aeé東京ЖΩ🦀☃"
+            .chars()
+            .collect();
+        for _ in 0..4000 {
+            let mut text = String::new();
+            for _ in 0..rng.random_range(1..12) {
+                if rng.random_bool(0.3) {
+                    text.push(extra[rng.random_range(0..extra.len())]);
+                }
+                text.push_str(&normal[rng.random_range(0..normal.len())].replace('▁', " "));
+            }
+            texts.push(text);
+        }
+        texts
+    }
+
+    #[test]
+    fn gemma_bpe_model_equals_llama_cpp_spm() {
+        let Some(file) = gemma_file() else { return };
+        let tok = Tokenizer::from_gguf(&file).expect("builds");
+        let meta = GgufVocab::from_gguf(&file, Algorithm::SentencePiece, true).expect("reads");
+        let reference = spm::reference::Reference::new(&meta.vocab);
+        let specials = tok
+            .specials
+            .as_ref()
+            .expect("GGUF tokenizers split specials");
+        let mut rng = StdRng::seed_from_u64(11);
+        for text in gemma_texts(&meta.vocab, &mut rng) {
+            let mut want: Vec<u32> = meta.bos.into_iter().collect();
+            for fragment in specials.split(&text) {
+                match fragment {
+                    Fragment::Token(id) => want.push(id),
+                    Fragment::Text(t) => want.extend(reference.encode(t, meta.add_space_prefix)),
+                }
+            }
+            let got = tok.encode(&text).expect("encodes");
+            assert_eq!(got, want, "{text:?}");
+            // A `▁` written in the text reads back as the space it stands for.
+            assert_eq!(tok.decode(&got), text.replace('▁', " "));
+        }
+    }
 
     #[test]
     fn byte_level_alphabet_covers_every_byte() {
@@ -452,14 +825,17 @@ mod tests {
     #[test]
     fn stream_decoder_holds_back_split_characters() {
         let tokens: Vec<String> = ["a", "Ã", "©"].iter().map(|s| s.to_string()).collect();
-        let tok = build_bpe(&tokens, &[], &[1, 1, 1], "gpt2").map(|inner| Tokenizer {
+        let pre = PreTokenizer::named("gpt2").expect("known");
+        let tok = bpe::model(&tokens, &[], pre).map(|inner| Tokenizer {
             inner,
+            specials: None,
             token_bytes: tokens.iter().map(|t| byte_level_bytes(t)).collect(),
-            control: vec![false; 3],
+            hidden: vec![false; 3],
             bos: None,
             eos: None,
             end_of_generation: vec![],
             add_bos: false,
+            add_eos: false,
             chat_template: None,
         });
         let tok = tok.expect("tokenizer builds");
