@@ -71,28 +71,6 @@ pub(crate) fn tile_rows<const R: usize, W>(w: &[W], nb: usize, first: usize) -> 
     std::array::from_fn(|r| &w[(first + r).min(last) * nb..][..nb])
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stores_place_results_by_row_and_token_and_drop_padding() {
-        let values = [[1.0, 2.0], [3.0, 4.0]];
-        let mut out = vec![0f32; 3 * 4];
-        store_tile(&mut out, OutLayout::token_major(3), (1, 2), (2, 1), values);
-        let mut want = vec![0f32; 3 * 4];
-        want[2 * 3 + 1] = 1.0;
-        want[2 * 3 + 2] = 3.0;
-        assert_eq!(out, want);
-        let mut out = vec![0f32; 3 * 4];
-        store_tile(&mut out, OutLayout::row_major(4), (1, 2), (1, 2), values);
-        let mut want = vec![0f32; 3 * 4];
-        want[4 + 2] = 1.0;
-        want[4 + 3] = 2.0;
-        assert_eq!(out, want);
-    }
-}
-
 /// Every weight row of `w` against every token of `x` (`nb` blocks each) through a tier's single-row
 /// dots, four rows at a time where the rows allow (`dot_x4` must give the bits of four `dot` calls),
 /// into `out` as `layout` places them: the tiled form of the block types without register tiles yet.
@@ -127,5 +105,27 @@ pub(crate) unsafe fn gemm_by_row_dots<W, A>(
             // SAFETY: as above.
             out[t * layout.token_stride + k * layout.row_stride] = unsafe { dot(row(k), token) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stores_place_results_by_row_and_token_and_drop_padding() {
+        let values = [[1.0, 2.0], [3.0, 4.0]];
+        let mut out = vec![0f32; 3 * 4];
+        store_tile(&mut out, OutLayout::token_major(3), (1, 2), (2, 1), values);
+        let mut want = vec![0f32; 3 * 4];
+        want[2 * 3 + 1] = 1.0;
+        want[2 * 3 + 2] = 3.0;
+        assert_eq!(out, want);
+        let mut out = vec![0f32; 3 * 4];
+        store_tile(&mut out, OutLayout::row_major(4), (1, 2), (1, 2), values);
+        let mut want = vec![0f32; 3 * 4];
+        want[4 + 2] = 1.0;
+        want[4 + 3] = 2.0;
+        assert_eq!(out, want);
     }
 }
