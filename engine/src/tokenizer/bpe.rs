@@ -189,11 +189,16 @@ pub(super) fn model(
     let merges = merges
         .iter()
         .map(|m| {
-            split_merge(m)
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-                .ok_or_else(|| format!("merge {m:?} is not \"a b\""))
+            let (a, b) = split_merge(m).ok_or_else(|| format!("merge {m:?} is not \"a b\""))?;
+            // `tokenizers` needs the merged token in the vocabulary (and panics on some that are not).
+            if !vocab.contains_key(&format!("{a}{b}")) {
+                return Err(format!(
+                    "merge {m:?} makes a token that is not in the vocabulary"
+                ));
+            }
+            Ok((a.to_string(), b.to_string()))
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, String>>()?;
     let bpe = BPE::builder()
         .vocab_and_merges(vocab, merges)
         .ignore_merges(pre.ignore_merges)
@@ -278,6 +283,20 @@ mod tests {
             ["hi", "Ġ", "...", "Ġthere"]
         );
         assert_eq!(pieces("gpt2", "hi ... there"), ["hi", "Ġ...", "Ġthere"]);
+    }
+
+    #[test]
+    fn merges_must_make_vocabulary_tokens() {
+        let tokens: Vec<String> = ["a", "b", "ab", "abab"].map(String::from).to_vec();
+        let pre = PreTokenizer::named("gpt2").expect("known");
+        assert!(model(&tokens, &["a b".into(), "ab ab".into()], pre).is_ok());
+        let err = model(&tokens, &["ab abab".into()], pre).unwrap_err();
+        assert!(
+            err.contains("\"ab abab\" makes a token that is not in the vocabulary"),
+            "{err}"
+        );
+        let err = model(&tokens, &["ab".into()], pre).unwrap_err();
+        assert!(err.contains("\"ab\" is not \"a b\""), "{err}");
     }
 
     #[test]
