@@ -797,7 +797,7 @@ fn head_count_not_dividing_the_width() {
 
     let mut w = tiny();
     w.metadata("llama.attention.head_count", MetaValue::U32(0));
-    assert_mentions(&config_refused(&w), &["head count is zero"]);
+    assert_mentions(&config_refused(&w), &["not divisible by 0 heads"]);
 }
 
 #[test]
