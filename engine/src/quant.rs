@@ -236,6 +236,24 @@ impl Default for BlockQ8_1 {
     }
 }
 
+/// A block type that activations are quantized into, with the values it holds.
+pub trait ActivationBlock: Default + Clone + Send + Sync {
+    /// Values per block.
+    const SIZE: usize;
+}
+
+impl ActivationBlock for BlockQ8_0 {
+    const SIZE: usize = QK;
+}
+
+impl ActivationBlock for BlockQ8_1 {
+    const SIZE: usize = QK;
+}
+
+impl ActivationBlock for BlockQ8K {
+    const SIZE: usize = QK_K;
+}
+
 /// ggml `block_q5_0`: `x = (q - 16) * d`; the fifth bit of element `j` is bit `j` of the
 /// little-endian word `qh`, nibbles as in [`BlockQ4_0`].
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -329,6 +347,40 @@ pub struct BlockQ8K {
     pub bsums: [i16; QK_K / 16],
 }
 const _: () = assert!(size_of::<BlockQ8K>() == 292);
+
+impl Default for BlockQ4K {
+    fn default() -> Self {
+        Self {
+            d: f16::ZERO,
+            dmin: f16::ZERO,
+            scales: [0; 12],
+            qs: [0; QK_K / 2],
+        }
+    }
+}
+
+impl Default for BlockQ5K {
+    fn default() -> Self {
+        Self {
+            d: f16::ZERO,
+            dmin: f16::ZERO,
+            scales: [0; 12],
+            qh: [0; QK_K / 8],
+            qs: [0; QK_K / 2],
+        }
+    }
+}
+
+impl Default for BlockQ6K {
+    fn default() -> Self {
+        Self {
+            ql: [0; QK_K / 2],
+            qh: [0; QK_K / 4],
+            scales: [0; QK_K / 16],
+            d: f16::ZERO,
+        }
+    }
+}
 
 impl Default for BlockQ8K {
     fn default() -> Self {

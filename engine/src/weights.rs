@@ -4,10 +4,15 @@ use std::{fmt, str::FromStr};
 
 use half::{bf16, f16};
 
-use crate::quant::{self, BlockQ4_0, BlockQ4_1, BlockQ8_0, GgmlType, QK};
+use crate::quant::{
+    self, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0,
+    GgmlType, QK, QK_K,
+};
 
 /// The type a weight matrix is held in at run time, a profile dimension.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum WeightType {
     /// 32-bit float.
@@ -22,16 +27,34 @@ pub enum WeightType {
     Q4_0,
     /// 4-bit blocks of 32 with a scale and a minimum.
     Q4_1,
+    /// 6-bit super-blocks of 256 (K-quant).
+    #[serde(rename = "q6_k")]
+    Q6K,
+    /// 5-bit blocks of 32 with a scale and a minimum.
+    Q5_1,
+    /// 5-bit blocks of 32 with a scale.
+    Q5_0,
+    /// 5-bit super-blocks of 256 with 6-bit scales and minimums (K-quant).
+    #[serde(rename = "q5_k")]
+    Q5K,
+    /// 4-bit super-blocks of 256 with 6-bit scales and minimums (K-quant).
+    #[serde(rename = "q4_k")]
+    Q4K,
 }
 
 impl WeightType {
     /// Every runtime type, highest precision first.
-    pub const ALL: [WeightType; 6] = [
+    pub const ALL: [WeightType; 11] = [
         Self::F32,
         Self::F16,
         Self::Bf16,
         Self::Q8_0,
+        Self::Q6K,
+        Self::Q5_1,
+        Self::Q5_0,
+        Self::Q5K,
         Self::Q4_1,
+        Self::Q4K,
         Self::Q4_0,
     ];
 
@@ -44,35 +67,65 @@ impl WeightType {
             Self::Q8_0 => "q8_0",
             Self::Q4_0 => "q4_0",
             Self::Q4_1 => "q4_1",
+            Self::Q6K => "q6_k",
+            Self::Q5_1 => "q5_1",
+            Self::Q5_0 => "q5_0",
+            Self::Q5K => "q5_k",
+            Self::Q4K => "q4_k",
         }
     }
 
-    /// The runtime type that holds a file type as it is, if any.
-    pub fn of_file_type(kind: GgmlType) -> Option<Self> {
-        Some(match kind {
+    /// The runtime type that holds a file type as it is: every type the engine reads runs as it is.
+    pub fn of_file_type(kind: GgmlType) -> Self {
+        match kind {
             GgmlType::F32 => Self::F32,
             GgmlType::F16 => Self::F16,
             GgmlType::BF16 => Self::Bf16,
             GgmlType::Q8_0 => Self::Q8_0,
             GgmlType::Q4_0 => Self::Q4_0,
             GgmlType::Q4_1 => Self::Q4_1,
-            GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => {
-                return None;
-            }
-        })
+            GgmlType::Q5_0 => Self::Q5_0,
+            GgmlType::Q5_1 => Self::Q5_1,
+            GgmlType::Q4K => Self::Q4K,
+            GgmlType::Q5K => Self::Q5K,
+            GgmlType::Q6K => Self::Q6K,
+        }
     }
 
-    /// Whether this type stores 4-bit blocks.
-    pub fn is_4bit(self) -> bool {
-        matches!(self, Self::Q4_0 | Self::Q4_1)
+    /// The file type that stores this runtime type as it is.
+    pub fn file_type(self) -> GgmlType {
+        match self {
+            Self::F32 => GgmlType::F32,
+            Self::F16 => GgmlType::F16,
+            Self::Bf16 => GgmlType::BF16,
+            Self::Q8_0 => GgmlType::Q8_0,
+            Self::Q4_0 => GgmlType::Q4_0,
+            Self::Q4_1 => GgmlType::Q4_1,
+            Self::Q5_0 => GgmlType::Q5_0,
+            Self::Q5_1 => GgmlType::Q5_1,
+            Self::Q4K => GgmlType::Q4K,
+            Self::Q5K => GgmlType::Q5K,
+            Self::Q6K => GgmlType::Q6K,
+        }
+    }
+
+    /// Whether this type stores fewer than six bits a value: the types whose embedding and output
+    /// head llama.cpp's quantizer keeps in a wider type.
+    pub fn is_low_bit(self) -> bool {
+        matches!(
+            self,
+            Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q4K | Self::Q5K
+        )
+    }
+
+    /// Whether values are stored in blocks with scales (not as floats).
+    pub fn is_quantized(self) -> bool {
+        self.block_size() > 1
     }
 
     /// The row-length granularity the type needs.
     pub fn block_size(self) -> usize {
-        match self {
-            Self::F32 | Self::F16 | Self::Bf16 => 1,
-            Self::Q8_0 | Self::Q4_0 | Self::Q4_1 => QK,
-        }
+        self.file_type().block_size()
     }
 }
 
@@ -84,7 +137,9 @@ impl fmt::Display for WeightType {
 
 /// An unknown weight type name.
 #[derive(Debug, thiserror::Error)]
-#[error("unknown weight type {0:?} (expected one of f32, f16, bf16, q8_0, q4_0, q4_1)")]
+#[error(
+    "unknown weight type {0:?} (expected one of f32, f16, bf16, q8_0, q6_k, q5_1, q5_0, q5_k, q4_1, q4_k, q4_0)"
+)]
 pub struct UnknownWeightType(pub String);
 
 impl FromStr for WeightType {
@@ -95,6 +150,49 @@ impl FromStr for WeightType {
             .into_iter()
             .find(|t| t.name().eq_ignore_ascii_case(s))
             .ok_or_else(|| UnknownWeightType(s.to_string()))
+    }
+}
+
+/// The runtime types of a model's matrices and the bytes each holds: one type for a file of one
+/// type or a requantized model, several for llama-quantize's mixes (Q4_K_M holds Q4_K, Q6_K, ...).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WeightMix {
+    /// Bytes per type, most bytes first.
+    pub bytes: Vec<(WeightType, usize)>,
+}
+
+impl WeightMix {
+    /// The mix of `weights`.
+    pub fn of<'a>(weights: impl IntoIterator<Item = &'a Weight>) -> Self {
+        let mut totals = std::collections::BTreeMap::<WeightType, usize>::new();
+        for w in weights {
+            *totals.entry(w.kind()).or_default() += w.byte_size();
+        }
+        let mut bytes: Vec<_> = totals.into_iter().collect();
+        bytes.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        Self { bytes }
+    }
+
+    /// The type holding the most bytes (F32 for no matrices).
+    pub fn main_type(&self) -> WeightType {
+        self.bytes
+            .first()
+            .map_or(WeightType::F32, |&(kind, _)| kind)
+    }
+}
+
+impl fmt::Display for WeightMix {
+    /// `q4_k` for one type; `q4_k 61% + q6_k 25% + q8_0 14%` for a mix.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.bytes.len() <= 1 {
+            return write!(f, "{}", self.main_type());
+        }
+        let total: usize = self.bytes.iter().map(|&(_, b)| b).sum::<usize>().max(1);
+        for (i, &(kind, bytes)) in self.bytes.iter().enumerate() {
+            let sep = if i == 0 { "" } else { " + " };
+            write!(f, "{sep}{kind} {:.0}%", 100.0 * bytes as f64 / total as f64)?;
+        }
+        Ok(())
     }
 }
 
@@ -113,6 +211,188 @@ pub enum WeightData {
     Q4_0(Vec<BlockQ4_0>),
     /// Q4_1 blocks.
     Q4_1(Vec<BlockQ4_1>),
+    /// Q5_0 blocks.
+    Q5_0(Vec<BlockQ5_0>),
+    /// Q5_1 blocks.
+    Q5_1(Vec<BlockQ5_1>),
+    /// Q4_K super-blocks.
+    Q4K(Vec<BlockQ4K>),
+    /// Q5_K super-blocks.
+    Q5K(Vec<BlockQ5K>),
+    /// Q6_K super-blocks.
+    Q6K(Vec<BlockQ6K>),
+}
+
+/// Runs `$body` with `$v` bound to the vector inside any [`WeightData`] variant.
+macro_rules! with_values {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            WeightData::F32($v) => $body,
+            WeightData::F16($v) => $body,
+            WeightData::Bf16($v) => $body,
+            WeightData::Q8_0($v) => $body,
+            WeightData::Q4_0($v) => $body,
+            WeightData::Q4_1($v) => $body,
+            WeightData::Q5_0($v) => $body,
+            WeightData::Q5_1($v) => $body,
+            WeightData::Q4K($v) => $body,
+            WeightData::Q5K($v) => $body,
+            WeightData::Q6K($v) => $body,
+        }
+    };
+}
+
+impl WeightData {
+    /// File bytes of `kind` held as they are.
+    fn parse(kind: GgmlType, bytes: &[u8]) -> Self {
+        match kind {
+            GgmlType::F32 => Self::F32(
+                bytes
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+            ),
+            GgmlType::F16 => Self::F16(
+                bytes
+                    .chunks_exact(2)
+                    .map(|b| f16::from_le_bytes([b[0], b[1]]))
+                    .collect(),
+            ),
+            GgmlType::BF16 => Self::Bf16(
+                bytes
+                    .chunks_exact(2)
+                    .map(|b| bf16::from_le_bytes([b[0], b[1]]))
+                    .collect(),
+            ),
+            GgmlType::Q8_0 => Self::Q8_0(quant::parse_q8_0(bytes)),
+            GgmlType::Q4_0 => Self::Q4_0(quant::parse_q4_0(bytes)),
+            GgmlType::Q4_1 => Self::Q4_1(quant::parse_q4_1(bytes)),
+            GgmlType::Q5_0 => Self::Q5_0(quant::parse_q5_0(bytes)),
+            GgmlType::Q5_1 => Self::Q5_1(quant::parse_q5_1(bytes)),
+            GgmlType::Q4K => Self::Q4K(quant::parse_q4_k(bytes)),
+            GgmlType::Q5K => Self::Q5K(quant::parse_q5_k(bytes)),
+            GgmlType::Q6K => Self::Q6K(quant::parse_q6_k(bytes)),
+        }
+    }
+
+    /// `values` in `target`, quantized with ggml's reference quantizers.
+    fn quantized(values: Vec<f32>, target: WeightType) -> Self {
+        fn blocks<B: Copy>(
+            x: &[f32],
+            zero: B,
+            quantize: fn(&[f32], &mut [B]),
+            size: usize,
+        ) -> Vec<B> {
+            let mut out = vec![zero; x.len() / size];
+            quantize(x, &mut out);
+            out
+        }
+        let x = &values;
+        match target {
+            WeightType::F32 => Self::F32(values),
+            WeightType::F16 => Self::F16(x.iter().map(|&v| f16::from_f32(v)).collect()),
+            WeightType::Bf16 => Self::Bf16(x.iter().map(|&v| bf16::from_f32(v)).collect()),
+            WeightType::Q8_0 => {
+                Self::Q8_0(blocks(x, BlockQ8_0::default(), quant::quantize_q8_0, QK))
+            }
+            WeightType::Q4_0 => {
+                Self::Q4_0(blocks(x, BlockQ4_0::default(), quant::quantize_q4_0, QK))
+            }
+            WeightType::Q4_1 => {
+                Self::Q4_1(blocks(x, BlockQ4_1::default(), quant::quantize_q4_1, QK))
+            }
+            WeightType::Q5_0 => {
+                Self::Q5_0(blocks(x, BlockQ5_0::default(), quant::quantize_q5_0, QK))
+            }
+            WeightType::Q5_1 => {
+                Self::Q5_1(blocks(x, BlockQ5_1::default(), quant::quantize_q5_1, QK))
+            }
+            WeightType::Q4K => {
+                Self::Q4K(blocks(x, BlockQ4K::default(), quant::quantize_q4_k, QK_K))
+            }
+            WeightType::Q5K => {
+                Self::Q5K(blocks(x, BlockQ5K::default(), quant::quantize_q5_k, QK_K))
+            }
+            WeightType::Q6K => {
+                Self::Q6K(blocks(x, BlockQ6K::default(), quant::quantize_q6_k, QK_K))
+            }
+        }
+    }
+
+    /// An empty vector of `kind`'s values with room for `units` values or blocks.
+    fn with_capacity(kind: WeightType, units: usize) -> Self {
+        match kind {
+            WeightType::F32 => Self::F32(Vec::with_capacity(units)),
+            WeightType::F16 => Self::F16(Vec::with_capacity(units)),
+            WeightType::Bf16 => Self::Bf16(Vec::with_capacity(units)),
+            WeightType::Q8_0 => Self::Q8_0(Vec::with_capacity(units)),
+            WeightType::Q4_0 => Self::Q4_0(Vec::with_capacity(units)),
+            WeightType::Q4_1 => Self::Q4_1(Vec::with_capacity(units)),
+            WeightType::Q5_0 => Self::Q5_0(Vec::with_capacity(units)),
+            WeightType::Q5_1 => Self::Q5_1(Vec::with_capacity(units)),
+            WeightType::Q4K => Self::Q4K(Vec::with_capacity(units)),
+            WeightType::Q5K => Self::Q5K(Vec::with_capacity(units)),
+            WeightType::Q6K => Self::Q6K(Vec::with_capacity(units)),
+        }
+    }
+
+    /// Appends `more`, which holds the same type.
+    fn append(&mut self, more: &WeightData) {
+        macro_rules! extend {
+            ($($variant:ident),*) => {
+                match (self, more) {
+                    $((WeightData::$variant(a), WeightData::$variant(b)) => a.extend_from_slice(b),)*
+                    _ => unreachable!("appended values hold the same type"),
+                }
+            };
+        }
+        extend!(F32, F16, Bf16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4K, Q5K, Q6K);
+    }
+
+    /// The runtime type.
+    fn kind(&self) -> WeightType {
+        match self {
+            Self::F32(_) => WeightType::F32,
+            Self::F16(_) => WeightType::F16,
+            Self::Bf16(_) => WeightType::Bf16,
+            Self::Q8_0(_) => WeightType::Q8_0,
+            Self::Q4_0(_) => WeightType::Q4_0,
+            Self::Q4_1(_) => WeightType::Q4_1,
+            Self::Q5_0(_) => WeightType::Q5_0,
+            Self::Q5_1(_) => WeightType::Q5_1,
+            Self::Q4K(_) => WeightType::Q4K,
+            Self::Q5K(_) => WeightType::Q5K,
+            Self::Q6K(_) => WeightType::Q6K,
+        }
+    }
+
+    /// Bytes the values take in memory.
+    fn byte_size(&self) -> usize {
+        with_values!(self, v => size_of_val(v.as_slice()))
+    }
+
+    /// Values `units` (values or blocks, as the type holds them) as f32 into `out`.
+    fn units_to_f32(&self, units: std::ops::Range<usize>, out: &mut [f32]) {
+        match self {
+            Self::F32(v) => out.copy_from_slice(&v[units]),
+            Self::F16(v) => out
+                .iter_mut()
+                .zip(&v[units])
+                .for_each(|(o, x)| *o = x.to_f32()),
+            Self::Bf16(v) => out
+                .iter_mut()
+                .zip(&v[units])
+                .for_each(|(o, x)| *o = x.to_f32()),
+            Self::Q8_0(v) => quant::dequantize_q8_0(&v[units], out),
+            Self::Q4_0(v) => quant::dequantize_q4_0(&v[units], out),
+            Self::Q4_1(v) => quant::dequantize_q4_1(&v[units], out),
+            Self::Q5_0(v) => quant::dequantize_q5_0(&v[units], out),
+            Self::Q5_1(v) => quant::dequantize_q5_1(&v[units], out),
+            Self::Q4K(v) => quant::dequantize_q4_k(&v[units], out),
+            Self::Q5K(v) => quant::dequantize_q5_k(&v[units], out),
+            Self::Q6K(v) => quant::dequantize_q6_k(&v[units], out),
+        }
+    }
 }
 
 /// A `rows x cols` matrix: `y = W x` takes `cols` inputs to `rows` outputs.
@@ -126,9 +406,70 @@ pub struct Weight {
     pub data: WeightData,
 }
 
+/// Builds a [`Weight`] from a file's bytes a few rows at a time, so that a loader can hand back each
+/// piece of a mapped file once it is copied, instead of holding a whole tensor twice.
+pub struct WeightBuilder {
+    file_type: GgmlType,
+    target: WeightType,
+    rows: usize,
+    cols: usize,
+    filled: usize,
+    data: WeightData,
+}
+
+impl WeightBuilder {
+    /// A matrix of `rows x cols` values of file type `file_type`, held as `target` (the file's own
+    /// type when `None`).
+    ///
+    /// The caller has checked that `cols` is a multiple of the block sizes of both types.
+    pub fn new(file_type: GgmlType, rows: usize, cols: usize, target: Option<WeightType>) -> Self {
+        let target = target.unwrap_or(WeightType::of_file_type(file_type));
+        let units = rows * cols / target.block_size();
+        Self {
+            file_type,
+            target,
+            rows,
+            cols,
+            filled: 0,
+            data: WeightData::with_capacity(target, units),
+        }
+    }
+
+    /// Bytes of one row in the file.
+    pub fn row_bytes(&self) -> usize {
+        self.cols / self.file_type.block_size() * self.file_type.block_bytes()
+    }
+
+    /// Appends the next whole rows, given as file bytes.
+    pub fn push_rows(&mut self, bytes: &[u8]) {
+        let rows = bytes.len() / self.row_bytes();
+        debug_assert_eq!(bytes.len(), rows * self.row_bytes());
+        debug_assert!(self.filled + rows <= self.rows);
+        let piece = if WeightType::of_file_type(self.file_type) == self.target {
+            WeightData::parse(self.file_type, bytes)
+        } else {
+            let mut values = vec![0f32; rows * self.cols];
+            quant::dequantize_bytes(self.file_type, bytes, &mut values);
+            WeightData::quantized(values, self.target)
+        };
+        self.data.append(&piece);
+        self.filled += rows;
+    }
+
+    /// The matrix, once every row has been pushed.
+    pub fn finish(self) -> Weight {
+        debug_assert_eq!(self.filled, self.rows);
+        Weight {
+            rows: self.rows,
+            cols: self.cols,
+            data: self.data,
+        }
+    }
+}
+
 impl Weight {
-    /// Builds a matrix from file bytes of type `kind`, converting to `target` (or keeping the file's type
-    /// when `target` is `None` and the engine can run it; K-quants are dequantized to f32).
+    /// Builds a matrix from file bytes of type `kind`, converting to `target` (or keeping the file's
+    /// type when `target` is `None`).
     ///
     /// The caller has checked that `bytes` holds `rows * cols` elements of `kind` and that `cols` is a
     /// multiple of the block sizes involved.
@@ -139,59 +480,20 @@ impl Weight {
         cols: usize,
         target: Option<WeightType>,
     ) -> Self {
-        let keep = WeightType::of_file_type(kind);
-        let target = target.or(keep).unwrap_or(WeightType::F32);
-        let data = if Some(target) == keep {
-            match kind {
-                GgmlType::Q4_0 => WeightData::Q4_0(quant::parse_q4_0(bytes)),
-                GgmlType::Q4_1 => WeightData::Q4_1(quant::parse_q4_1(bytes)),
-                GgmlType::Q8_0 => WeightData::Q8_0(quant::parse_q8_0(bytes)),
-                GgmlType::F16 => WeightData::F16(
-                    bytes
-                        .chunks_exact(2)
-                        .map(|b| f16::from_le_bytes([b[0], b[1]]))
-                        .collect(),
-                ),
-                GgmlType::BF16 => WeightData::Bf16(
-                    bytes
-                        .chunks_exact(2)
-                        .map(|b| bf16::from_le_bytes([b[0], b[1]]))
-                        .collect(),
-                ),
-                _ => WeightData::F32(dequantized(kind, bytes, rows * cols)),
-            }
-        } else {
-            return Self::from_f32(dequantized(kind, bytes, rows * cols), rows, cols, target);
-        };
-        Self { rows, cols, data }
+        let mut builder = WeightBuilder::new(kind, rows, cols, target);
+        builder.push_rows(bytes);
+        builder.finish()
     }
 
     /// Builds a matrix of type `target` from row-major f32 values.
+    ///
+    /// The caller has checked that `cols` is a multiple of `target`'s block size.
     pub fn from_f32(values: Vec<f32>, rows: usize, cols: usize, target: WeightType) -> Self {
-        let blocks = values.len() / QK;
-        let data = match target {
-            WeightType::F32 => WeightData::F32(values),
-            WeightType::F16 => WeightData::F16(values.iter().map(|&v| f16::from_f32(v)).collect()),
-            WeightType::Bf16 => {
-                WeightData::Bf16(values.iter().map(|&v| bf16::from_f32(v)).collect())
-            }
-            WeightType::Q8_0 => {
-                let mut out = vec![BlockQ8_0::default(); blocks];
-                quant::quantize_q8_0(&values, &mut out);
-                WeightData::Q8_0(out)
-            }
-            WeightType::Q4_0 => {
-                let mut out = vec![BlockQ4_0::default(); blocks];
-                quant::quantize_q4_0(&values, &mut out);
-                WeightData::Q4_0(out)
-            }
-            WeightType::Q4_1 => {
-                let mut out = vec![BlockQ4_1::default(); blocks];
-                quant::quantize_q4_1(&values, &mut out);
-                WeightData::Q4_1(out)
-            }
-        };
-        Self { rows, cols, data }
+        Self {
+            rows,
+            cols,
+            data: WeightData::quantized(values, target),
+        }
     }
 
     /// Stacks matrices of one type and row length on top of each other (`[a; b; c]`), so that products
@@ -204,28 +506,12 @@ impl Weight {
         {
             return None;
         }
-        let rows = parts.iter().map(|p| p.rows).sum();
-        macro_rules! concat {
-            ($variant:ident) => {
-                WeightData::$variant(
-                    parts
-                        .iter()
-                        .flat_map(|p| match &p.data {
-                            WeightData::$variant(v) => v.iter().copied(),
-                            _ => unreachable!("types were checked equal"),
-                        })
-                        .collect(),
-                )
-            };
+        let rows = parts.iter().map(|p| p.rows).sum::<usize>();
+        let mut data =
+            WeightData::with_capacity(first.kind(), rows * first.cols / first.kind().block_size());
+        for part in parts {
+            data.append(&part.data);
         }
-        let data = match first.data {
-            WeightData::F32(_) => concat!(F32),
-            WeightData::F16(_) => concat!(F16),
-            WeightData::Bf16(_) => concat!(Bf16),
-            WeightData::Q8_0(_) => concat!(Q8_0),
-            WeightData::Q4_0(_) => concat!(Q4_0),
-            WeightData::Q4_1(_) => concat!(Q4_1),
-        };
         Some(Weight {
             rows,
             cols: first.cols,
@@ -235,46 +521,24 @@ impl Weight {
 
     /// The runtime type.
     pub fn kind(&self) -> WeightType {
-        match self.data {
-            WeightData::F32(_) => WeightType::F32,
-            WeightData::F16(_) => WeightType::F16,
-            WeightData::Bf16(_) => WeightType::Bf16,
-            WeightData::Q8_0(_) => WeightType::Q8_0,
-            WeightData::Q4_0(_) => WeightType::Q4_0,
-            WeightData::Q4_1(_) => WeightType::Q4_1,
-        }
+        self.data.kind()
+    }
+
+    /// Values or blocks per row, as the type holds them.
+    pub fn units_per_row(&self) -> usize {
+        self.cols / self.kind().block_size()
     }
 
     /// Bytes the values take in memory.
     pub fn byte_size(&self) -> usize {
-        match &self.data {
-            WeightData::F32(v) => v.len() * 4,
-            WeightData::F16(v) => v.len() * 2,
-            WeightData::Bf16(v) => v.len() * 2,
-            WeightData::Q8_0(v) => v.len() * size_of::<BlockQ8_0>(),
-            WeightData::Q4_0(v) => v.len() * size_of::<BlockQ4_0>(),
-            WeightData::Q4_1(v) => v.len() * size_of::<BlockQ4_1>(),
-        }
+        self.data.byte_size()
     }
 
     /// Writes row `row` as f32 into `out` (`cols` values): the embedding lookup.
     pub fn row_to_f32(&self, row: usize, out: &mut [f32]) {
-        let (start, end) = (row * self.cols, (row + 1) * self.cols);
-        let (bstart, bend) = (start / QK, end / QK);
-        match &self.data {
-            WeightData::F32(v) => out.copy_from_slice(&v[start..end]),
-            WeightData::F16(v) => out
-                .iter_mut()
-                .zip(&v[start..end])
-                .for_each(|(o, x)| *o = x.to_f32()),
-            WeightData::Bf16(v) => out
-                .iter_mut()
-                .zip(&v[start..end])
-                .for_each(|(o, x)| *o = x.to_f32()),
-            WeightData::Q8_0(v) => quant::dequantize_q8_0(&v[bstart..bend], out),
-            WeightData::Q4_0(v) => quant::dequantize_q4_0(&v[bstart..bend], out),
-            WeightData::Q4_1(v) => quant::dequantize_q4_1(&v[bstart..bend], out),
-        }
+        let per_row = self.units_per_row();
+        self.data
+            .units_to_f32(row * per_row..(row + 1) * per_row, out);
     }
 
     /// The whole matrix as f32, row-major.
@@ -285,10 +549,4 @@ impl Weight {
         }
         out
     }
-}
-
-fn dequantized(kind: GgmlType, bytes: &[u8], elements: usize) -> Vec<f32> {
-    let mut out = vec![0f32; elements];
-    quant::dequantize_bytes(kind, bytes, &mut out);
-    out
 }

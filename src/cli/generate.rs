@@ -152,7 +152,7 @@ fn stats_line(loaded: &LoadedModel, g: &Generation) -> String {
         g.prompt_tokens_per_sec(),
         g.tokens.len(),
         g.generated_tokens_per_sec(),
-        loaded.model.weight_type(),
+        loaded.model.weight_mix(),
         loaded.model.threads(),
         g.stop_reason,
     )

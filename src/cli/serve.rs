@@ -121,7 +121,7 @@ impl ServeArgs {
             let model = &engine.model().model;
             tracing::info!(
                 model = %served,
-                weights = %model.weight_type(),
+                weights = %model.weight_mix(),
                 threads = model.threads(),
                 placement = %model.placement(),
                 kv_blocks = engine.kv_blocks(),

@@ -237,10 +237,12 @@ impl GgufFile {
         &self.bytes.as_slice()[info.offset..info.offset + info.size]
     }
 
-    /// Drops a tensor's whole pages from memory after its bytes have been copied out (see
+    /// Drops the whole pages of bytes `range` of a tensor from memory after they have been copied out (see
     /// [`FileBytes::release`]).
-    pub fn release_data(&self, info: &TensorInfo) {
-        self.bytes.release(info.offset..info.offset + info.size);
+    pub fn release_data(&self, info: &TensorInfo, range: std::ops::Range<usize>) {
+        let end = info.offset + range.end.min(info.size);
+        self.bytes
+            .release(info.offset + range.start.min(info.size)..end);
     }
 
     /// The metadata in the order the file lists it (which tools that copy it keep).

@@ -21,12 +21,13 @@
 
 use std::io::{self, Write};
 
-use half::{bf16, f16};
-
 use crate::{
-    format::gguf::MetaValue,
+    format::{
+        gguf::MetaValue,
+        requantize::{FileType, fallback},
+    },
     quant::{self, GgmlType},
-    weights::{Weight, WeightData, WeightType},
+    weights::WeightType,
 };
 
 /// `GGUF`, the first four bytes of every file.
@@ -140,7 +141,7 @@ impl GgufWriter {
             dims.first().is_some_and(|&d| d.is_multiple_of(block)),
             "rows of {kind} tensors are whole blocks of {block}"
         );
-        self.tensor(name, dims, ggml_type(kind), encode_f32(values, kind))
+        self.tensor(name, dims, kind.file_type(), encode_f32(values, kind))
     }
 
     /// Removes tensor `name`; whether it was there.
@@ -301,37 +302,12 @@ pub fn string_array<S: Into<String>>(items: impl IntoIterator<Item = S>) -> Meta
     )
 }
 
-/// The GGUF tensor type that holds a runtime weight type as it is.
-pub fn ggml_type(kind: WeightType) -> GgmlType {
-    match kind {
-        WeightType::F32 => GgmlType::F32,
-        WeightType::F16 => GgmlType::F16,
-        WeightType::Bf16 => GgmlType::BF16,
-        WeightType::Q8_0 => GgmlType::Q8_0,
-        WeightType::Q4_0 => GgmlType::Q4_0,
-        WeightType::Q4_1 => GgmlType::Q4_1,
-    }
-}
-
 /// `values` encoded as GGUF stores `kind`, quantized with the engine's reference quantizers.
 ///
 /// # Panics
 /// When `kind` is a block type and `values.len()` is not a multiple of its block size.
 pub fn encode_f32(values: &[f32], kind: WeightType) -> Vec<u8> {
-    let block = kind.block_size();
-    assert!(
-        values.len().is_multiple_of(block),
-        "{} values are not whole {kind} blocks",
-        values.len()
-    );
-    match Weight::from_f32(values.to_vec(), 1, values.len(), kind).data {
-        WeightData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        WeightData::F16(v) => v.iter().flat_map(|x: &f16| x.to_le_bytes()).collect(),
-        WeightData::Bf16(v) => v.iter().flat_map(|x: &bf16| x.to_le_bytes()).collect(),
-        WeightData::Q8_0(blocks) => quant::q8_0_bytes(&blocks),
-        WeightData::Q4_0(blocks) => quant::q4_0_bytes(&blocks),
-        WeightData::Q4_1(blocks) => quant::q4_1_bytes(&blocks),
-    }
+    quant::quantize_bytes(kind.file_type(), values).unwrap_or_else(|err| panic!("{err}"))
 }
 
 /// Special tokens of the tiny model, at ids 0, 1 and 2 (as in SmolLM2).
@@ -475,14 +451,7 @@ impl TinyLlama {
         let u32_of = |v: usize| MetaValue::U32(v as u32);
         let arch = self.architecture;
         let key = |k: &str| format!("{arch}.{k}");
-        let file_type = match weight_type {
-            WeightType::F32 => 0,
-            WeightType::F16 => 1,
-            WeightType::Q4_0 => 2,
-            WeightType::Q4_1 => 3,
-            WeightType::Q8_0 => 7,
-            WeightType::Bf16 => 32,
-        };
+        let file_type = FileType::holding(weight_type).id();
         w.metadata("general.architecture", MetaValue::String(arch.into()))
             .metadata(
                 "general.name",
@@ -551,7 +520,14 @@ impl TinyLlama {
         let post_norms = self.architecture == "gemma3";
         let mut matrix = |w: &mut GgufWriter, name: &str, rows: usize, cols: usize, scale: f32| {
             let values: Vec<f32> = (0..rows * cols).map(|_| rng.uniform() * scale).collect();
-            w.tensor_f32(name, &[cols as u64, rows as u64], weight_type, &values);
+            // As llama-quantize does, rows that are not whole super-blocks take a 32-wide type.
+            let kind = fallback(cols as u64, weight_type.file_type());
+            w.tensor_f32(
+                name,
+                &[cols as u64, rows as u64],
+                WeightType::of_file_type(kind),
+                &values,
+            );
         };
         let norm_of = |w: &mut GgufWriter, name: &str, len: usize| {
             let values: Vec<f32> = (0..len)
@@ -770,11 +746,22 @@ mod tests {
 
     #[test]
     fn tiny_model_loads_tokenizes_and_runs_in_every_weight_type() {
+        // K-quant rows are whole super-blocks of 256: those types take a model wide enough for them.
+        let wide = TinyLlama {
+            dim: 256,
+            ffn_dim: 512,
+            ..TinyLlama::default()
+        };
         for kind in WeightType::ALL {
-            let file = GgufFile::from_bytes(Path::new("tiny.gguf"), tiny_llama_gguf(1, kind))
-                .expect("parses");
+            let shape = if kind.block_size() > 32 {
+                wide
+            } else {
+                TinyLlama::default()
+            };
+            let bytes = shape.writer(1, kind).to_bytes();
+            let file = GgufFile::from_bytes(Path::new("tiny.gguf"), bytes).expect("parses");
             let config = LlamaConfig::from_gguf(&file).expect("config");
-            assert_eq!((config.n_layers, config.dim, config.head_dim), (2, 64, 16));
+            assert_eq!((config.n_layers, config.dim), (2, shape.dim));
             assert_eq!(config.vocab_size, TinyLlama::VOCAB_SIZE);
             let tokenizer = Tokenizer::from_gguf(&file).expect("tokenizer");
             let ids = tokenizer.encode("the cat and the hat").expect("encodes");

@@ -8,7 +8,7 @@ pub mod mmap;
 pub mod requantize;
 pub mod safetensors;
 
-use std::{borrow::Cow, path::Path};
+use std::{borrow::Cow, ops::Range, path::Path};
 
 use crate::{error::Result, quant::GgmlType};
 
@@ -36,7 +36,13 @@ pub trait TensorSource {
 
     /// Tells the source that tensor `name` has been copied out: a mapped source may drop its pages
     /// from memory (they are read back from the file if the tensor is asked for again).
-    fn release(&self, _name: &str) {}
+    fn release(&self, name: &str) {
+        self.release_part(name, 0..usize::MAX);
+    }
+
+    /// Tells the source that bytes `range` of tensor `name` have been copied out (a loader copying a
+    /// large tensor in pieces hands each back as it goes, so the tensor is never held twice).
+    fn release_part(&self, _name: &str, _range: Range<usize>) {}
 }
 
 impl TensorSource for gguf::GgufFile {
@@ -52,9 +58,9 @@ impl TensorSource for gguf::GgufFile {
         }))
     }
 
-    fn release(&self, name: &str) {
+    fn release_part(&self, name: &str, range: Range<usize>) {
         if let Some(info) = gguf::GgufFile::tensor(self, name) {
-            self.release_data(info);
+            self.release_data(info, range);
         }
     }
 }

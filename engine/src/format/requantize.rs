@@ -26,6 +26,7 @@ use crate::{
         gguf_writer::GgufWriter,
     },
     quant::{self, GgmlType},
+    weights::WeightType,
 };
 
 /// ggml's `GGML_QNT_VERSION`, written as `general.quantization_version`.
@@ -82,6 +83,23 @@ impl FileType {
         Self::Q6K,
         Self::Bf16,
     ];
+
+    /// The file type whose tensors are all of one runtime type (the K-quants' small mixes).
+    pub fn holding(kind: WeightType) -> Self {
+        match kind {
+            WeightType::F32 => Self::AllF32,
+            WeightType::F16 => Self::F16,
+            WeightType::Bf16 => Self::Bf16,
+            WeightType::Q8_0 => Self::Q8_0,
+            WeightType::Q4_0 => Self::Q4_0,
+            WeightType::Q4_1 => Self::Q4_1,
+            WeightType::Q5_0 => Self::Q5_0,
+            WeightType::Q5_1 => Self::Q5_1,
+            WeightType::Q4K => Self::Q4KS,
+            WeightType::Q5K => Self::Q5KS,
+            WeightType::Q6K => Self::Q6K,
+        }
+    }
 
     /// llama.cpp's `llama_ftype` number, written as `general.file_type`.
     pub fn id(self) -> u32 {
@@ -480,7 +498,7 @@ fn is_quantized(kind: GgmlType) -> bool {
 
 /// llama.cpp's `tensor_type_fallback`: a row that is not whole blocks of the chosen type takes the
 /// 32-wide type of about as many bits, and F16 when even that does not fit.
-fn fallback(columns: u64, chosen: GgmlType) -> GgmlType {
+pub fn fallback(columns: u64, chosen: GgmlType) -> GgmlType {
     let fits = |kind: GgmlType| columns.is_multiple_of(kind.block_size() as u64);
     if fits(chosen) {
         return chosen;
@@ -577,7 +595,7 @@ pub fn requantize(file: &GgufFile, ftype: FileType) -> Result<(GgufWriter, Vec<T
             data.to_vec()
         };
         writer.tensor(&tensor.name, &tensor.dims, tensor.to, bytes);
-        file.release_data(info);
+        file.release_data(info, 0..info.size);
     }
     Ok((writer, tensors))
 }

@@ -21,7 +21,7 @@ use rayon::prelude::*;
 use self::dispatch::KernelTable;
 pub use self::tiles::OutLayout;
 use crate::{
-    quant::{self, BlockQ8_0, BlockQ8_1, QK},
+    quant::{self, BlockQ8_0, BlockQ8_1, BlockQ8K},
     team::Split,
     weights::{Weight, WeightData},
 };
@@ -54,6 +54,7 @@ pub struct MatmulScratch {
     bf16: Vec<bf16>,
     q8_0: Vec<BlockQ8_0>,
     q8_1: Vec<BlockQ8_1>,
+    q8_k: Vec<BlockQ8K>,
     transposed: Vec<f32>,
 }
 
@@ -64,6 +65,7 @@ enum Converted<'a> {
     Bf16(&'a [bf16]),
     Q8_0(&'a [BlockQ8_0]),
     Q8_1(&'a [BlockQ8_1]),
+    Q8K(&'a [BlockQ8K]),
 }
 
 /// Converts `x` (rows of `w.cols`) for `w`'s type; the quantized types quantize the rows in parallel
@@ -87,48 +89,53 @@ fn convert<'a>(
             scratch.bf16.extend(x.iter().map(|&v| bf16::from_f32(v)));
             Converted::Bf16(&scratch.bf16)
         }
-        WeightData::Q8_0(_) | WeightData::Q4_0(_) => {
-            scratch.q8_0.resize(x.len() / QK, BlockQ8_0::default());
-            quantize_rows(
+        WeightData::Q8_0(_) | WeightData::Q4_0(_) | WeightData::Q5_0(_) => {
+            Converted::Q8_0(quantize_rows(
                 x,
                 w.cols,
                 &mut scratch.q8_0,
                 quant::quantize_activations_q8_0,
                 parallel,
-            );
-            Converted::Q8_0(&scratch.q8_0)
+            ))
         }
-        WeightData::Q4_1(_) => {
-            scratch.q8_1.resize(x.len() / QK, BlockQ8_1::default());
-            quantize_rows(
+        WeightData::Q4_1(_) | WeightData::Q5_1(_) => Converted::Q8_1(quantize_rows(
+            x,
+            w.cols,
+            &mut scratch.q8_1,
+            quant::quantize_activations_q8_1,
+            parallel,
+        )),
+        WeightData::Q4K(_) | WeightData::Q5K(_) | WeightData::Q6K(_) => {
+            Converted::Q8K(quantize_rows(
                 x,
                 w.cols,
-                &mut scratch.q8_1,
-                quant::quantize_activations_q8_1,
+                &mut scratch.q8_k,
+                quant::quantize_activations_q8_k,
                 parallel,
-            );
-            Converted::Q8_1(&scratch.q8_1)
+            ))
         }
     }
 }
 
 /// `quantize` of every row of `x` (`cols` each) into its blocks of `out`, rows in parallel when asked
 /// and there are several.
-fn quantize_rows<B: Send>(
+fn quantize_rows<'a, B: quant::ActivationBlock>(
     x: &[f32],
     cols: usize,
-    out: &mut [B],
+    out: &'a mut Vec<B>,
     quantize: fn(&[f32], &mut [B]),
     parallel: bool,
-) {
-    let nb = cols / QK;
+) -> &'a [B] {
+    let nb = cols / B::SIZE;
+    out.resize(x.len() / B::SIZE, B::default());
     if !parallel || x.len() <= cols || nb == 0 {
         quantize(x, out);
-        return;
+        return out;
     }
     x.par_chunks(cols)
         .zip(out.par_chunks_mut(nb))
         .for_each(|(row, blocks)| quantize(row, blocks));
+    out
 }
 
 /// Writes `out[i] = W[first_row + i] · x[t]` for `out.len()` consecutive rows. With `quads`, four rows per
@@ -145,7 +152,7 @@ fn rows_dot(
     quads: bool,
 ) {
     let group = if quads { 4 } else { usize::MAX };
-    let (c, b) = (w.cols, w.cols / QK);
+    let (c, b) = (w.cols, w.units_per_row());
     macro_rules! blocks {
         ($v:expr, $a:expr, $one:ident, $four:ident) => {{
             let y = &$a[t * b..(t + 1) * b];
@@ -205,6 +212,21 @@ fn rows_dot(
         }
         (WeightData::Q4_1(v), Converted::Q8_1(a)) => {
             blocks!(v, a, vec_dot_q4_1_q8_1, vec_dot_q4_1_q8_1_x4)
+        }
+        (WeightData::Q5_0(v), Converted::Q8_0(a)) => {
+            blocks!(v, a, vec_dot_q5_0_q8_0, vec_dot_q5_0_q8_0_x4)
+        }
+        (WeightData::Q5_1(v), Converted::Q8_1(a)) => {
+            blocks!(v, a, vec_dot_q5_1_q8_1, vec_dot_q5_1_q8_1_x4)
+        }
+        (WeightData::Q4K(v), Converted::Q8K(a)) => {
+            blocks!(v, a, vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4)
+        }
+        (WeightData::Q5K(v), Converted::Q8K(a)) => {
+            blocks!(v, a, vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_x4)
+        }
+        (WeightData::Q6K(v), Converted::Q8K(a)) => {
+            blocks!(v, a, vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_x4)
         }
         _ => unreachable!("activations are converted for the weight's own type"),
     }
@@ -316,7 +338,7 @@ fn tiled_matmul(
     out: &mut [f32],
     transposed: &mut Vec<f32>,
 ) -> bool {
-    let nb = w.cols / QK;
+    let nb = w.units_per_row();
     if nb == 0 || w.rows == 0 {
         return false;
     }
@@ -340,6 +362,31 @@ fn tiled_matmul(
         (WeightData::Q4_1(v), Converted::Q8_1(a)) => {
             product.run(v, a, out, transposed, |w, x, out, layout| {
                 k.gemm_q4_1_q8_1(w, x, nb, out, layout)
+            })
+        }
+        (WeightData::Q5_0(v), Converted::Q8_0(a)) => {
+            product.run(v, a, out, transposed, |w, x, out, layout| {
+                k.gemm_q5_0_q8_0(w, x, nb, out, layout)
+            })
+        }
+        (WeightData::Q5_1(v), Converted::Q8_1(a)) => {
+            product.run(v, a, out, transposed, |w, x, out, layout| {
+                k.gemm_q5_1_q8_1(w, x, nb, out, layout)
+            })
+        }
+        (WeightData::Q4K(v), Converted::Q8K(a)) => {
+            product.run(v, a, out, transposed, |w, x, out, layout| {
+                k.gemm_q4_k_q8_k(w, x, nb, out, layout)
+            })
+        }
+        (WeightData::Q5K(v), Converted::Q8K(a)) => {
+            product.run(v, a, out, transposed, |w, x, out, layout| {
+                k.gemm_q5_k_q8_k(w, x, nb, out, layout)
+            })
+        }
+        (WeightData::Q6K(v), Converted::Q8K(a)) => {
+            product.run(v, a, out, transposed, |w, x, out, layout| {
+                k.gemm_q6_k_q8_k(w, x, nb, out, layout)
             })
         }
         _ => return false,
@@ -426,7 +473,8 @@ mod tests {
     /// every tier agrees with the scalar reference.
     #[test]
     fn matmul_matches_dequantized_f32_product_on_every_tier() {
-        let (rows, cols) = (70, 96);
+        // Three K-quant super-blocks (24 blocks of 32) a row: odd block counts for every type.
+        let (rows, cols) = (70, 768);
         let values = random(rows * cols, 1);
         for n in [1, 3, 17, 40] {
             let x = random(n * cols, 2 + n as u64);
@@ -480,7 +528,7 @@ mod tests {
     /// every (row, token) the bits of the single-row dot that decoding that token alone would run.
     #[test]
     fn quantized_matmul_of_many_tokens_equals_single_row_dots_bit_for_bit() {
-        let (rows, cols) = (70, 96);
+        let (rows, cols) = (70, 768);
         let values = random(rows * cols, 3);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
@@ -492,7 +540,7 @@ mod tests {
                 n >= 2 * MIN_TOKENS_PER_THREAD
             );
             let x = random(n * cols, 4 + n as u64);
-            for kind in [WeightType::Q8_0, WeightType::Q4_0, WeightType::Q4_1] {
+            for kind in WeightType::ALL.into_iter().filter(|k| k.is_quantized()) {
                 let w = Weight::from_f32(values.clone(), rows, cols, kind);
                 for tier in cpu::available_tiers() {
                     let table = KernelTable::for_tier(tier).expect("available tier");
@@ -528,7 +576,7 @@ mod tests {
     /// the bits of the same product run as fork-joins on the pool, for every weight type and tier.
     #[test]
     fn a_team_computes_the_bits_of_the_pool() {
-        let (rows, cols) = (200, 96);
+        let (rows, cols) = (200, 768);
         let values = random(rows * cols, 5);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(2)

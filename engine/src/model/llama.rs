@@ -21,8 +21,12 @@ use crate::{
     placement::{self, Applied, Placement, Topology},
     quant::{self, GgmlType},
     team::{self, Split},
-    weights::{Weight, WeightType},
+    weights::{Weight, WeightBuilder, WeightMix, WeightType},
 };
+
+/// Bytes of a tensor copied out of a mapped file before they are handed back: the most the loader
+/// holds twice at a time.
+const LOAD_PIECE_BYTES: usize = 8 << 20;
 
 /// How a model is loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -69,12 +73,9 @@ impl Stacked {
         }
     }
 
-    /// The matrices' runtime type (of the first, when they differ).
-    fn kind(&self) -> WeightType {
-        self.fused
-            .as_ref()
-            .or(self.parts.first())
-            .map_or(WeightType::F32, Weight::kind)
+    /// The matrices, fused or apart.
+    fn matrices(&self) -> impl Iterator<Item = &Weight> {
+        self.fused.iter().chain(&self.parts)
     }
 
     fn byte_size(&self) -> usize {
@@ -137,6 +138,14 @@ struct Layer {
 }
 
 impl Layer {
+    /// The layer's matrices.
+    fn matrices(&self) -> impl Iterator<Item = &Weight> {
+        self.qkv
+            .matrices()
+            .chain(self.gate_up.matrices())
+            .chain([&self.wo, &self.w_down])
+    }
+
     fn norm_bytes(&self) -> usize {
         let optional = [
             &self.q_norm,
@@ -380,11 +389,19 @@ impl Llama {
         self.pool.current_num_threads()
     }
 
-    /// The runtime type of the transformer blocks' matrices.
+    /// The runtime type of the transformer blocks' matrices: the one holding most bytes when a file
+    /// mixes types.
     pub fn weight_type(&self) -> WeightType {
-        self.layers
-            .first()
-            .map_or(self.embedding.kind(), |l| l.qkv.kind())
+        if self.layers.is_empty() {
+            return self.embedding.kind();
+        }
+        WeightMix::of(self.layers.iter().flat_map(Layer::matrices)).main_type()
+    }
+
+    /// The runtime types of every matrix, with the bytes each holds.
+    pub fn weight_mix(&self) -> WeightMix {
+        let heads = std::iter::once(&self.embedding).chain(&self.output);
+        WeightMix::of(heads.chain(self.layers.iter().flat_map(Layer::matrices)))
     }
 
     /// Bytes of weights held in memory.
@@ -935,18 +952,22 @@ impl Loader<'_> {
             .ok_or_else(|| Error::model(self.source.origin(), format!("tensor {name} is missing")))
     }
 
-    /// The type of the embedding / output head: never below 8 bits when the blocks run in 4 bits
-    /// (as llama.cpp's quantizer keeps them), unless the file itself holds it in 4 bits.
+    /// The type of the embedding / output head when the blocks are requantized: never below six
+    /// bits when the blocks run in fewer (as llama.cpp's quantizer keeps them), unless the file itself
+    /// holds it in fewer.
     fn head_target(&self, name: &str) -> Result<Option<WeightType>> {
         let Some(target) = self.target else {
             return Ok(None);
         };
-        if !target.is_4bit() {
+        if !target.is_low_bit() {
             return Ok(Some(target));
         }
-        let file_kind = self.source.tensor(name)?.map(|t| t.kind);
-        Ok(match file_kind.and_then(WeightType::of_file_type) {
-            Some(kind) if kind.is_4bit() || kind == WeightType::Q8_0 => Some(kind),
+        let file_kind = self
+            .source
+            .tensor(name)?
+            .map(|t| WeightType::of_file_type(t.kind));
+        Ok(match file_kind {
+            Some(kind) if kind.is_quantized() => Some(kind),
             _ => Some(WeightType::Q8_0),
         })
     }
@@ -966,25 +987,32 @@ impl Loader<'_> {
                 format!("tensor {name} has shape {:?}, expected {want:?}", raw.dims),
             ));
         }
-        let effective = target.or(WeightType::of_file_type(raw.kind));
-        let block = effective
-            .map_or(1, WeightType::block_size)
-            .max(raw.kind.block_size());
+        let effective = target.unwrap_or(WeightType::of_file_type(raw.kind));
+        let block = effective.block_size().max(raw.kind.block_size());
         if !cols.is_multiple_of(block) {
             return Err(Error::model(
                 self.source.origin(),
                 format!(
-                    "tensor {name}: row length {cols} is not a multiple of the block size {block}"
+                    "tensor {name}: row length {cols} is not a multiple of the block size {block} of {effective}"
                 ),
             ));
         }
         check_len(self.source, name, &raw, rows * cols)?;
-        quant::check_block_scales(raw.kind, &raw.data)
-            .map_err(|err| Error::model(self.source.origin(), format!("tensor {name}: {err}")))?;
-        let weight = Weight::from_bytes(raw.kind, &raw.data, rows, cols, target);
+        let mut builder = WeightBuilder::new(raw.kind, rows, cols, target);
+        let piece_bytes = builder.row_bytes() * (LOAD_PIECE_BYTES / builder.row_bytes()).max(1);
+        for (i, piece) in raw.data.chunks(piece_bytes).enumerate() {
+            quant::check_block_scales(raw.kind, piece).map_err(|err| {
+                let block = err.block + i * piece_bytes / raw.kind.block_bytes();
+                let err = quant::NonFiniteScale { block, ..err };
+                Error::model(self.source.origin(), format!("tensor {name}: {err}"))
+            })?;
+            builder.push_rows(piece);
+            let start = i * piece_bytes;
+            self.source.release_part(name, start..start + piece.len());
+        }
         drop(raw);
         self.source.release(name);
-        Ok(weight)
+        Ok(builder.finish())
     }
 
     fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {

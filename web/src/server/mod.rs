@@ -205,7 +205,7 @@ async fn health(State(state): State<Arc<ServerState>>) -> impl IntoResponse {
     Json(json!({
         "status": "ok",
         "model": state.options.served_model,
-        "weights": model.weight_type().to_string(),
+        "weights": model.weight_mix().to_string(),
         "threads": model.threads(),
         "kernel_tier": tier,
         "placement": state.options.placement,
@@ -237,7 +237,7 @@ async fn models(State(state): State<Arc<ServerState>>) -> impl IntoResponse {
             "created": state.started,
             "owned_by": "strata",
             "context_length": model.config().context_length,
-            "weights": model.weight_type().to_string(),
+            "weights": model.weight_mix().to_string(),
         }],
     }))
 }
