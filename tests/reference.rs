@@ -12,6 +12,8 @@ use strata_engine::{
 
 use crate::common;
 
+mod gemma;
+
 /// A position may diverge from the reference only where its top-1 and top-2 log-probabilities are this close.
 const TIE_LOGPROB: f64 = 0.02;
 /// Top-5 probabilities of the f32 path must be this close to the f32 reference.
@@ -213,19 +215,24 @@ fn f16_path_reproduces_the_f16_reference() {
     quantized_path_reproduces(WeightType::F16, "F16");
 }
 
-/// llama-perplexity with `-c 128`: consecutive 128-token chunks, each from an empty cache, scored on
-/// the predictions made from the second half of the chunk.
+/// llama-perplexity with `-c 128`: consecutive 128-token chunks, each from an empty cache and, when
+/// the tokenizer adds a BOS, with its first token replaced by BOS, scored on the predictions made
+/// from the second half of the chunk.
 fn perplexity(model: &LoadedModel, tokens: &[u32], context: usize) -> f64 {
-    let chunks = tokens.len() / context;
     let first = context / 2;
+    let bos = model.tokenizer.bos().filter(|_| model.tokenizer.adds_bos());
+    let vocab = model.model.config().vocab_size;
     let (mut nll, mut count) = (0.0f64, 0usize);
-    for chunk in tokens.chunks_exact(context).take(chunks) {
+    for chunk in tokens.chunks_exact(context) {
+        let mut chunk = chunk.to_vec();
+        if let Some(bos) = bos {
+            chunk[0] = bos;
+        }
         let mut cache = model.model.new_cache(context);
         let logits = model
             .model
-            .forward(chunk, &mut cache, Logits::All)
+            .forward(&chunk, &mut cache, Logits::All)
             .expect("forward");
-        let vocab = model.model.config().vocab_size;
         for j in first..context - 1 {
             let logprobs = log_softmax(&logits[j * vocab..(j + 1) * vocab]);
             nll -= logprobs[chunk[j + 1] as usize];

@@ -889,7 +889,7 @@ pub fn dequantize_q5_1(blocks: &[BlockQ5_1], out: &mut [f32]) {
 }
 
 /// The scales (f16 fields) of one block of `kind`, by name and byte offset in the block.
-fn scale_fields(kind: GgmlType) -> &'static [(&'static str, usize)] {
+pub(crate) fn scale_fields(kind: GgmlType) -> &'static [(&'static str, usize)] {
     match kind {
         GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => &[],
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[("d", 0)],

@@ -578,7 +578,7 @@ pub fn tiny_llama_gguf(seed: u64, weight_type: WeightType) -> Vec<u8> {
 
 /// GPT-2's printable stand-in for a byte (`Ġ` for space): printable Latin-1 bytes stand for
 /// themselves, the others map in order to U+0100 and up.
-fn byte_level_char(byte: u8) -> char {
+pub(crate) fn byte_level_char(byte: u8) -> char {
     let printable = |b: u8| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
     if printable(byte) {
         return char::from(byte);
@@ -588,10 +588,10 @@ fn byte_level_char(byte: u8) -> char {
 }
 
 /// SplitMix64: a tiny, fixed, seedable generator, so weights do not change with library versions.
-struct SplitMix64(u64);
+pub(crate) struct SplitMix64(pub(crate) u64);
 
 impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -600,7 +600,7 @@ impl SplitMix64 {
     }
 
     /// Uniform in [-1, 1).
-    fn uniform(&mut self) -> f32 {
+    pub(crate) fn uniform(&mut self) -> f32 {
         (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     }
 }

@@ -7,6 +7,7 @@ pub mod gguf_writer;
 pub mod mmap;
 pub mod requantize;
 pub mod safetensors;
+pub mod synth;
 
 use std::{borrow::Cow, ops::Range, path::Path};
 

@@ -22,7 +22,7 @@ use rayon::prelude::*;
 use crate::{
     error::{Error, Result},
     format::{
-        gguf::{GgufFile, MetaValue, TensorInfo},
+        gguf::{GgufFile, MetaValue},
         gguf_writer::GgufWriter,
     },
     quant::{self, GgmlType},
@@ -222,13 +222,20 @@ struct ModelFacts {
 }
 
 impl ModelFacts {
-    fn read(file: &GgufFile) -> Result<Self> {
-        let arch = file.meta_str("general.architecture")?.to_owned();
+    /// The facts from metadata read through `meta`; `origin` names the file in errors.
+    fn read<'m>(origin: &Path, meta: impl Fn(&str) -> Option<&'m MetaValue>) -> Result<Self> {
+        let missing = |key: &str| Error::model(origin, format!("metadata {key} is missing"));
+        let arch = meta("general.architecture")
+            .and_then(MetaValue::as_str)
+            .ok_or_else(|| missing("general.architecture"))?
+            .to_owned();
         let key = |name: &str| format!("{arch}.{name}");
-        let n_layer = file.meta_u64(&key("block_count"))?;
+        let n_layer = meta(&key("block_count"))
+            .and_then(MetaValue::as_u64)
+            .ok_or_else(|| missing(&key("block_count")))?;
         let n_layer = usize::try_from(n_layer)
-            .map_err(|_| Error::model(file.path(), format!("absurd block count {n_layer}")))?;
-        let optional = |name: &str| file.meta(&key(name)).and_then(MetaValue::as_u64);
+            .map_err(|_| Error::model(origin, format!("absurd block count {n_layer}")))?;
+        let optional = |name: &str| meta(&key(name)).and_then(MetaValue::as_u64);
         let n_expert = optional("expert_count").unwrap_or(0);
         let n_head = optional("attention.head_count").unwrap_or(0);
         let n_head_kv = optional("attention.head_count_kv").unwrap_or(n_head);
@@ -522,31 +529,49 @@ pub fn fallback(columns: u64, chosen: GgmlType) -> GgmlType {
 /// When the metadata lacks the architecture or block count, or a mixture-of-experts tensor's name
 /// has no layer.
 pub fn plan(file: &GgufFile, ftype: FileType) -> Result<Vec<TensorPlan>> {
-    let facts = ModelFacts::read(file)?;
-    let mut tensors: Vec<&TensorInfo> = file.tensors.iter().collect();
-    tensors.sort_by(|a, b| weight_order(&a.name, &b.name));
+    let tensors: Vec<_> = file
+        .tensors
+        .iter()
+        .map(|t| (t.name.as_str(), t.dims.as_slice(), t.kind))
+        .collect();
+    plan_tensors(file.path(), |key| file.meta(key), &tensors, ftype)
+}
+
+/// [`plan`] for tensors given as (name, dims, type), with the metadata read through `meta` (a
+/// file being written has no [`GgufFile`] yet); `origin` names it in errors.
+///
+/// # Errors
+/// As [`plan`].
+pub fn plan_tensors<'m>(
+    origin: &Path,
+    meta: impl Fn(&str) -> Option<&'m MetaValue>,
+    tensors: &[(&str, &[u64], GgmlType)],
+    ftype: FileType,
+) -> Result<Vec<TensorPlan>> {
+    let facts = ModelFacts::read(origin, meta)?;
+    let mut tensors: Vec<_> = tensors.to_vec();
+    tensors.sort_by(|a, b| weight_order(a.0, b.0));
     let mut rules = TypeRules {
         ftype,
         facts: &facts,
-        has_tied_embeddings: !tensors.iter().any(|t| t.name == "output.weight"),
+        has_tied_embeddings: !tensors.iter().any(|t| t.0 == "output.weight"),
         n_attention_wv: tensors
             .iter()
-            .filter(|t| Category::of(&t.name).is_attn_v())
+            .filter(|t| Category::of(t.0).is_attn_v())
             .count(),
         i_attention_wv: 0,
         i_ffn_down: 0,
     };
     tensors
         .into_iter()
-        .map(|t| {
-            let dims = t.dims[..ggml_n_dims(&t.dims)].to_vec();
+        .map(|(name, dims, kind)| {
             let to = rules
-                .target(&t.name, &t.dims, t.kind)
-                .map_err(|problem| Error::model(file.path(), problem))?;
+                .target(name, dims, kind)
+                .map_err(|problem| Error::model(origin, problem))?;
             Ok(TensorPlan {
-                name: t.name.clone(),
-                dims,
-                from: t.kind,
+                name: name.to_owned(),
+                dims: dims[..ggml_n_dims(dims)].to_vec(),
+                from: kind,
                 to,
             })
         })
