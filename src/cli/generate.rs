@@ -105,12 +105,7 @@ impl GenerateArgs {
             messages.push(ChatMessage::new("system", system.clone()));
         }
         messages.push(ChatMessage::new("user", self.prompt.clone()));
-        let token = |id: Option<u32>| {
-            id.and_then(|id| loaded.tokenizer.token_text(id))
-                .unwrap_or_default()
-        };
-        let (bos, eos) = (token(loaded.tokenizer.bos()), token(loaded.tokenizer.eos()));
-        Ok(template.render(&messages, true, &bos, &eos)?)
+        Ok(template.render_prompt(&messages, true, &loaded.tokenizer)?)
     }
 
     fn sampling(&self) -> SamplingParams {

@@ -14,6 +14,8 @@ use strata_controller::store::NewModel;
 use strata_engine::format::{
     convert::{self, ConvertOptions, HfDtype},
     gguf::{GgufFile, MetaValue},
+    requantize::{self, FileType, TensorPlan},
+    synth::{self, SynthShape},
 };
 
 use super::GlobalArgs;
@@ -57,6 +59,33 @@ pub(crate) enum ModelCommand {
         /// Write into a folder that already holds files, replacing those of the same names.
         #[arg(long)]
         force: bool,
+    },
+    /// Requantize a GGUF file to one of llama-quantize's file types (q4_k_m, q5_k_m, q8_0, ...) with
+    /// its per-tensor type rules, and print the tensor types written.
+    Quantize {
+        /// The GGUF file to read.
+        input: PathBuf,
+        /// The GGUF file to write (replaced when it exists).
+        output: PathBuf,
+        /// The file type: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k_s, q4_k_m, q5_k_s,
+        /// q5_k_m or q6_k.
+        #[arg(value_parser = |s: &str| s.parse::<FileType>())]
+        file_type: FileType,
+    },
+    /// Write a GGUF file with random weights at the real shapes and llama-quantize's tensor types of
+    /// a deployed model, for speed and memory measurements.
+    Synth {
+        /// The shape: llama-3.2-1b or llama-3.1-8b.
+        #[arg(value_parser = |s: &str| s.parse::<SynthShape>())]
+        shape: SynthShape,
+        /// The file type (as for `quantize`), e.g. q4_k_m.
+        #[arg(value_parser = |s: &str| s.parse::<FileType>())]
+        file_type: FileType,
+        /// The GGUF file to write (replaced when it exists).
+        output: PathBuf,
+        /// Seed of the random weights.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
     },
     /// Print a GGUF file's format version, metadata (arrays summarized), tensor table and totals.
     Inspect {
@@ -110,6 +139,17 @@ impl ModelCommand {
                 dtype,
                 force,
             } => convert_gguf(&input, &out_dir, ConvertOptions { dtype, force })?,
+            ModelCommand::Quantize {
+                input,
+                output,
+                file_type,
+            } => quantize(&input, &output, file_type)?,
+            ModelCommand::Synth {
+                shape,
+                file_type,
+                output,
+                seed,
+            } => synthesize(&shape, file_type, &output, seed)?,
             ModelCommand::Inspect { path, json } => inspect(&path, json)?,
         }
         Ok(())
@@ -170,6 +210,63 @@ fn pull(name: &str, dir: &Path) -> anyhow::Result<PathBuf> {
     })
     .with_context(|| format!("pulling model `{name}` into {}", dir.display()))?;
     Ok(path)
+}
+
+/// Requantizes `input` into `output` and prints the types written and the size.
+fn quantize(input: &Path, output: &Path, file_type: FileType) -> anyhow::Result<()> {
+    let written = requantize::requantize_file(input, output, file_type)
+        .with_context(|| format!("requantizing {} to {}", input.display(), file_type.name()))?;
+    let converted = written.tensors.iter().filter(|t| t.converts()).count();
+    println!(
+        "{}: {} ({}; {converted} requantized, the rest copied)",
+        written.path.display(),
+        human_size(written.bytes),
+        type_summary(&written.tensors),
+    );
+    Ok(())
+}
+
+/// Writes a synthetic model file and prints its types and size.
+fn synthesize(
+    shape: &SynthShape,
+    file_type: FileType,
+    output: &Path,
+    seed: u64,
+) -> anyhow::Result<()> {
+    let (writer, tensors) = synth::synth(shape, file_type, seed)?;
+    let mut partial = output.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    let write = || -> std::io::Result<()> {
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&partial)?);
+        writer.write_to(&mut out)?;
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&partial, output)
+    };
+    if let Err(e) = write() {
+        let _ = std::fs::remove_file(&partial);
+        return Err(e).with_context(|| format!("writing {}", output.display()));
+    }
+    let bytes = std::fs::metadata(output)?.len();
+    println!(
+        "{}: {} ({} {}; {})",
+        output.display(),
+        human_size(bytes),
+        shape,
+        file_type.name(),
+        type_summary(&tensors),
+    );
+    Ok(())
+}
+
+/// `291 tensors: Q4_K 193, Q6_K 33, F32 65`.
+fn type_summary(tensors: &[TensorPlan]) -> String {
+    let types = requantize::type_counts(tensors)
+        .into_iter()
+        .map(|(kind, n)| format!("{kind} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("{} tensors: {types}", tensors.len())
 }
 
 /// Converts `input` and prints each file written with its size.

@@ -71,8 +71,6 @@ pub(crate) struct ServerState {
     options: ServerOptions,
     metrics: metrics::Metrics,
     template: ChatTemplate,
-    bos: String,
-    eos: String,
     fingerprint: String,
     ids: AtomicU64,
     started: u64,
@@ -109,11 +107,6 @@ pub fn router(engine: Arc<Engine>, options: ServerOptions) -> Result<Router, Ser
         Some(source) => ChatTemplate::new(source)?,
         None => ChatTemplate::fallback_chatml(),
     };
-    let special = |id: Option<u32>| {
-        id.and_then(|id| tokenizer.token_text(id))
-            .unwrap_or_default()
-    };
-    let (bos, eos) = (special(tokenizer.bos()), special(tokenizer.eos()));
     let model = &engine.model().model;
     let fingerprint = format!(
         "strata-{}-{}-{}t",
@@ -129,8 +122,6 @@ pub fn router(engine: Arc<Engine>, options: ServerOptions) -> Result<Router, Ser
         engine,
         options,
         template,
-        bos,
-        eos,
         fingerprint,
         ids: AtomicU64::new(0),
         started,
@@ -319,7 +310,7 @@ async fn chat_inner(
     let logprobs = request.logprobs()?;
     let text = state
         .template
-        .render(&messages, true, &state.bos, &state.eos)
+        .render_prompt(&messages, true, &state.engine.model().tokenizer)
         .map_err(|e| ApiError::invalid_param("messages", e.to_string()))?;
     let prompt = tokenize(&state, &text, "messages")?;
     let max_tokens = resolve_max_tokens(&state, prompt.len(), request.max_tokens(), "messages")?;
