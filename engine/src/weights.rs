@@ -407,9 +407,9 @@ pub struct Weight {
 }
 
 /// Builds a [`Weight`] from a file's bytes a few rows at a time, so that a loader can hand back each
-/// piece of a mapped file once it is copied, instead of holding a whole tensor twice.
+/// piece of a mapped file once it is copied, instead of holding a whole tensor twice; matrices that
+/// are stacked are read one after the other into one.
 pub struct WeightBuilder {
-    file_type: GgmlType,
     target: WeightType,
     rows: usize,
     cols: usize,
@@ -418,38 +418,35 @@ pub struct WeightBuilder {
 }
 
 impl WeightBuilder {
-    /// A matrix of `rows x cols` values of file type `file_type`, held as `target` (the file's own
-    /// type when `None`).
+    /// A matrix of `rows x cols` values held as `target`.
     ///
-    /// The caller has checked that `cols` is a multiple of the block sizes of both types.
-    pub fn new(file_type: GgmlType, rows: usize, cols: usize, target: Option<WeightType>) -> Self {
-        let target = target.unwrap_or(WeightType::of_file_type(file_type));
-        let units = rows * cols / target.block_size();
+    /// The caller has checked that `cols` is a multiple of `target`'s block size and of the block
+    /// sizes of the file types it pushes.
+    pub fn new(target: WeightType, rows: usize, cols: usize) -> Self {
         Self {
-            file_type,
             target,
             rows,
             cols,
             filled: 0,
-            data: WeightData::with_capacity(target, units),
+            data: WeightData::with_capacity(target, rows * cols / target.block_size()),
         }
     }
 
-    /// Bytes of one row in the file.
-    pub fn row_bytes(&self) -> usize {
-        self.cols / self.file_type.block_size() * self.file_type.block_bytes()
+    /// Bytes of one row stored as `file_type`.
+    pub fn row_bytes(&self, file_type: GgmlType) -> usize {
+        self.cols / file_type.block_size() * file_type.block_bytes()
     }
 
-    /// Appends the next whole rows, given as file bytes.
-    pub fn push_rows(&mut self, bytes: &[u8]) {
-        let rows = bytes.len() / self.row_bytes();
-        debug_assert_eq!(bytes.len(), rows * self.row_bytes());
+    /// Appends the next whole rows, given as file bytes of `file_type`.
+    pub fn push_rows(&mut self, file_type: GgmlType, bytes: &[u8]) {
+        let rows = bytes.len() / self.row_bytes(file_type);
+        debug_assert_eq!(bytes.len(), rows * self.row_bytes(file_type));
         debug_assert!(self.filled + rows <= self.rows);
-        let piece = if WeightType::of_file_type(self.file_type) == self.target {
-            WeightData::parse(self.file_type, bytes)
+        let piece = if WeightType::of_file_type(file_type) == self.target {
+            WeightData::parse(file_type, bytes)
         } else {
             let mut values = vec![0f32; rows * self.cols];
-            quant::dequantize_bytes(self.file_type, bytes, &mut values);
+            quant::dequantize_bytes(file_type, bytes, &mut values);
             WeightData::quantized(values, self.target)
         };
         self.data.append(&piece);
@@ -480,8 +477,9 @@ impl Weight {
         cols: usize,
         target: Option<WeightType>,
     ) -> Self {
-        let mut builder = WeightBuilder::new(kind, rows, cols, target);
-        builder.push_rows(bytes);
+        let target = target.unwrap_or(WeightType::of_file_type(kind));
+        let mut builder = WeightBuilder::new(target, rows, cols);
+        builder.push_rows(kind, bytes);
         builder.finish()
     }
 
@@ -494,29 +492,6 @@ impl Weight {
             cols,
             data: WeightData::quantized(values, target),
         }
-    }
-
-    /// Stacks matrices of one type and row length on top of each other (`[a; b; c]`), so that products
-    /// sharing an input run as one pass; `None` when types or row lengths differ.
-    pub fn stack(parts: &[Weight]) -> Option<Weight> {
-        let first = parts.first()?;
-        if parts
-            .iter()
-            .any(|p| p.cols != first.cols || p.kind() != first.kind())
-        {
-            return None;
-        }
-        let rows = parts.iter().map(|p| p.rows).sum::<usize>();
-        let mut data =
-            WeightData::with_capacity(first.kind(), rows * first.cols / first.kind().block_size());
-        for part in parts {
-            data.append(&part.data);
-        }
-        Some(Weight {
-            rows,
-            cols: first.cols,
-            data,
-        })
     }
 
     /// The runtime type.

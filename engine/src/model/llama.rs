@@ -57,19 +57,21 @@ struct Stacked {
 }
 
 impl Stacked {
-    fn new(parts: Vec<Weight>) -> Self {
-        let widths = parts.iter().map(|p| p.rows).collect();
-        match Weight::stack(&parts) {
-            Some(fused) => Self {
-                fused: Some(fused),
-                parts: Vec::new(),
-                widths,
-            },
-            None => Self {
-                fused: None,
-                parts,
-                widths,
-            },
+    /// One matrix holding parts of `widths` rows, in order.
+    fn fused(fused: Weight, widths: Vec<usize>) -> Self {
+        Self {
+            fused: Some(fused),
+            parts: Vec::new(),
+            widths,
+        }
+    }
+
+    /// Matrices of different types, multiplied one by one.
+    fn apart(parts: Vec<Weight>) -> Self {
+        Self {
+            fused: None,
+            widths: parts.iter().map(|p| p.rows).collect(),
+            parts,
         }
     }
 
@@ -979,6 +981,53 @@ impl Loader<'_> {
         cols: usize,
         target: Option<WeightType>,
     ) -> Result<Weight> {
+        let raw = self.checked(name, rows, cols, target)?;
+        let held = target.unwrap_or(WeightType::of_file_type(raw.kind));
+        let mut builder = WeightBuilder::new(held, rows, cols);
+        self.copy_into(name, raw, &mut builder)?;
+        Ok(builder.finish())
+    }
+
+    /// Matrices that read the same input (`(name, rows)` each, `cols` wide), read into one stacked
+    /// matrix when they are held in one type (no copy of the parts is ever held beside it), else
+    /// apart.
+    fn stacked(
+        &self,
+        parts: &[(String, usize)],
+        cols: usize,
+        target: Option<WeightType>,
+    ) -> Result<Stacked> {
+        let raws = parts
+            .iter()
+            .map(|(name, rows)| self.checked(name, *rows, cols, target))
+            .collect::<Result<Vec<_>>>()?;
+        let widths: Vec<usize> = parts.iter().map(|&(_, rows)| rows).collect();
+        let held = |raw: &RawTensor<'_>| target.unwrap_or(WeightType::of_file_type(raw.kind));
+        let first = held(&raws[0]);
+        if raws.iter().any(|raw| held(raw) != first) {
+            drop(raws);
+            let weights = parts
+                .iter()
+                .map(|(name, rows)| self.matrix(name, *rows, cols, target))
+                .collect::<Result<Vec<_>>>()?;
+            return Ok(Stacked::apart(weights));
+        }
+        let mut builder = WeightBuilder::new(first, widths.iter().sum(), cols);
+        for ((name, _), raw) in parts.iter().zip(raws) {
+            self.copy_into(name, raw, &mut builder)?;
+        }
+        Ok(Stacked::fused(builder.finish(), widths))
+    }
+
+    /// Tensor `name`, checked to be a `rows x cols` matrix whose rows are whole blocks of its file
+    /// type and of `target`.
+    fn checked(
+        &self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        target: Option<WeightType>,
+    ) -> Result<RawTensor<'_>> {
         let raw = self.require(name)?;
         let want = [cols as u64, rows as u64];
         if raw.dims != want {
@@ -998,21 +1047,27 @@ impl Loader<'_> {
             ));
         }
         check_len(self.source, name, &raw, rows * cols)?;
-        let mut builder = WeightBuilder::new(raw.kind, rows, cols, target);
-        let piece_bytes = builder.row_bytes() * (LOAD_PIECE_BYTES / builder.row_bytes()).max(1);
+        Ok(raw)
+    }
+
+    /// Appends the rows of `raw` (tensor `name`) to `builder` in pieces, checking each piece's block
+    /// scales and handing its bytes back to the source once copied.
+    fn copy_into(&self, name: &str, raw: RawTensor<'_>, builder: &mut WeightBuilder) -> Result<()> {
+        let row_bytes = builder.row_bytes(raw.kind);
+        let piece_bytes = row_bytes * (LOAD_PIECE_BYTES / row_bytes).max(1);
         for (i, piece) in raw.data.chunks(piece_bytes).enumerate() {
             quant::check_block_scales(raw.kind, piece).map_err(|err| {
                 let block = err.block + i * piece_bytes / raw.kind.block_bytes();
                 let err = quant::NonFiniteScale { block, ..err };
                 Error::model(self.source.origin(), format!("tensor {name}: {err}"))
             })?;
-            builder.push_rows(piece);
+            builder.push_rows(raw.kind, piece);
             let start = i * piece_bytes;
             self.source.release_part(name, start..start + piece.len());
         }
         drop(raw);
         self.source.release(name);
-        Ok(builder.finish())
+        Ok(())
     }
 
     fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
@@ -1079,11 +1134,15 @@ impl Loader<'_> {
         let window = c.window_of(i);
         Ok(Layer {
             attn_norm: self.vector(&name("attn_norm.weight"), d)?,
-            qkv: Stacked::new(vec![
-                self.matrix(&name("attn_q.weight"), q, d, t)?,
-                self.matrix(&name("attn_k.weight"), kv, d, t)?,
-                self.matrix(&name("attn_v.weight"), kv, d, t)?,
-            ]),
+            qkv: self.stacked(
+                &[
+                    (name("attn_q.weight"), q),
+                    (name("attn_k.weight"), kv),
+                    (name("attn_v.weight"), kv),
+                ],
+                d,
+                t,
+            )?,
             wo: self.matrix(&name("attn_output.weight"), d, q, t)?,
             bq: self.optional_vector(&name("attn_q.bias"), q)?,
             bk: self.optional_vector(&name("attn_k.bias"), kv)?,
@@ -1092,10 +1151,11 @@ impl Loader<'_> {
             k_norm: self.vector_if(c.qk_norm, &name("attn_k_norm.weight"), hd)?,
             post_attn_norm: self.vector_if(c.post_norms, &name("post_attention_norm.weight"), d)?,
             ffn_norm: self.vector(&name("ffn_norm.weight"), d)?,
-            gate_up: Stacked::new(vec![
-                self.matrix(&name("ffn_gate.weight"), f, d, t)?,
-                self.matrix(&name("ffn_up.weight"), f, d, t)?,
-            ]),
+            gate_up: self.stacked(
+                &[(name("ffn_gate.weight"), f), (name("ffn_up.weight"), f)],
+                d,
+                t,
+            )?,
             w_down: self.matrix(&name("ffn_down.weight"), d, f, t)?,
             post_ffn_norm: self.vector_if(c.post_norms, &name("post_ffw_norm.weight"), d)?,
             window,
