@@ -51,10 +51,11 @@ impl LoadedModel {
         Self::from_gguf(GgufFile::from_bytes(name, bytes)?, options)
     }
 
-    fn from_gguf(file: GgufFile, options: LoadOptions) -> Result<Self> {
+    fn from_gguf(mut file: GgufFile, options: LoadOptions) -> Result<Self> {
         let path = file.path().to_path_buf();
         let config = LlamaConfig::from_gguf(&file)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
+        file.release_tokenizer_metadata();
         let model = Llama::load(config, &file, options)?;
         Ok(Self {
             model,

@@ -245,6 +245,17 @@ impl GgufFile {
             .release(info.offset + range.start.min(info.size)..end);
     }
 
+    /// Drops the tokenizer's metadata arrays (the vocabulary, scores, token types, merges) once a
+    /// tokenizer has been built from them, so that a model's weights do not load beside a second
+    /// copy of its vocabulary (262,144 strings for Gemma 3).
+    pub fn release_tokenizer_metadata(&mut self) {
+        self.metadata.retain(|key, value| {
+            !(key.starts_with("tokenizer.ggml.") && value.as_array().is_some())
+        });
+        let metadata = &self.metadata;
+        self.metadata_order.retain(|key| metadata.contains_key(key));
+    }
+
     /// The metadata in the order the file lists it (which tools that copy it keep).
     pub fn metadata_in_file_order(&self) -> impl Iterator<Item = (&str, &MetaValue)> {
         self.metadata_order
