@@ -22,8 +22,8 @@ use strata_planner::{
     catalog::Catalog,
     pace::{Band, PaceSpread, SpreadPrediction, predict_replay_over_paces},
     pilot::{
-        self as decide, PilotSpec, QualityGate, ReplayEvidence, ReplayLoad, TaskCheck, Verdict,
-        VerdictInput, WeightQuality,
+        self as decide, PairedTasks, PilotSpec, QualityGate, ReplayEvidence, ReplayLoad, TaskCheck,
+        Verdict, VerdictInput, WeightQuality,
     },
     plan::{Plan, PlanInput, plan},
     profile::{ConfigProfile, Scaling, ScalingRule},
@@ -45,7 +45,7 @@ use crate::{
     },
     quality::{self, QualityError},
     step_fit,
-    store::{PilotId, PilotStatus, PilotUpdate, StoreError},
+    store::{PilotId, PilotStatus, PilotUpdate, StoreError, pilot_replay_source},
 };
 
 /// Version of the report's JSON layout (see the crate README).
@@ -110,6 +110,9 @@ pub struct Pilot<'a> {
     pub catalog: &'a Catalog,
     /// The GPU baseline endpoint, if any.
     pub gpu_endpoint: Option<&'a GpuEndpoint>,
+    /// The store's URL as given on the command line, for the replay's gateway to record its decisions
+    /// in (`None`: the gateway finds the store as the pilot did, from the environment or the default).
+    pub database_url: Option<&'a str>,
 }
 
 /// Where a pilot is, for a progress display.
@@ -455,6 +458,13 @@ pub async fn run(pilot: &Pilot<'_>, mut on_step: impl FnMut(Step)) -> Result<Pil
         .validate(&pilot.workload.name)
         .map_err(|e| PilotError::Spec(e.to_string()))?;
     let store = pilot.ctx.store;
+    // The prices the pilot costs its plan with, so that the dashboard costs the same configs alike.
+    let prices = planning::record_catalog_prices(store, pilot.catalog).await?;
+    tracing::debug!(
+        inserted = prices.inserted,
+        already_recorded = prices.already_recorded,
+        "the pilot's prices are in the store"
+    );
     let workload_row = planning::ensure_workload(store, pilot.workload).await?;
     let row = store.insert_pilot(workload_row.id).await?;
     let status = |status, verdict: Option<String>, report: Option<Value>| PilotUpdate {
@@ -812,32 +822,42 @@ async fn measure_quality(
             quality::record(pilot.ctx.store, &config, score).await?;
         }
     }
-    let mut task_rates = BTreeMap::new();
+    let mut outcomes: BTreeMap<String, Vec<bool>> = BTreeMap::new();
     if !pilot.spec.tasks.is_empty() {
         for w in weights.iter().chain(std::iter::once(&"f32".to_owned())) {
+            if outcomes.contains_key(w) {
+                continue;
+            }
             on_step(Step::Tasks(w.clone()));
-            task_rates.insert(w.clone(), task_pass_rate(pilot, w, threads).await?);
+            outcomes.insert(w.clone(), task_outcomes(pilot, w, threads).await?);
         }
     }
+    let rate = |o: &Vec<bool>| o.iter().filter(|p| **p).count() as f64 / o.len().max(1) as f64;
+    let reference_tasks = outcomes.get("f32");
     Ok(weights
         .iter()
         .filter_map(|w| {
             let s = scores.iter().find(|s| &s.weights == w)?;
+            let tasks = outcomes.get(w);
             Some(WeightQuality {
                 weights: w.clone(),
                 reference_weights: "f32".into(),
                 perplexity: s.perplexity,
                 reference_perplexity: reference,
                 top1_agreement: s.top1_agreement.unwrap_or(1.0),
-                task_pass_rate: task_rates.get(w).copied(),
-                reference_task_pass_rate: task_rates.get("f32").copied(),
+                task_pass_rate: tasks.map(rate),
+                reference_task_pass_rate: reference_tasks.map(rate),
+                tasks: tasks
+                    .zip(reference_tasks)
+                    .map(|(c, r)| PairedTasks::new(c.clone(), r.clone())),
             })
         })
         .collect())
 }
 
-/// Share of the workload's tasks a `weights` engine answers as expected (greedy chat completions).
-async fn task_pass_rate(pilot: &Pilot<'_>, weights: &str, threads: usize) -> Result<f64> {
+/// Whether a `weights` engine answers each of the workload's tasks as expected (greedy chat
+/// completions, one at a time so that every weight type answers each task alone), in task order.
+async fn task_outcomes(pilot: &Pilot<'_>, weights: &str, threads: usize) -> Result<Vec<bool>> {
     let settings = EngineSettings {
         weights: weights.to_owned(),
         threads,
@@ -850,14 +870,14 @@ async fn task_pass_rate(pilot: &Pilot<'_>, weights: &str, threads: usize) -> Res
         .timeout(Duration::from_secs(300))
         .build()
         .map_err(|e| PilotError::Server(e.to_string()))?;
-    let mut passed = 0usize;
+    let mut outcomes = Vec::with_capacity(pilot.spec.tasks.len());
     for task in &pilot.spec.tasks {
         let answer = ask(&client, &server.base_url, task).await?;
-        if task.passed_by(&answer) {
-            passed += 1;
-        }
+        let passed = task.passed_by(&answer);
+        tracing::debug!(weights, prompt = %task.prompt, %answer, passed, "task answered");
+        outcomes.push(passed);
     }
-    Ok(passed as f64 / pilot.spec.tasks.len().max(1) as f64)
+    Ok(outcomes)
 }
 
 async fn ask(client: &reqwest::Client, base_url: &str, task: &TaskCheck) -> Result<String> {
@@ -951,11 +971,17 @@ async fn replay(
     let config_path = dir.path().join("pilot-gateway.toml");
     std::fs::write(&config_path, config_toml).map_err(|e| PilotError::Server(e.to_string()))?;
     let mut command = Command::new(pilot.exe);
+    if let Some(url) = pilot.database_url {
+        // Through the environment: a URL on the command line would show its password to `ps`.
+        command.env(crate::store::ENV_DATABASE_URL, url);
+    }
+    // The replay's decisions go to the store under the pilot's name, apart from live traffic.
     command
         .arg("gateway")
         .arg("--config")
         .arg(&config_path)
-        .args(["--listen", "127.0.0.1:0", "--no-store"]);
+        .args(["--listen", "127.0.0.1:0", "--decision-source"])
+        .arg(pilot_replay_source(&pilot.workload.name));
     let gateway = ChildServer::spawn(command, "`strata gateway`")
         .await
         .map_err(PilotError::Server)?;
@@ -1456,7 +1482,8 @@ fn reproduce(pilot: &Pilot<'_>, threads: usize) -> Value {
     })
 }
 
-fn plan_summary(plan: &Plan, plan_id: i64) -> Value {
+/// The headline figures of `plan` (stored as `plan_id`) the report keeps under `plan`.
+pub fn plan_summary(plan: &Plan, plan_id: i64) -> Value {
     json!({
         "id": plan_id,
         "config": plan.chosen.config,

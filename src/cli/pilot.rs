@@ -134,6 +134,7 @@ impl PilotArgs {
             spec: &spec,
             catalog: &catalog,
             gpu_endpoint: gpu_endpoint.as_ref(),
+            database_url: global.database_url.as_deref(),
         };
         let bar = spinner(self.json);
         let outcome = pilot::run(&pilot, |step| {
@@ -280,6 +281,9 @@ fn render(r: &PilotReport, id: i64, workload: &Path) -> String {
                 format!(": {}", g.reasons.join("; "))
             }
         );
+        for note in &g.notes {
+            let _ = writeln!(out, "         {note}");
+        }
     }
     if !r.plan.is_null() {
         let _ = writeln!(

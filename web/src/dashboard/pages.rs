@@ -14,10 +14,9 @@ use strata_controller::store::{ConfigSort, ProfileRunId, Store};
 
 use super::{
     charts,
-    cost::PriceModel,
     error::{DashboardError, PageError},
     fmt::{self, MISSING},
-    query::{self, ConfigsParams, SortKey},
+    query::{self, ConfigsParams, PRICE_MODELS, SortKey},
     view::{self, ConfigView, ConfigsView},
 };
 
@@ -143,6 +142,7 @@ struct ConfigsPage {
     gpu_instances: Vec<String>,
     price_models: Vec<String>,
     pricing_note: String,
+    baseline_note: String,
     filtered: bool,
     store_hint: &'static str,
     pareto_svg: String,
@@ -228,29 +228,52 @@ const COLUMNS: [(&str, &str, Option<SortKey>); 18] = [
 
 fn pricing_note(view: &ConfigsView) -> String {
     let p = &view.pricing;
-    let describe = |i: &Option<view::InstanceCost>, kind: &str| match i {
-        Some(i) => format!(
-            "{kind} on {} ({} {}, {} price of {}: {})",
+    if view.instances.is_empty() {
+        return "No instance prices are recorded in the store, so $ per 1M tokens is blank: `strata plan`, `strata pilot` and every command that opens the store record the builtin catalog's prices.".to_owned();
+    }
+    let describe = |i: &view::InstanceCost| {
+        format!(
+            "{} ({} vCPUs, {} {}, {} price of {} from {}: {})",
             i.name,
+            i.vcpus,
             i.provider,
             i.region,
             p.price_model,
             i.price_date,
+            i.source,
             i.usd_per_hour
                 .map_or_else(|| "no such price".to_owned(), |h| format!("${h:.4}/h")),
-        ),
-        None => format!("no {kind} instance price recorded"),
+        )
     };
-    if view.instances.is_empty() {
-        return "No instance prices are recorded in the store, so $ per 1M tokens is blank: record catalog prices to cost the configs.".to_owned();
-    }
+    let cpu = match &p.cpu_instance {
+        Some(i) => format!("CPU configs on {}", describe(i)),
+        None if p.hosts.is_empty() => "no CPU host to cost".to_owned(),
+        None => p
+            .hosts
+            .iter()
+            .map(|h| {
+                format!(
+                    "CPU configs of host #{} ({} vCPUs) on {}, {}",
+                    h.hardware_id,
+                    h.vcpus,
+                    if h.exact {
+                        "the type with its vCPUs"
+                    } else {
+                        "the cheapest type that fits it"
+                    },
+                    describe(&h.instance)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    };
+    let gpu = p.gpu_instance.as_ref().map_or_else(
+        || "no GPU instance price recorded".to_owned(),
+        |i| format!("GPU endpoints on {}", describe(i)),
+    );
     format!(
-        "$ per 1M output tokens at each run's measured output rate: {}; {}. Site: PUE {}, ${}/kWh, ${}/h ops.",
-        describe(&p.cpu_instance, "CPU"),
-        describe(&p.gpu_instance, "GPU"),
-        p.site.pue,
-        p.site.usd_per_kwh,
-        p.site.ops_usd_per_hour
+        "$ per 1M output tokens at each run's measured output rate, carried from the host to the instance type by the planner's scaling rule: {cpu}; {gpu}. Site: PUE {}, ${}/kWh, ${}/h ops.",
+        p.site.pue, p.site.energy_price_per_kwh, p.site.ops_per_hour
     )
 }
 
@@ -292,7 +315,7 @@ pub(crate) async fn configs(
         f_dir: q("dir"),
         cpu_instances: cpu_instances.into_iter().map(|i| i.name.clone()).collect(),
         gpu_instances: gpu_instances.into_iter().map(|i| i.name.clone()).collect(),
-        price_models: PriceModel::ALL.map(|m| m.as_str().to_owned()).to_vec(),
+        price_models: PRICE_MODELS.map(|m| m.as_str().to_owned()).to_vec(),
         pricing_note: pricing_note(&view),
         filtered: params.model.is_some()
             || params.weights.is_some()
@@ -304,8 +327,18 @@ pub(crate) async fn configs(
         pareto_svg: if view.rows.is_empty() {
             String::new()
         } else {
-            charts::pareto(&view.rows)
+            charts::pareto(&view.rows, view.gpu_baseline.as_ref())
         },
+        baseline_note: view.gpu_baseline.as_ref().map_or_else(String::new, |b| {
+            format!(
+                "GPU baseline of workload {}: {} at {} per 1M output tokens, E2E p99 {} ms ({}).",
+                b.workload,
+                b.name,
+                fmt::usd(Some(b.usd_per_million_output_tokens)),
+                fmt::num(b.e2e_p99_ms, 0),
+                b.basis
+            )
+        }),
         headers,
         rows: view.rows.iter().map(ConfigCells::from).collect(),
         endpoints: endpoint_cells(&*store).await?,
@@ -329,6 +362,7 @@ struct RunPage {
     latency_svg: String,
     latency: Vec<(&'static str, String, String, String, String)>,
     capacity_note: String,
+    curve_problem: String,
     has_curve: bool,
     curve_latency_svg: String,
     curve_throughput_svg: String,
@@ -453,12 +487,13 @@ pub(crate) async fn run(State(store): State<Arc<dyn Store>>, Path(id): Path<Stri
         latency_svg: charts::latency_percentiles(&v),
         latency,
         capacity_note,
+        curve_problem: v.load_curve_problem.clone().unwrap_or_default(),
         has_curve,
         curve_latency_svg: if has_curve {
             charts::load_curve(
                 &v.load_curve,
-                |p| p.p99_ms,
-                "p99 latency (ms)",
+                |p| p.ttft_p99_ms,
+                "TTFT p99 (ms)",
                 v.capacity.as_ref().map(|c| c.sla_ttft_p99_ms),
             )
         } else {
@@ -502,14 +537,15 @@ struct PlanCells {
     all_gpu_cost: String,
     savings: String,
     tokens: String,
-    keys: String,
+    chosen: String,
+    problem: String,
     hours: Vec<HourCells>,
     svg: String,
     json: String,
 }
 
 struct HourCells {
-    hour: i64,
+    hour: u32,
     cpu: String,
     gpu: String,
     cost: String,
@@ -544,19 +580,19 @@ pub(crate) async fn plans(State(store): State<Arc<dyn Store>>) -> PageResult {
                 (s, _) => fmt::usd(s),
             },
             tokens: p.total_output_tokens.to_string(),
-            keys: if p.keys.is_empty() {
-                MISSING.to_owned()
-            } else {
-                p.keys.join(", ")
+            chosen: match (&p.config, &p.instance_type) {
+                (Some(c), Some(i)) => format!("{c} on {i}"),
+                _ => MISSING.to_owned(),
             },
+            problem: p.problem.clone().unwrap_or_default(),
             hours: p
                 .hours
                 .iter()
                 .map(|h| HourCells {
                     hour: h.hour,
-                    cpu: fmt::opt(h.cpu_instances, 0),
-                    gpu: fmt::percent(h.gpu_share, 0),
-                    cost: fmt::usd(h.cost_usd),
+                    cpu: h.cpu_instances.to_string(),
+                    gpu: fmt::percent(Some(h.gpu_share), 0),
+                    cost: fmt::usd(Some(h.cost_usd)),
                     classes: h
                         .classes
                         .iter()
@@ -564,14 +600,10 @@ pub(crate) async fn plans(State(store): State<Arc<dyn Store>>) -> PageResult {
                             let text = format!(
                                 "{}: {} / {} ms",
                                 c.class,
-                                fmt::opt(c.p99_ms, 0),
+                                fmt::num(c.p99_ms, 0),
                                 fmt::opt(c.sla_ms, 0)
                             );
-                            let class = match c.met {
-                                Some(true) => "good",
-                                Some(false) => "bad",
-                                None => "muted",
-                            };
+                            let class = if c.met { "good" } else { "bad" };
                             (text, class)
                         })
                         .collect(),
@@ -904,12 +936,26 @@ struct GatewayPage {
     window: i64,
     generated: String,
     requests: usize,
+    source: String,
+    sources: Vec<(String, usize)>,
     spend: String,
     budget: String,
     budget_used: String,
-    traffic: Vec<(String, String, usize, String, String, String, String)>,
+    traffic: Vec<TrafficCells>,
     breakers: Vec<(String, String, String, String)>,
 }
+
+/// One traffic row, formatted: source, pool, class, requests, p99, SLA, attainment, cost.
+type TrafficCells = (
+    String,
+    String,
+    String,
+    usize,
+    String,
+    String,
+    String,
+    String,
+);
 
 /// `GET /gateway`: requests by pool and class, SLA attainment, spend against budget, breakers.
 pub(crate) async fn gateway(
@@ -917,7 +963,8 @@ pub(crate) async fn gateway(
     Query(raw): Query<HashMap<String, String>>,
 ) -> PageResult {
     let window = query::window_minutes(&raw)?;
-    let v = view::gateway(&*store, window, Utc::now()).await?;
+    let source = query::gateway_source(&raw);
+    let v = view::gateway(&*store, window, source.as_deref(), Utc::now()).await?;
     let page = GatewayPage {
         title: "Gateway".to_owned(),
         active: "gateway",
@@ -926,6 +973,12 @@ pub(crate) async fn gateway(
             .generated_at
             .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         requests: v.requests,
+        source: v.source.clone().unwrap_or_default(),
+        sources: v
+            .sources
+            .iter()
+            .map(|s| (s.source.clone(), s.requests))
+            .collect(),
         spend: fmt::usd(Some(v.spend.today_usd)),
         budget: match (&v.spend.budget_per_day_usd, &v.spend.budget_workload) {
             (Some(b), Some(w)) => format!("{} ({w})", fmt::usd(Some(*b))),
@@ -937,6 +990,7 @@ pub(crate) async fn gateway(
             .iter()
             .map(|t| {
                 (
+                    t.source.clone(),
                     t.pool.clone(),
                     t.class.clone(),
                     t.requests,

@@ -1,10 +1,59 @@
-//! Demo data for the dashboard's tests and bench, written through the `Store` API: two hosts' worth
-//! of configs with runs, capacity and quality results, prices, a workload with a plan and a pilot, and
-//! gateway traffic from the last few minutes.
+//! Demo data for the dashboard's tests and bench, written by the producers' own types: configs with
+//! runs, capacity results (profiling's `StoredLoadPoint`s) and quality results, the builtin catalog's
+//! prices, the example pilot workload with the plan `plan()` makes of the stored profiles, pilots, and
+//! gateway traffic (live and a pilot's replay) from the last few minutes.
 
-use chrono::{Duration, NaiveDate, Utc};
+use chrono::{Duration, Utc};
 use serde_json::json;
-use strata_controller::store::*;
+use strata_controller::{
+    planning::{self, StoredLoadPoint},
+    store::*,
+};
+use strata_planner::{
+    catalog::Catalog,
+    plan::{Plan, PlanInput, plan},
+    workload::{Workload, WorkloadFile},
+};
+
+/// The workload of README's first command.
+pub(crate) const EXAMPLE_WORKLOAD: &str = include_str!("../../../examples/pilot-workload.toml");
+
+/// The example workload, validated.
+pub(crate) fn example_workload() -> Workload {
+    WorkloadFile::from_toml_str(EXAMPLE_WORKLOAD)
+        .and_then(|file| file.into_workload(None))
+        .expect("the example workload is valid")
+}
+
+/// The plan of the example workload over the store's profiles, recorded, as the pilot and
+/// `strata plan` make it.
+#[allow(dead_code)]
+pub(crate) async fn record_example_plan(store: &dyn Store) -> Plan {
+    let workload = example_workload();
+    let profiles = planning::profiles_from_store(store, None)
+        .await
+        .expect("profiles from the store");
+    let input = PlanInput::new(workload.clone(), Catalog::builtin(), profiles).expect("plan input");
+    let plan = plan(&input).expect("a plan of the example workload");
+    planning::record_plan(store, &workload, &plan)
+        .await
+        .expect("the plan is recorded");
+    plan
+}
+
+/// A capacity curve point at `rate` requests/s.
+pub(crate) fn load_point(rate: f64, e2e_p99_ms: f64, output_tokens_per_s: f64) -> StoredLoadPoint {
+    StoredLoadPoint {
+        rate_rps: rate,
+        ttft_p99_ms: e2e_p99_ms / 6.0,
+        tpot_p99_ms: 30.0,
+        e2e_p99_ms,
+        output_tokens_per_s,
+        total_tokens_per_s: output_tokens_per_s * 3.0,
+        ttft_p50_ms: Some(e2e_p99_ms / 12.0),
+        tpot_p50_ms: Some(20.0),
+    }
+}
 
 /// Ids the tests look up.
 #[allow(dead_code)]
@@ -83,24 +132,6 @@ pub(crate) fn run(
     }
 }
 
-fn price(name: &str, accelerator: Option<&str>, on_demand: f64) -> NewCatalogPrice {
-    NewCatalogPrice {
-        provider: "gcp".to_owned(),
-        region: "us-central1".to_owned(),
-        instance_type: name.to_owned(),
-        vcpus: 8,
-        memory_gib: 32.0,
-        accelerator: accelerator.map(str::to_owned),
-        accelerator_count: i64::from(accelerator.is_some()),
-        on_demand_usd_per_hour: on_demand,
-        spot_usd_per_hour: Some(on_demand * 0.4),
-        committed_usd_per_hour: Some(on_demand * 0.63),
-        watts: Some(if accelerator.is_some() { 300.0 } else { 32.0 }),
-        source: "test list".to_owned(),
-        price_date: NaiveDate::from_ymd_opt(2026, 7, 30).expect("a date"),
-    }
-}
-
 /// Seeds the demo data.
 #[allow(dead_code)]
 pub(crate) async fn demo(store: &dyn Store) -> Seeded {
@@ -170,12 +201,13 @@ pub(crate) async fn demo(store: &dyn Store) -> Seeded {
             sla_ttft_p99_ms: 1000.0,
             sla_tpot_p99_ms: 50.0,
             max_requests_per_s: 2.25,
-            load_curve: json!([
-                {"offered_rps": 0.5, "p99_ms": 310.0, "output_tokens_per_s": 64.0},
-                {"offered_rps": 1.0, "p99_ms": 420.0, "output_tokens_per_s": 127.0},
-                {"offered_rps": 2.0, "p99_ms": 760.0, "output_tokens_per_s": 250.0},
-                {"offered_rps": 3.0, "p99_ms": 1900.0, "output_tokens_per_s": 290.0}
-            ]),
+            load_curve: serde_json::to_value(vec![
+                load_point(0.5, 3100.0, 64.0),
+                load_point(1.0, 4200.0, 127.0),
+                load_point(2.0, 7600.0, 250.0),
+                load_point(3.0, 19000.0, 290.0),
+            ])
+            .expect("a curve"),
             step_model: None,
         })
         .await
@@ -195,53 +227,13 @@ pub(crate) async fn demo(store: &dyn Store) -> Seeded {
             .await
             .unwrap();
     }
-    store
-        .insert_catalog_price(&price("c4-standard-8", None, 0.39534))
-        .await
-        .unwrap();
-    store
-        .insert_catalog_price(&price("g2-standard-8", Some("nvidia-l4"), 0.85))
-        .await
-        .unwrap();
-
+    planning::record_builtin_prices(store).await.unwrap();
+    let plan = record_example_plan(store).await;
     let workload = store
-        .insert_workload(&NewWorkload {
-            name: "smol-assistant".to_owned(),
-            spec: json!({
-                "name": "smol-assistant",
-                "class": [
-                    {"name": "chat", "sla": {"ttft_p99_s": 1.0, "e2e_p99_s": 6.0}},
-                    {"name": "extract", "sla": {"e2e_p99_s": 3.0}}
-                ],
-                "budget": {"per_day": 18.0}
-            }),
-        })
+        .find_workload_by_name(&plan.workload)
         .await
-        .unwrap();
-    let hours: Vec<_> = (0..24)
-        .map(|h| {
-            let busy = (8..18).contains(&h);
-            json!({
-                "hour": h,
-                "cpu": {"c4-standard-8": if busy { 3 } else { 1 }},
-                "gpu_share": if busy { 0.25 } else { 0.0 },
-                "cost_usd": if busy { 1.4 } else { 0.4 },
-                "classes": {
-                    "chat": {"p99_ms": if busy { 900.0 } else { 600.0 }, "sla_ms": 1000.0},
-                    "extract": {"p99_ms": if h == 12 { 3400.0 } else { 2100.0 }, "sla_ms": 3000.0}
-                }
-            })
-        })
-        .collect();
-    store
-        .insert_plan(&NewPlan {
-            workload_id: workload.id,
-            plan: json!({"hours": hours, "all_gpu_cost_usd": 40.8, "instance": "c4-standard-8"}),
-            total_cost_usd: 23.6,
-            total_output_tokens: 9_000_000,
-        })
-        .await
-        .unwrap();
+        .unwrap()
+        .expect("the plan's workload");
     let endpoint = store
         .insert_endpoint(&NewEndpoint {
             base_url: "http://gpu-l4.internal:8000".to_owned(),
@@ -370,7 +362,7 @@ pub(crate) async fn demo(store: &dyn Store) -> Seeded {
         .unwrap();
 
     let now = Utc::now();
-    for i in 0..40i64 {
+    for i in 0..48i64 {
         let (pool, class, reason, latency) = match i % 4 {
             0 => ("cpu-a", "chat", "cpu_meets_sla", 800.0 + i as f64),
             1 => (
@@ -400,6 +392,12 @@ pub(crate) async fn demo(store: &dyn Store) -> Seeded {
                 prompt_tokens: 300,
                 output_tokens: 120,
                 cost_usd: if pool == "cpu-a" { 0.0004 } else { 0.002 },
+                // The last 8 are a pilot's replay.
+                source: if i < 40 {
+                    LIVE_TRAFFIC.to_owned()
+                } else {
+                    pilot_replay_source(&plan.workload)
+                },
             })
             .await
             .unwrap();
@@ -461,10 +459,7 @@ pub(crate) async fn many_runs(store: &dyn Store, runs: usize) {
     for config in &configs[..wanted] {
         ids.push(store.insert_config(config).await.unwrap().id);
     }
-    store
-        .insert_catalog_price(&price("c4-standard-8", None, 0.39534))
-        .await
-        .unwrap();
+    planning::record_builtin_prices(store).await.unwrap();
     for i in 0..runs {
         let config = ids[i % ids.len()];
         let slow = 0.5 + (i % 97) as f64 / 40.0;
