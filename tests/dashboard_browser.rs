@@ -160,7 +160,12 @@ fn every_page_renders_in_chromium_without_console_errors() {
         (
             "pilots",
             "/pilots",
-            &["id=\"pilots-table\"", "migrate chat and extract to CPU"],
+            &[
+                "id=\"pilots-table\"",
+                "class=\"pilot-quality\"",
+                "not enough tasks to tell",
+                "class=\"pilot-replay\"",
+            ],
         ),
         (
             "gateway",

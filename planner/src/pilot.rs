@@ -25,7 +25,7 @@ pub struct PilotSpec {
     /// Runtime weight types to try.
     #[serde(default = "default_weights")]
     pub weights: Vec<String>,
-    /// Batch sizes (most sequences per step) to try.
+    /// Batch sizes (most sequences per step) to try [default: 4 and 8].
     #[serde(default = "default_max_batch")]
     pub max_batch: Vec<u32>,
     /// Engine threads [default: every core of the host].
@@ -60,8 +60,9 @@ pub struct PilotSpec {
 fn default_weights() -> Vec<String> {
     vec!["q8_0".into(), "q4_1".into()]
 }
+/// Two batch sizes: a comparison of configs needs more than one per weight type.
 fn default_max_batch() -> Vec<u32> {
-    vec![8]
+    vec![4, 8]
 }
 fn default_kv_mem() -> u32 {
     128
@@ -1500,7 +1501,7 @@ replay_s = 30
         let file = crate::workload::WorkloadFile::from_toml_str(WORKLOAD).expect("parses");
         let spec = file.pilot.clone().expect("pilot");
         assert_eq!(spec.weights, ["q8_0"]);
-        assert_eq!(spec.max_batch, [8]);
+        assert_eq!(spec.max_batch, [4, 8]);
         assert_eq!(spec.replay_s, 30.0);
         spec.validate("w").expect("valid");
         let bad = PilotSpec {

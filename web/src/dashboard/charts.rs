@@ -154,7 +154,7 @@ pub(crate) fn pareto(rows: &[ConfigView], baseline: Option<&GpuBaseline>) -> Str
         }))?;
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
+            .position(SeriesLabelPosition::UpperLeft)
             .label_font(font(12))
             .border_style(AXIS.mix(0.4))
             .background_style(AXIS.mix(0.08))

@@ -10,7 +10,11 @@ use axum::{
     response::Html,
 };
 use chrono::{DateTime, Utc};
-use strata_controller::store::{ConfigSort, ProfileRunId, Store};
+use strata_controller::{
+    pilot::{Comparison, PilotReport, ReplayReport},
+    store::{ConfigSort, ProfileRunId, Store},
+};
+use strata_planner::{pace::Band, pilot::QualityGate};
 
 use super::{
     charts,
@@ -631,9 +635,9 @@ struct PilotCells {
     status: String,
     verdict: String,
     updated: String,
-    summary: Vec<(String, String)>,
-    evidence: String,
     detail: Option<PilotDetailCells>,
+    error: String,
+    problem: String,
     report: String,
 }
 
@@ -641,7 +645,6 @@ struct PilotCells {
 struct PilotDetailCells {
     kind: String,
     exit_code: String,
-    error: String,
     monthly_cost: String,
     monthly_baseline: String,
     monthly_savings: String,
@@ -697,14 +700,11 @@ struct PilotReplayRow {
 }
 
 /// A predicted p99 in seconds, with the band of its runs when it has one: `3.10 (2.90-3.40)`.
-fn with_band(value: Option<f64>, band: Option<view::PilotBand>) -> String {
-    let point = fmt::opt(value, 2);
+fn with_band(value: f64, band: Option<Band>) -> String {
+    let point = fmt::num(value, 2);
     match band {
-        Some(view::PilotBand {
-            low: Some(low),
-            high: Some(high),
-        }) => format!("{point} ({low:.2}-{high:.2})"),
-        _ => point,
+        Some(Band { low, high }) => format!("{point} ({low:.2}-{high:.2})"),
+        None => point,
     }
 }
 
@@ -718,12 +718,12 @@ fn signed_percent(value: Option<f64>) -> String {
 /// The host's pace around the replay against its pace when profiled, the calibration that scaled
 /// the prediction and the spread of paces it averages over, as sentences (empty for reports without
 /// any of them).
-fn host_pace_text(r: &view::PilotReplay) -> String {
+fn host_pace_text(r: &ReplayReport) -> String {
     let spread = r.pace_spread.as_ref().map(|s| {
         let measured = r.calibration.as_ref().and_then(|c| {
             Some(format!(
                 " (the samples' {} s blocks moved by {})",
-                fmt::opt(c.block_s, 0),
+                fmt::num(c.block_s, 0),
                 fmt::percent(Some(c.pace_spread?), 1)
             ))
         });
@@ -731,9 +731,9 @@ fn host_pace_text(r: &view::PilotReplay) -> String {
             " The prediction is the median of {} simulations with the engine's pace spread by {}{}, \
              for a whole run and afresh every {} s; the figures in brackets span the middle 80% of them.",
             s.runs,
-            fmt::percent(s.sigma, 1),
+            fmt::percent(Some(s.sigma), 1),
             measured.unwrap_or_default(),
-            fmt::opt(s.block_s, 0),
+            fmt::num(s.block_s, 0),
         )
     });
     let calibration = r.calibration.as_ref().map(|c| {
@@ -743,8 +743,8 @@ fn host_pace_text(r: &view::PilotReplay) -> String {
              {} and its prompts at {} of the profile's step model; the prediction runs on the profile's \
              steps scaled by these ratios.{}",
             c.requests,
-            fmt::opt(c.duration_s, 0),
-            bracket(&c.samples),
+            fmt::num(c.duration_s, 0),
+            c.timing(),
             ratio(c.decode_over_profiled),
             ratio(c.prompt_over_profiled),
             spread.unwrap_or_default(),
@@ -756,10 +756,10 @@ fn host_pace_text(r: &view::PilotReplay) -> String {
     let pace = format!(
         "Host pace on the profiling shape: {} output tokens/s when profiled, {} right before the replay, \
          {} right after ({} of the profiled pace around the replay).",
-        fmt::opt(pace.profiled_output_tokens_per_s, 1),
-        fmt::opt(pace.before_replay_output_tokens_per_s, 1),
-        fmt::opt(pace.after_replay_output_tokens_per_s, 1),
-        fmt::percent(pace.replay_over_profiled, 0),
+        fmt::num(pace.profiled_output_tokens_per_s, 1),
+        fmt::num(pace.before_replay_output_tokens_per_s, 1),
+        fmt::num(pace.after_replay_output_tokens_per_s, 1),
+        fmt::percent(Some(pace.replay_over_profiled), 0),
     );
     match calibration {
         Some(c) => format!("{pace} {c}"),
@@ -767,49 +767,46 @@ fn host_pace_text(r: &view::PilotReplay) -> String {
     }
 }
 
-/// When the calibration's samples ran against the replay, in words.
-fn bracket(samples: &[view::PilotCalibrationSample]) -> &'static str {
-    let ran = |when: &str| samples.iter().any(|s| s.when == when);
-    strata_controller::pilot::sample_timing(ran("before_replay"), ran("after_replay"))
+/// A weight type's tasks: passed of all, and the paired test's counts against the reference.
+fn tasks_text(g: &QualityGate) -> String {
+    let Some(t) = &g.tasks else {
+        return fmt::percent(g.measured.task_pass_rate, 0);
+    };
+    format!(
+        "{}/{} ({} lost, {} gained, p = {:.3})",
+        t.both_passed + t.gained,
+        t.tasks,
+        t.lost,
+        t.gained,
+        t.p_value
+    )
 }
 
-fn pilot_detail_cells(d: &view::PilotDetail) -> PilotDetailCells {
+fn pilot_detail_cells(d: &PilotReport) -> PilotDetailCells {
     let dec = &d.decision;
-    let plan_text = |key: &str| match &d.plan[key] {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Null => fmt::MISSING.to_owned(),
-        other => other.to_string(),
-    };
-    let plan = if d.plan.is_object() {
+    let plan = d.plan.as_ref();
+    let plan_rows = plan.map_or_else(Vec::new, |p| {
         vec![
-            ("config".to_owned(), plan_text("config")),
-            ("instance type".to_owned(), plan_text("instance_type")),
-            ("region".to_owned(), plan_text("region")),
+            ("config".to_owned(), p.config.clone()),
+            ("instance type".to_owned(), p.instance_type.clone()),
+            ("region".to_owned(), p.region.clone()),
             (
                 "peak CPU instances".to_owned(),
-                plan_text("peak_cpu_instances"),
+                p.peak_cpu_instances.to_string(),
             ),
-            (
-                "GPU share".to_owned(),
-                fmt::percent(d.plan["gpu_share"].as_f64(), 1),
-            ),
+            ("GPU share".to_owned(), fmt::percent(Some(p.gpu_share), 1)),
             (
                 "cost per day".to_owned(),
-                fmt::usd(d.plan["cost_per_day_usd"].as_f64()),
+                fmt::usd(Some(p.cost_per_day_usd)),
             ),
         ]
-    } else {
-        Vec::new()
-    };
+    });
     PilotDetailCells {
         kind: d.verdict.clone(),
-        exit_code: d
-            .exit_code
-            .map_or_else(|| fmt::MISSING.to_owned(), |c| c.to_string()),
-        error: d.error.clone().unwrap_or_default(),
-        monthly_cost: fmt::usd(dec.monthly_cost_usd),
-        monthly_baseline: fmt::usd(dec.monthly_baseline_usd),
-        monthly_savings: fmt::usd(dec.monthly_savings_usd),
+        exit_code: d.exit_code.to_string(),
+        monthly_cost: fmt::usd(Some(dec.monthly_cost_usd)),
+        monthly_baseline: fmt::usd(Some(dec.monthly_baseline_usd)),
+        monthly_savings: fmt::usd(Some(dec.monthly_savings_usd)),
         reasons: dec.reasons.clone(),
         classes: dec
             .classes
@@ -817,10 +814,10 @@ fn pilot_detail_cells(d: &view::PilotDetail) -> PilotDetailCells {
             .map(|c| PilotClassCells {
                 class: c.class.clone(),
                 migrate: if c.migrate { "yes" } else { "no" },
-                cpu_share: fmt::percent(c.cpu_share, 1),
-                attainment: fmt::percent(c.attainment, 2),
-                attainment_2x: fmt::percent(c.attainment_2x, 2),
-                gpu_share_2x: fmt::percent(c.gpu_share_2x, 1),
+                cpu_share: fmt::percent(Some(c.cpu_share), 1),
+                attainment: fmt::percent(Some(c.attainment), 2),
+                attainment_2x: fmt::percent(Some(c.attainment_2x), 2),
+                gpu_share_2x: fmt::percent(Some(c.gpu_share_2x), 1),
                 notes: c.reasons.join("; "),
             })
             .collect(),
@@ -830,21 +827,27 @@ fn pilot_detail_cells(d: &view::PilotDetail) -> PilotDetailCells {
             .map(|g| PilotGateCells {
                 weights: g.weights.clone(),
                 result: if g.passed { "pass" } else { "fail" },
-                perplexity: fmt::opt(g.measured.perplexity, 3),
-                increase: signed_percent(g.perplexity_increase),
-                top1: fmt::percent(g.measured.top1_agreement, 1),
-                tasks: fmt::percent(g.measured.task_pass_rate, 0),
-                notes: g.reasons.join("; "),
+                perplexity: fmt::num(g.measured.perplexity, 3),
+                increase: signed_percent(Some(g.perplexity_increase)),
+                top1: fmt::percent(Some(g.measured.top1_agreement), 1),
+                tasks: tasks_text(g),
+                notes: g
+                    .reasons
+                    .iter()
+                    .chain(&g.notes)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; "),
             })
             .collect(),
-        plan,
-        plan_id: plan_text("id"),
+        plan: plan_rows,
+        plan_id: plan.map_or_else(|| fmt::MISSING.to_owned(), |p| p.id.to_string()),
         replay: d.replay.as_ref().map(|r| PilotReplayCells {
             headline: format!(
                 "{} requests over {} s at {} req/s on one host of {}{}, {} errors",
                 r.requests,
-                fmt::opt(r.duration_s, 0),
-                fmt::opt(r.load["rate_rps"].as_f64(), 2),
+                fmt::num(r.duration_s, 0),
+                fmt::num(r.load.rate_rps, 2),
                 r.config,
                 if r.with_gpu {
                     " with the GPU endpoint"
@@ -859,33 +862,48 @@ fn pilot_detail_cells(d: &view::PilotDetail) -> PilotDetailCells {
                 .to_owned(),
             cost: format!(
                 "{} observed, {} predicted",
-                fmt::usd(r.observed_cost_usd),
-                fmt::usd(r.predicted_cost_usd)
+                fmt::usd(Some(r.observed_cost_usd)),
+                fmt::usd(Some(r.predicted_cost_usd))
             ),
-            rows: r
-                .all
-                .iter()
-                .chain(&r.classes)
-                .map(|c| PilotReplayRow {
-                    class: if c.class.is_empty() {
-                        "all requests".to_owned()
-                    } else {
-                        c.class.clone()
-                    },
-                    requests: c.requests,
-                    gpu_requests: c.gpu_requests,
-                    e2e_observed: fmt::opt(c.observed_e2e_p99_s, 2),
-                    e2e_predicted: with_band(c.predicted_e2e_p99_s, c.predicted_e2e_p99_band_s),
-                    e2e_error: signed_percent(c.e2e_p99_error),
-                    ttft_observed: fmt::opt(c.observed_ttft_p99_s, 2),
-                    ttft_predicted: with_band(c.predicted_ttft_p99_s, c.predicted_ttft_p99_band_s),
-                    ttft_error: signed_percent(c.ttft_p99_error),
-                    attainment_observed: fmt::percent(c.observed_attainment, 1),
-                    attainment_predicted: fmt::percent(c.predicted_attainment, 1),
-                })
-                .collect(),
+            rows: std::iter::once(replay_row(
+                "all requests",
+                &r.all,
+                r.classes.iter().map(|c| c.gpu_requests).sum(),
+                None,
+            ))
+            .chain(r.classes.iter().map(|c| {
+                replay_row(
+                    &c.class,
+                    &c.p99,
+                    c.gpu_requests,
+                    Some((c.observed_attainment, c.predicted_attainment)),
+                )
+            }))
+            .collect(),
         }),
         reproduce: serde_json::to_string_pretty(&d.reproduce).unwrap_or_default(),
+    }
+}
+
+/// One row of the replay's table.
+fn replay_row(
+    class: &str,
+    c: &Comparison,
+    gpu_requests: usize,
+    attainment: Option<(f64, f64)>,
+) -> PilotReplayRow {
+    PilotReplayRow {
+        class: class.to_owned(),
+        requests: c.requests,
+        gpu_requests,
+        e2e_observed: fmt::num(c.observed_e2e_p99_s, 2),
+        e2e_predicted: with_band(c.predicted_e2e_p99_s, c.predicted_e2e_p99_band_s),
+        e2e_error: signed_percent(c.e2e_p99_error),
+        ttft_observed: fmt::num(c.observed_ttft_p99_s, 2),
+        ttft_predicted: with_band(c.predicted_ttft_p99_s, c.predicted_ttft_p99_band_s),
+        ttft_error: signed_percent(c.ttft_p99_error),
+        attainment_observed: fmt::percent(attainment.map(|a| a.0), 1),
+        attainment_predicted: fmt::percent(attainment.map(|a| a.1), 1),
     }
 }
 
@@ -900,11 +918,6 @@ struct PilotsPage {
 /// `GET /pilots`: each pilot's verdict, evidence and report.
 pub(crate) async fn pilots(State(store): State<Arc<dyn Store>>) -> PageResult {
     let v = view::pilots(&*store).await?;
-    let pretty = |value: Option<&serde_json::Value>| {
-        value.map_or_else(String::new, |v| {
-            serde_json::to_string_pretty(v).unwrap_or_default()
-        })
-    };
     let pilots = v
         .pilots
         .iter()
@@ -914,10 +927,12 @@ pub(crate) async fn pilots(State(store): State<Arc<dyn Store>>) -> PageResult {
             status: p.status.clone(),
             verdict: p.verdict.clone().unwrap_or_else(|| "none yet".to_owned()),
             updated: when(p.updated_at),
-            summary: p.summary.clone(),
-            evidence: pretty(p.evidence.as_ref()),
             detail: p.detail.as_ref().map(pilot_detail_cells),
-            report: pretty(p.report.as_ref()),
+            error: p.error.clone().unwrap_or_default(),
+            problem: p.problem.clone().unwrap_or_default(),
+            report: p.report.as_ref().map_or_else(String::new, |r| {
+                serde_json::to_string_pretty(r).unwrap_or_default()
+            }),
         })
         .collect();
     let page = PilotsPage {

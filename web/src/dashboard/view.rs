@@ -9,9 +9,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Duration, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use strata_controller::{
+    pilot::{FailedReport, PilotReport},
     planning::{self, StoredLoadPoint},
     store::{
         CapacityResultRow, ConfigRow, ConfigSort, ConfigSummaryQuery, ConfigSummaryRow,
@@ -670,173 +671,13 @@ pub(crate) struct PilotView {
     pub(crate) verdict: Option<String>,
     pub(crate) created_at: DateTime<Utc>,
     pub(crate) updated_at: DateTime<Utc>,
-    /// The report's top-level numbers and strings, as (key, text).
-    pub(crate) summary: Vec<(String, String)>,
-    /// The report's `evidence`, when it has one.
-    pub(crate) evidence: Option<Value>,
-    /// The report read as `strata pilot` writes it (schema version 1), when it is one.
-    pub(crate) detail: Option<PilotDetail>,
-    pub(crate) report: Option<Value>,
-}
-
-/// The parts of a `strata pilot` report (schema version 1) the page shows; missing keys read as empty.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotDetail {
-    pub(crate) verdict: String,
-    pub(crate) exit_code: Option<u8>,
-    pub(crate) summary: String,
+    /// The report, read as `strata pilot` writes it.
+    pub(crate) detail: Option<PilotReport>,
+    /// What went wrong, for a pilot that failed.
     pub(crate) error: Option<String>,
-    pub(crate) decision: PilotDecision,
-    pub(crate) quality: Vec<PilotGate>,
-    pub(crate) plan: Value,
-    pub(crate) replay: Option<PilotReplay>,
-    pub(crate) reproduce: Value,
-}
-
-/// The verdict's figures.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotDecision {
-    pub(crate) classes: Vec<PilotClass>,
-    pub(crate) monthly_cost_usd: Option<f64>,
-    pub(crate) monthly_baseline_usd: Option<f64>,
-    pub(crate) monthly_savings_usd: Option<f64>,
-    pub(crate) reasons: Vec<String>,
-}
-
-/// One class's finding.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotClass {
-    pub(crate) class: String,
-    pub(crate) migrate: bool,
-    pub(crate) cpu_share: Option<f64>,
-    pub(crate) attainment: Option<f64>,
-    pub(crate) attainment_2x: Option<f64>,
-    pub(crate) gpu_share_2x: Option<f64>,
-    pub(crate) reasons: Vec<String>,
-}
-
-/// One weight type's quality gate.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotGate {
-    pub(crate) weights: String,
-    pub(crate) passed: bool,
-    pub(crate) perplexity_increase: Option<f64>,
-    pub(crate) measured: PilotQuality,
-    pub(crate) reasons: Vec<String>,
-}
-
-/// A weight type's measured quality.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotQuality {
-    pub(crate) perplexity: Option<f64>,
-    pub(crate) reference_weights: String,
-    pub(crate) top1_agreement: Option<f64>,
-    pub(crate) task_pass_rate: Option<f64>,
-}
-
-/// The replay against its prediction.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotReplay {
-    pub(crate) duration_s: Option<f64>,
-    pub(crate) requests: usize,
-    pub(crate) errors: usize,
-    pub(crate) config: String,
-    pub(crate) with_gpu: bool,
-    pub(crate) load: Value,
-    /// The host's speed on the profiling shape: profiled, before and after the replay.
-    pub(crate) host_pace: Option<PilotHostPace>,
-    /// The engine's steps under a sample sent through the gateway before the replay, against the
-    /// profile's step model: the prediction's scale.
-    pub(crate) calibration: Option<PilotCalibration>,
-    /// The spread of the engine's pace the prediction is the mean over.
-    pub(crate) pace_spread: Option<PilotPaceSpread>,
-    /// Every request together (its `class` is empty).
-    pub(crate) all: Option<PilotReplayClass>,
-    pub(crate) classes: Vec<PilotReplayClass>,
-    pub(crate) worst_e2e_p99_error: Option<f64>,
-    pub(crate) observed_cost_usd: Option<f64>,
-    pub(crate) predicted_cost_usd: Option<f64>,
-}
-
-/// The host's pace around the replay (output tokens/s of the profiling shape).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotHostPace {
-    pub(crate) profiled_output_tokens_per_s: Option<f64>,
-    pub(crate) before_replay_output_tokens_per_s: Option<f64>,
-    pub(crate) after_replay_output_tokens_per_s: Option<f64>,
-    pub(crate) replay_over_profiled: Option<f64>,
-}
-
-/// The spread of paces the replay's prediction averages over.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotPaceSpread {
-    pub(crate) sigma: Option<f64>,
-    pub(crate) runs: usize,
-    pub(crate) block_s: Option<f64>,
-}
-
-/// The middle 80% of a prediction's runs, seconds.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotBand {
-    pub(crate) low: Option<f64>,
-    pub(crate) high: Option<f64>,
-}
-
-/// The calibration samples around the replay.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotCalibration {
-    pub(crate) duration_s: Option<f64>,
-    pub(crate) requests: usize,
-    pub(crate) samples: Vec<PilotCalibrationSample>,
-    pub(crate) decode_over_profiled: Option<f64>,
-    pub(crate) prompt_over_profiled: Option<f64>,
-    pub(crate) block_s: Option<f64>,
-    pub(crate) pace_spread: Option<f64>,
-}
-
-/// One calibration sample: when it ran against the replay (`before_replay`, `after_replay`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotCalibrationSample {
-    pub(crate) when: String,
-    pub(crate) requests: usize,
-}
-
-/// One class in the replay.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotReplayClass {
-    pub(crate) class: String,
-    pub(crate) requests: usize,
-    pub(crate) gpu_requests: usize,
-    pub(crate) observed_ttft_p99_s: Option<f64>,
-    pub(crate) predicted_ttft_p99_s: Option<f64>,
-    pub(crate) observed_e2e_p99_s: Option<f64>,
-    pub(crate) predicted_e2e_p99_s: Option<f64>,
-    pub(crate) predicted_ttft_p99_band_s: Option<PilotBand>,
-    pub(crate) predicted_e2e_p99_band_s: Option<PilotBand>,
-    pub(crate) e2e_p99_error: Option<f64>,
-    pub(crate) ttft_p99_error: Option<f64>,
-    pub(crate) observed_attainment: Option<f64>,
-    pub(crate) predicted_attainment: Option<f64>,
-}
-
-/// The structured report, when `report` carries `schema_version` 1.
-fn pilot_detail(report: Option<&Value>) -> Option<PilotDetail> {
-    let report = report?;
-    (report.get("schema_version").and_then(Value::as_u64) == Some(1))
-        .then(|| serde_json::from_value(report.clone()).ok())
-        .flatten()
+    /// Why the stored report reads as neither a report nor a failure, when it does not.
+    pub(crate) problem: Option<String>,
+    pub(crate) report: Option<Value>,
 }
 
 /// Builds the pilots page.
@@ -844,24 +685,18 @@ pub(crate) async fn pilots(store: &dyn Store) -> Result<PilotsView, DashboardErr
     let mut pilots = Vec::new();
     for workload in store.list_workloads().await? {
         for pilot in store.list_pilots_for_workload(workload.id).await? {
-            let summary = pilot
-                .report
-                .as_ref()
-                .and_then(Value::as_object)
-                .map(|o| {
-                    o.iter()
-                        .filter_map(|(k, v)| {
-                            let text = match v {
-                                Value::String(s) => s.clone(),
-                                Value::Number(n) => n.to_string(),
-                                Value::Bool(b) => b.to_string(),
-                                _ => return None,
-                            };
-                            Some((k.clone(), text))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let (mut detail, mut error, mut problem) = (None, None, None);
+            if let Some(report) = &pilot.report {
+                match serde_json::from_value::<PilotReport>(report.clone()) {
+                    Ok(r) => detail = Some(r),
+                    Err(e) => match serde_json::from_value::<FailedReport>(report.clone()) {
+                        Ok(f) => error = Some(f.error),
+                        Err(_) => {
+                            problem = Some(format!("pilot {}: report: {e}", pilot.id));
+                        }
+                    },
+                }
+            }
             pilots.push(PilotView {
                 id: pilot.id.0,
                 workload: workload.name.clone(),
@@ -869,13 +704,9 @@ pub(crate) async fn pilots(store: &dyn Store) -> Result<PilotsView, DashboardErr
                 verdict: pilot.verdict,
                 created_at: pilot.created_at,
                 updated_at: pilot.updated_at,
-                summary,
-                evidence: pilot
-                    .report
-                    .as_ref()
-                    .and_then(|r| r.get("evidence"))
-                    .cloned(),
-                detail: pilot_detail(pilot.report.as_ref()),
+                detail,
+                error,
+                problem,
                 report: pilot.report,
             });
         }
