@@ -1,5 +1,6 @@
-//! The dashboard in a real browser: seed a SQLite store through the `Store` API, start
-//! `strata dashboard` on it, open each page in headless Chromium, check the tables and charts are in
+//! The dashboard in a real browser: seed a SQLite store with the producers' own types (profiling's
+//! load points, the builtin catalog's prices, the planner's plan of the example workload, a pilot's
+//! replay through the gateway), start `strata dashboard` on it, open each page in headless Chromium, check the tables and charts are in
 //! the DOM and the console stayed clean, and save screenshots (light and dark) under
 //! `target/dashboard-screens/`.
 //!
@@ -132,6 +133,11 @@ fn every_page_renders_in_chromium_without_console_errors() {
                 "id=\"pareto-chart\"",
                 "<svg",
                 "<circle",
+                // Every config priced, the frontier drawn and the GPU baseline a labelled point.
+                "c4-standard-16 (16 vCPUs",
+                "Pareto frontier",
+                "GPU baseline g2-standard-8",
+                "id=\"gpu-baseline\"",
             ],
         ),
         (
@@ -141,6 +147,8 @@ fn every_page_renders_in_chromium_without_console_errors() {
                 "id=\"latency-table\"",
                 "id=\"latency-chart\"",
                 "id=\"capacity-latency-chart\"",
+                "id=\"capacity-throughput-chart\"",
+                "offered load (requests/s)",
                 "<svg",
             ],
         ),
@@ -152,12 +160,22 @@ fn every_page_renders_in_chromium_without_console_errors() {
         (
             "pilots",
             "/pilots",
-            &["id=\"pilots-table\"", "migrate chat and extract to CPU"],
+            &[
+                "id=\"pilots-table\"",
+                "class=\"pilot-quality\"",
+                "not enough tasks to tell",
+                "class=\"pilot-replay\"",
+            ],
         ),
         (
             "gateway",
             "/gateway",
-            &["id=\"traffic-table\"", "id=\"breakers-table\"", "cpu-a"],
+            &[
+                "id=\"traffic-table\"",
+                "id=\"breakers-table\"",
+                "cpu-a",
+                "pilot:smol-support",
+            ],
         ),
     ];
     for (name, path, needles) in pages {

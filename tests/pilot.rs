@@ -102,6 +102,11 @@ async fn a_pilot_runs_end_to_end_and_its_exit_status_is_its_verdict() {
         .expect("f32");
     assert!(ppl > 1.0 && reference > 1.0, "{gate}");
     assert!(gate["measured"]["task_pass_rate"].is_number(), "{gate}");
+    // The task check is the paired test against f32 on the same task, at the stated level.
+    assert_eq!(gate["tasks"]["tasks"], 1, "{gate}");
+    assert_eq!(gate["tasks"]["significance"], 0.05, "{gate}");
+    // One task can never show a significant drop.
+    assert_eq!(gate["tasks"]["significant_drop"], false, "{gate}");
 
     // Capacity was searched, the plan recorded and simulated.
     assert!(
@@ -204,26 +209,62 @@ async fn a_pilot_runs_end_to_end_and_its_exit_status_is_its_verdict() {
     let stored = pilots[0].report.as_ref().expect("report");
     assert_eq!(stored["reproduce"]["seed"], 5);
     assert!(stored["reproduce"]["hardware"]["fingerprint"].is_string());
+    // The replay's gateway recorded its decisions under the pilot's name, none as live traffic.
+    let window = store::TimeWindow {
+        start: pilots[0].created_at,
+        end: chrono::Utc::now() + chrono::Duration::seconds(1),
+    };
+    let decisions = db
+        .list_gateway_decisions(window, 100_000)
+        .await
+        .expect("decisions");
+    let replayed = decisions
+        .iter()
+        .filter(|d| d.source == "pilot:pilot-e2e")
+        .count();
+    assert!(
+        replayed as u64 >= sent,
+        "{replayed} decisions for {sent} requests"
+    );
+    assert!(decisions.iter().all(|d| d.source != "live"));
     db.close().await;
 
-    // The dashboard shows it.
-    let page = dashboard_pilots_page(&url).await;
+    // The dashboard shows it: the report, the configs priced, the replay's requests.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_strata"));
+    command.args(["dashboard", "--bind", "127.0.0.1:0", "--database-url", &url]);
+    let dashboard = ServerProcess::announcing(command, "dashboard listening on ");
+    let get = async |path: &str| {
+        reqwest::get(format!("{}{path}", dashboard.base))
+            .await
+            .expect("answers")
+            .text()
+            .await
+            .expect("body")
+    };
+    let page = get("/pilots").await;
     assert!(page.contains("class=\"pilot-replay\""), "{page}");
     assert!(page.contains("pilot-e2e"), "{page}");
     assert!(page.contains("Host pace on the profiling shape"), "{page}");
-}
-
-/// `/pilots` of a `strata dashboard` started on the store at `url`.
-async fn dashboard_pilots_page(url: &str) -> String {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_strata"));
-    command.args(["dashboard", "--bind", "127.0.0.1:0", "--database-url", url]);
-    let dashboard = ServerProcess::announcing(command, "dashboard listening on ");
-    reqwest::get(format!("{}/pilots", dashboard.base))
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("body")
+    let configs: Value = serde_json::from_str(&get("/api/configs").await).expect("JSON");
+    let rows = configs["rows"].as_array().expect("rows");
+    assert!(!rows.is_empty(), "{configs}");
+    assert!(
+        rows.iter()
+            .all(|r| r["usd_per_million_output_tokens"].as_f64() > Some(0.0)),
+        "{configs}"
+    );
+    assert!(rows.iter().any(|r| r["pareto"] == true), "{configs}");
+    assert_eq!(
+        configs["gpu_baseline"]["name"], "g2-standard-8",
+        "{configs}"
+    );
+    let gateway: Value =
+        serde_json::from_str(&get("/api/gateway?source=pilot:pilot-e2e").await).expect("JSON");
+    assert_eq!(
+        gateway["requests"].as_u64(),
+        Some(replayed as u64),
+        "{gateway}"
+    );
 }
 
 /// With `--gpu-endpoint`, the replay's gateway has a GPU pool: a chat SLA the CPU engine cannot meet sends

@@ -58,15 +58,16 @@ pub fn describe() -> NewHardware {
         .unwrap_or_default();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
     let cores = physical_cores(&cpuinfo).unwrap_or(threads);
+    let caches = host_caches();
     let mut hw = NewHardware {
         fingerprint_hash: String::new(),
         cpu_model,
         cores,
         threads,
         isa_flags: flags.into_iter().map(str::to_owned).collect(),
-        l1d_cache_bytes: cache_size(1, "Data"),
-        l2_cache_bytes: cache_size(2, "Unified"),
-        l3_cache_bytes: cache_size(3, "Unified"),
+        l1d_cache_bytes: caches.l1d,
+        l2_cache_bytes: caches.l2,
+        l3_cache_bytes: caches.l3,
         numa_nodes: numa_nodes(),
         memory_bytes: mem_total().unwrap_or(0),
         bandwidth_gb_per_s: None,
@@ -113,29 +114,114 @@ fn physical_cores(cpuinfo: &str) -> Option<i64> {
     (!cores.is_empty()).then_some(cores.len() as i64)
 }
 
-fn cache_size(level: u32, kind: &str) -> Option<i64> {
-    let base = Path::new("/sys/devices/system/cpu/cpu0/cache");
-    for entry in std::fs::read_dir(base).ok()?.flatten() {
-        let dir = entry.path();
-        let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
-        if read("level")?.trim() != level.to_string() || read("type")?.trim() != kind {
-            continue;
-        }
-        return parse_size(read("size")?.trim());
-    }
-    None
+/// The sizes of one core's L1 data and L2 caches and of the L3 cache, in bytes, where known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Caches {
+    /// L1 data cache.
+    pub l1d: Option<i64>,
+    /// L2 cache.
+    pub l2: Option<i64>,
+    /// L3 cache.
+    pub l3: Option<i64>,
 }
 
-/// `48K`, `1024K`, `32M` -> bytes.
+impl Caches {
+    fn set(&mut self, level: u32, kind: &str, bytes: i64) {
+        let slot = match (level, kind) {
+            (1, "Data") => &mut self.l1d,
+            (2, "Unified") => &mut self.l2,
+            (3, "Unified") => &mut self.l3,
+            _ => return,
+        };
+        slot.get_or_insert(bytes);
+    }
+
+    /// Each size missing here taken from `other`.
+    fn or(self, other: Caches) -> Caches {
+        Caches {
+            l1d: self.l1d.or(other.l1d),
+            l2: self.l2.or(other.l2),
+            l3: self.l3.or(other.l3),
+        }
+    }
+}
+
+/// The host's caches: from /sys/devices/system/cpu/cpu0/cache, sizes missing there from `lscpu -C`.
+pub fn host_caches() -> Caches {
+    let sysfs = sysfs_caches(Path::new("/sys/devices/system/cpu/cpu0/cache"));
+    if sysfs.l1d.is_some() && sysfs.l2.is_some() && sysfs.l3.is_some() {
+        return sysfs;
+    }
+    let lscpu = std::process::Command::new("lscpu")
+        .args(["-C=LEVEL,TYPE,ONE-SIZE", "-B"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| lscpu_caches(&String::from_utf8_lossy(&o.stdout)))
+        .unwrap_or_default();
+    sysfs.or(lscpu)
+}
+
+/// The caches listed under `dir` (a cpu's `cache` folder): each `index*` folder's `level`, `type` and
+/// `size`; folders or files that cannot be read are skipped.
+pub fn sysfs_caches(dir: &Path) -> Caches {
+    let mut caches = Caches::default();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return caches;
+    };
+    let mut indexes: Vec<_> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("index"))
+        })
+        .collect();
+    indexes.sort();
+    for index in indexes {
+        let read = |name: &str| std::fs::read_to_string(index.join(name)).ok();
+        let (Some(level), Some(kind), Some(size)) = (read("level"), read("type"), read("size"))
+        else {
+            continue;
+        };
+        if let (Ok(level), Some(bytes)) = (level.trim().parse(), parse_size(size.trim())) {
+            caches.set(level, kind.trim(), bytes);
+        }
+    }
+    caches
+}
+
+/// The caches in `lscpu -C=LEVEL,TYPE,ONE-SIZE -B` output: a heading line, then one line per cache
+/// with its level, type and one instance's size in bytes.
+pub fn lscpu_caches(text: &str) -> Caches {
+    let mut caches = Caches::default();
+    for line in text.lines().skip(1) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if let [level, kind, size] = fields.as_slice()
+            && let (Ok(level), Some(bytes)) = (level.parse(), parse_size(size))
+        {
+            caches.set(level, kind, bytes);
+        }
+    }
+    caches
+}
+
+/// `48K`, `1024K`, `32M`, `32768` -> bytes.
 fn parse_size(text: &str) -> Option<i64> {
-    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
     let n: i64 = digits.parse().ok()?;
-    Some(match unit {
-        "K" => n << 10,
-        "M" => n << 20,
-        "G" => n << 30,
-        _ => n,
-    })
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "K" | "KiB" => 10,
+        "M" | "MiB" => 20,
+        "G" | "GiB" => 30,
+        _ => return None,
+    };
+    n.checked_mul(1 << shift)
 }
 
 /// NUMA nodes from /sys/devices/system/node (1 when the folder is absent).
@@ -292,8 +378,59 @@ mod tests {
     fn sizes_parse() {
         assert_eq!(parse_size("48K"), Some(48 << 10));
         assert_eq!(parse_size("32M"), Some(32 << 20));
-        assert_eq!(parse_size("512"), None);
+        assert_eq!(parse_size("512"), Some(512));
         assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size("12Q"), None);
+    }
+
+    #[test]
+    fn caches_are_read_from_sysfs_index_folders_past_other_files() {
+        let dir = tempfile::tempdir().unwrap();
+        // A file sorting before the index folders (sysfs has `uevent`) must not stop the reading.
+        std::fs::write(dir.path().join("a-uevent"), "").unwrap();
+        for (i, level, kind, size) in [
+            (0, "1", "Data", "48K"),
+            (1, "1", "Instruction", "32K"),
+            (2, "2", "Unified", "2048K"),
+            (3, "3", "Unified", "260M"),
+        ] {
+            let index = dir.path().join(format!("index{i}"));
+            std::fs::create_dir(&index).unwrap();
+            for (name, text) in [("level", level), ("type", kind), ("size", size)] {
+                std::fs::write(index.join(name), format!("{text}\n")).unwrap();
+            }
+        }
+        let caches = sysfs_caches(dir.path());
+        assert_eq!(
+            caches,
+            Caches {
+                l1d: Some(48 << 10),
+                l2: Some(2 << 20),
+                l3: Some(260 << 20)
+            }
+        );
+        assert_eq!(sysfs_caches(&dir.path().join("absent")), Caches::default());
+    }
+
+    #[test]
+    fn caches_are_read_from_lscpu_where_sysfs_has_none() {
+        let text = "LEVEL TYPE        ONE-SIZE\n    1 Data           32768\n    1 Instruction    32768\n\
+                    \x20   2 Unified      1048576\n    3 Unified     33554432\n";
+        let lscpu = lscpu_caches(text);
+        assert_eq!(
+            lscpu,
+            Caches {
+                l1d: Some(32 << 10),
+                l2: Some(1 << 20),
+                l3: Some(32 << 20)
+            }
+        );
+        let partial = Caches {
+            l1d: Some(48 << 10),
+            ..Caches::default()
+        };
+        assert_eq!(partial.or(lscpu).l1d, Some(48 << 10));
+        assert_eq!(partial.or(lscpu).l3, Some(32 << 20));
     }
 
     #[test]

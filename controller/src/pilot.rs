@@ -14,7 +14,7 @@
 use std::{collections::BTreeMap, path::Path, process::Command, time::Duration};
 
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use strata_engine::serve::StepTimes;
 use strata_planner::{
@@ -22,10 +22,10 @@ use strata_planner::{
     catalog::Catalog,
     pace::{Band, PaceSpread, SpreadPrediction, predict_replay_over_paces},
     pilot::{
-        self as decide, PilotSpec, QualityGate, ReplayEvidence, ReplayLoad, TaskCheck, Verdict,
-        VerdictInput, WeightQuality,
+        self as decide, PairedTasks, PilotSpec, QualityGate, ReplayEvidence, ReplayLoad, TaskCheck,
+        Verdict, VerdictInput, WeightQuality,
     },
-    plan::{Plan, PlanInput, plan},
+    plan::{Degradation, Plan, PlanInput, plan},
     profile::{ConfigProfile, Scaling, ScalingRule},
     service::{ServiceCurve, StepModel},
     sim::{SimOptions, SimReport, simulate},
@@ -45,7 +45,7 @@ use crate::{
     },
     quality::{self, QualityError},
     step_fit,
-    store::{PilotId, PilotStatus, PilotUpdate, StoreError},
+    store::{PilotId, PilotStatus, PilotUpdate, StoreError, pilot_replay_source},
 };
 
 /// Version of the report's JSON layout (see the crate README).
@@ -110,6 +110,9 @@ pub struct Pilot<'a> {
     pub catalog: &'a Catalog,
     /// The GPU baseline endpoint, if any.
     pub gpu_endpoint: Option<&'a GpuEndpoint>,
+    /// The store's URL as given on the command line, for the replay's gateway to record its decisions
+    /// in (`None`: the gateway finds the store as the pilot did, from the environment or the default).
+    pub database_url: Option<&'a str>,
 }
 
 /// Where a pilot is, for a progress display.
@@ -142,7 +145,7 @@ pub struct PilotOutcome {
 }
 
 /// The report, as stored and printed with `--json`. Its layout is versioned by `schema_version`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PilotReport {
     /// [`REPORT_SCHEMA_VERSION`].
     pub schema_version: u32,
@@ -168,16 +171,54 @@ pub struct PilotReport {
     pub quality: Vec<QualityGate>,
     /// Each config profiled.
     pub configs: Vec<ConfigResult>,
-    /// The plan's id in the store and its headline figures.
-    pub plan: Value,
+    /// The plan's id in the store and its headline figures (`None` when no config was left to plan).
+    pub plan: Option<PlanSummary>,
     /// The plan simulated at planned traffic and at twice the traffic.
     pub simulation: SimulationPair,
     /// The replay against the prediction.
     pub replay: Option<ReplayReport>,
 }
 
+/// A failed pilot's report: what went wrong (the stored pilot says `failed`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FailedReport {
+    /// [`REPORT_SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The error, in words.
+    pub error: String,
+}
+
+/// The headline figures of the plan a pilot recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanSummary {
+    /// The plan's id in the store.
+    pub id: i64,
+    /// The chosen config (the planner's profile id).
+    pub config: String,
+    /// Its weight type.
+    pub weights: String,
+    /// The CPU instance type.
+    pub instance_type: String,
+    /// Its region.
+    pub region: String,
+    /// How the measured host carries over to the instance type.
+    pub scaling: Scaling,
+    /// The plan's cost per day, $.
+    pub cost_per_day_usd: f64,
+    /// All traffic on the GPU baseline per day, $.
+    pub all_gpu_cost_per_day_usd: f64,
+    /// Baseline minus plan per day, $.
+    pub savings_per_day_usd: f64,
+    /// Share of requests sent to GPU.
+    pub gpu_share: f64,
+    /// Most CPU instances in any hour.
+    pub peak_cpu_instances: u32,
+    /// Classes whose SLA the plan misses, and by how much.
+    pub degraded: Vec<Degradation>,
+}
+
 /// One profiled config.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ConfigResult {
     /// Its settings, as `q8_0 t2 b8 kv128 numa=none`.
     pub config: String,
@@ -192,7 +233,7 @@ pub struct ConfigResult {
 }
 
 /// The plan simulated twice.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SimulationPair {
     /// At planned traffic.
     pub planned: SimReport,
@@ -201,7 +242,7 @@ pub struct SimulationPair {
 }
 
 /// The replay and its prediction.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReplayReport {
     /// The load sampled.
     pub load: ReplayLoad,
@@ -277,7 +318,7 @@ const PACE_SEED: u64 = 0xface;
 /// the profile's step model scaled by the samples' pooled ratios (their decode and prompt steps against
 /// the profile's), with the pace spread as widely as the samples' blocks moved (see
 /// [`strata_planner::pace`]).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Calibration {
     /// Seconds of the samples together.
     pub duration_s: f64,
@@ -301,7 +342,7 @@ pub struct Calibration {
 }
 
 /// When a calibration sample ran, against the replay.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SampleTime {
     /// Right before the replay.
@@ -329,7 +370,7 @@ pub fn sample_timing(before: bool, after: bool) -> &'static str {
 }
 
 /// One calibration sample: when it ran, and how the engine's steps ran in it against the profile.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CalibrationSample {
     /// Before or after the replay.
     pub when: SampleTime,
@@ -347,7 +388,7 @@ pub struct CalibrationSample {
 /// when the config was profiled, right before the replay and right after it. The prediction comes from
 /// the profile as measured; on a shared host whose speed drifts between profiling and replay, these
 /// figures tell a reviewer how much of an error is the host's rather than the simulator's.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HostPace {
     /// The shape measured.
     pub shape: String,
@@ -363,7 +404,7 @@ pub struct HostPace {
 }
 
 /// p99s of a set of replayed requests, observed against predicted.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Comparison {
     /// Requests.
     pub requests: usize,
@@ -430,7 +471,7 @@ impl Comparison {
 
 /// One class in the replay: its p99s observed against predicted (flattened into the class's JSON object),
 /// what the gateway sent to GPU and the SLA attainment.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ClassComparison {
     /// Class name.
     pub class: String,
@@ -455,6 +496,13 @@ pub async fn run(pilot: &Pilot<'_>, mut on_step: impl FnMut(Step)) -> Result<Pil
         .validate(&pilot.workload.name)
         .map_err(|e| PilotError::Spec(e.to_string()))?;
     let store = pilot.ctx.store;
+    // The prices the pilot costs its plan with, so that the dashboard costs the same configs alike.
+    let prices = planning::record_catalog_prices(store, pilot.catalog).await?;
+    tracing::debug!(
+        inserted = prices.inserted,
+        already_recorded = prices.already_recorded,
+        "the pilot's prices are in the store"
+    );
     let workload_row = planning::ensure_workload(store, pilot.workload).await?;
     let row = store.insert_pilot(workload_row.id).await?;
     let status = |status, verdict: Option<String>, report: Option<Value>| PilotUpdate {
@@ -478,7 +526,11 @@ pub async fn run(pilot: &Pilot<'_>, mut on_step: impl FnMut(Step)) -> Result<Pil
             Ok(PilotOutcome { id: row.id, report })
         }
         Err(e) => {
-            let report = json!({ "schema_version": REPORT_SCHEMA_VERSION, "error": e.to_string() });
+            let failed = FailedReport {
+                schema_version: REPORT_SCHEMA_VERSION,
+                error: e.to_string(),
+            };
+            let report = serde_json::to_value(&failed).unwrap_or_else(|_| json!({}));
             if let Err(store_error) = store
                 .update_pilot(row.id, &status(PilotStatus::Failed, None, Some(report)))
                 .await
@@ -607,7 +659,7 @@ async fn evaluate(pilot: &Pilot<'_>, on_step: &mut impl FnMut(Step)) -> Result<P
         reproduce,
         quality: gates,
         configs,
-        plan: plan_summary(&plan, plan_row.id.0),
+        plan: Some(plan_summary(&plan, plan_row.id.0)),
         simulation: SimulationPair { planned, double },
         replay: Some(replay),
         decision,
@@ -643,7 +695,7 @@ fn stay_without_plan(
         reproduce,
         quality: gates,
         configs,
-        plan: Value::Null,
+        plan: None,
         simulation: SimulationPair {
             planned: empty.clone(),
             double: empty,
@@ -812,32 +864,42 @@ async fn measure_quality(
             quality::record(pilot.ctx.store, &config, score).await?;
         }
     }
-    let mut task_rates = BTreeMap::new();
+    let mut outcomes: BTreeMap<String, Vec<bool>> = BTreeMap::new();
     if !pilot.spec.tasks.is_empty() {
         for w in weights.iter().chain(std::iter::once(&"f32".to_owned())) {
+            if outcomes.contains_key(w) {
+                continue;
+            }
             on_step(Step::Tasks(w.clone()));
-            task_rates.insert(w.clone(), task_pass_rate(pilot, w, threads).await?);
+            outcomes.insert(w.clone(), task_outcomes(pilot, w, threads).await?);
         }
     }
+    let rate = |o: &Vec<bool>| o.iter().filter(|p| **p).count() as f64 / o.len().max(1) as f64;
+    let reference_tasks = outcomes.get("f32");
     Ok(weights
         .iter()
         .filter_map(|w| {
             let s = scores.iter().find(|s| &s.weights == w)?;
+            let tasks = outcomes.get(w);
             Some(WeightQuality {
                 weights: w.clone(),
                 reference_weights: "f32".into(),
                 perplexity: s.perplexity,
                 reference_perplexity: reference,
                 top1_agreement: s.top1_agreement.unwrap_or(1.0),
-                task_pass_rate: task_rates.get(w).copied(),
-                reference_task_pass_rate: task_rates.get("f32").copied(),
+                task_pass_rate: tasks.map(rate),
+                reference_task_pass_rate: reference_tasks.map(rate),
+                tasks: tasks
+                    .zip(reference_tasks)
+                    .map(|(c, r)| PairedTasks::new(c.clone(), r.clone())),
             })
         })
         .collect())
 }
 
-/// Share of the workload's tasks a `weights` engine answers as expected (greedy chat completions).
-async fn task_pass_rate(pilot: &Pilot<'_>, weights: &str, threads: usize) -> Result<f64> {
+/// Whether a `weights` engine answers each of the workload's tasks as expected (greedy chat
+/// completions, one at a time so that every weight type answers each task alone), in task order.
+async fn task_outcomes(pilot: &Pilot<'_>, weights: &str, threads: usize) -> Result<Vec<bool>> {
     let settings = EngineSettings {
         weights: weights.to_owned(),
         threads,
@@ -850,14 +912,14 @@ async fn task_pass_rate(pilot: &Pilot<'_>, weights: &str, threads: usize) -> Res
         .timeout(Duration::from_secs(300))
         .build()
         .map_err(|e| PilotError::Server(e.to_string()))?;
-    let mut passed = 0usize;
+    let mut outcomes = Vec::with_capacity(pilot.spec.tasks.len());
     for task in &pilot.spec.tasks {
         let answer = ask(&client, &server.base_url, task).await?;
-        if task.passed_by(&answer) {
-            passed += 1;
-        }
+        let passed = task.passed_by(&answer);
+        tracing::debug!(weights, prompt = %task.prompt, %answer, passed, "task answered");
+        outcomes.push(passed);
     }
-    Ok(passed as f64 / pilot.spec.tasks.len().max(1) as f64)
+    Ok(outcomes)
 }
 
 async fn ask(client: &reqwest::Client, base_url: &str, task: &TaskCheck) -> Result<String> {
@@ -951,11 +1013,17 @@ async fn replay(
     let config_path = dir.path().join("pilot-gateway.toml");
     std::fs::write(&config_path, config_toml).map_err(|e| PilotError::Server(e.to_string()))?;
     let mut command = Command::new(pilot.exe);
+    if let Some(url) = pilot.database_url {
+        // Through the environment: a URL on the command line would show its password to `ps`.
+        command.env(crate::store::ENV_DATABASE_URL, url);
+    }
+    // The replay's decisions go to the store under the pilot's name, apart from live traffic.
     command
         .arg("gateway")
         .arg("--config")
         .arg(&config_path)
-        .args(["--listen", "127.0.0.1:0", "--no-store"]);
+        .args(["--listen", "127.0.0.1:0", "--decision-source"])
+        .arg(pilot_replay_source(&pilot.workload.name));
     let gateway = ChildServer::spawn(command, "`strata gateway`")
         .await
         .map_err(PilotError::Server)?;
@@ -1456,21 +1524,27 @@ fn reproduce(pilot: &Pilot<'_>, threads: usize) -> Value {
     })
 }
 
-fn plan_summary(plan: &Plan, plan_id: i64) -> Value {
-    json!({
-        "id": plan_id,
-        "config": plan.chosen.config,
-        "weights": plan.chosen.weights,
-        "instance_type": plan.chosen.instance_type,
-        "region": plan.chosen.region,
-        "scaling": plan.chosen.scaling,
-        "cost_per_day_usd": plan.totals.cost_per_day,
-        "all_gpu_cost_per_day_usd": plan.totals.all_gpu_cost_per_day,
-        "savings_per_day_usd": plan.totals.savings_per_day,
-        "gpu_share": plan.totals.gpu_share,
-        "peak_cpu_instances": plan.hours.iter().map(|h| h.cpu_instances).max().unwrap_or(0),
-        "degraded": plan.degraded,
-    })
+/// The headline figures of `plan` (stored as `plan_id`) the report keeps under `plan`.
+pub fn plan_summary(plan: &Plan, plan_id: i64) -> PlanSummary {
+    PlanSummary {
+        id: plan_id,
+        config: plan.chosen.config.clone(),
+        weights: plan.chosen.weights.clone(),
+        instance_type: plan.chosen.instance_type.clone(),
+        region: plan.chosen.region.clone(),
+        scaling: plan.chosen.scaling,
+        cost_per_day_usd: plan.totals.cost_per_day,
+        all_gpu_cost_per_day_usd: plan.totals.all_gpu_cost_per_day,
+        savings_per_day_usd: plan.totals.savings_per_day,
+        gpu_share: plan.totals.gpu_share,
+        peak_cpu_instances: plan
+            .hours
+            .iter()
+            .map(|h| h.cpu_instances)
+            .max()
+            .unwrap_or(0),
+        degraded: plan.degraded.clone(),
+    }
 }
 
 #[cfg(test)]
@@ -1643,8 +1717,16 @@ basis = "assumed"
         let sla = capacity_sla(&workload);
         assert_eq!(sla.0, 1000.0);
         assert_eq!(sla.1, 200.0);
-        let configs = candidates(&spec, 2);
-        assert_eq!(configs.len(), 2);
-        assert_eq!(configs[1].to_string(), "q4_1 t2 b8 kv128 numa=none");
+        // Every weight type at both default batch sizes.
+        let configs: Vec<String> = candidates(&spec, 2).iter().map(|c| c.to_string()).collect();
+        assert_eq!(
+            configs,
+            [
+                "q8_0 t2 b4 kv128 numa=none",
+                "q8_0 t2 b8 kv128 numa=none",
+                "q4_1 t2 b4 kv128 numa=none",
+                "q4_1 t2 b8 kv128 numa=none"
+            ]
+        );
     }
 }

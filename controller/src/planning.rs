@@ -20,8 +20,9 @@ use strata_planner::{
 
 use crate::loadgen::Lengths;
 use crate::store::{
-    CapacityResultRow, ConfigRow, HardwareId, HardwareRow, ModelRow, NewCatalogPrice, NewPlan,
-    NewWorkload, PlanRow, ProfileRunRow, Store, StoreError, WorkloadRow, constraint,
+    CapacityResultRow, CatalogPriceRow, ConfigRow, HardwareId, HardwareRow, ModelRow,
+    NewCatalogPrice, NewPlan, NewWorkload, PlanRow, ProfileRunRow, Store, StoreError, WorkloadRow,
+    constraint,
 };
 
 /// Why measured runs could not be turned into profiles, or a plan could not be recorded.
@@ -481,6 +482,52 @@ pub fn catalog_price_row(instance: &InstanceType) -> Option<NewCatalogPrice> {
     })
 }
 
+/// The planner's instance type for a stored price row, the inverse of [`catalog_price_row`]: the
+/// stored committed price per hour is the one-year commitment (per month again), the three-year one is
+/// not stored, and neither is the instance's memory bandwidth.
+pub fn instance_type_of(row: &CatalogPriceRow) -> InstanceType {
+    InstanceType {
+        provider: row.provider.clone(),
+        region: row.region.clone(),
+        name: row.instance_type.clone(),
+        vcpus: u32::try_from(row.vcpus).unwrap_or(0),
+        memory_gib: row.memory_gib,
+        accelerator: row.accelerator.clone(),
+        on_demand_per_hour: row.on_demand_usd_per_hour,
+        spot_per_hour: row.spot_usd_per_hour,
+        committed_1y_per_month: row.committed_usd_per_hour.map(|h| h * HOURS_PER_MONTH),
+        committed_3y_per_month: None,
+        power_watts: row.watts.unwrap_or(0.0),
+        source: row.source.clone(),
+        price_date: row.price_date.format("%Y-%m-%d").to_string(),
+        mem_bandwidth_gbs: None,
+    }
+}
+
+/// The catalog of the store's prices: the latest price of each provider, region and instance type
+/// (the store lists them latest date first), in the store's order.
+pub fn catalog_of_prices(rows: &[CatalogPriceRow]) -> Catalog {
+    let mut catalog = Catalog::default();
+    for row in rows {
+        let seen = catalog.instances.iter().any(|i| {
+            i.provider == row.provider && i.region == row.region && i.name == row.instance_type
+        });
+        if !seen {
+            catalog.instances.push(instance_type_of(row));
+        }
+    }
+    catalog
+}
+
+/// Records the builtin catalog's prices (with their sources and dates) unless they are already
+/// recorded: what a store holds on first use, so that the dashboard can cost configs with no extra step.
+///
+/// # Errors
+/// [`PlanningError::Store`].
+pub async fn record_builtin_prices(store: &dyn Store) -> Result<PricesRecorded> {
+    record_catalog_prices(store, &Catalog::builtin()).await
+}
+
 /// What [`record_catalog_prices`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PricesRecorded {
@@ -499,11 +546,22 @@ pub struct PricesRecorded {
 /// [`PlanningError::Store`] for anything but that duplicate.
 pub async fn record_catalog_prices(store: &dyn Store, catalog: &Catalog) -> Result<PricesRecorded> {
     let mut done = PricesRecorded::default();
+    let recorded = store.list_catalog_prices(None).await?;
     for instance in &catalog.instances {
         let Some(row) = catalog_price_row(instance) else {
             done.undated += 1;
             continue;
         };
+        let known = recorded.iter().any(|r| {
+            r.provider == row.provider
+                && r.region == row.region
+                && r.instance_type == row.instance_type
+                && r.price_date == row.price_date
+        });
+        if known {
+            done.already_recorded += 1;
+            continue;
+        }
         match store.insert_catalog_price(&row).await {
             Ok(_) => done.inserted += 1,
             Err(e) if e.is_conflict_on(constraint::CATALOG_PRICES_INSTANCE_DATE) => {

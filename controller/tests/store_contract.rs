@@ -1138,6 +1138,7 @@ async fn gateway_decisions_list_within_a_window(store: Arc<dyn Store>) {
         prompt_tokens: 350,
         output_tokens: 120,
         cost_usd: 0.000_125,
+        source: "pilot:support".to_owned(),
     };
     let row = store
         .insert_gateway_decision(&decision("req-1", at(1, 10, 0)))
@@ -1168,9 +1169,10 @@ async fn gateway_decisions_list_within_a_window(store: Arc<dyn Store>) {
             row.observed_latency_ms,
             row.prompt_tokens,
             row.output_tokens,
-            row.cost_usd
+            row.cost_usd,
+            row.source.as_str()
         ),
-        (Some(420.0), None, 350, 120, 0.000_125)
+        (Some(420.0), None, 350, 120, 0.000_125, "pilot:support")
     );
     let mut observed = decision("req-2", at(1, 11, 0));
     observed.observed_latency_ms = Some(388.5);

@@ -282,6 +282,23 @@ impl Catalog {
             .find(|i| i.name == name && i.region == region)
     }
 
+    /// The CPU instance type a host with `vcpus` hardware threads is taken to be: the cheapest
+    /// on-demand type with exactly that many vCPUs, else the cheapest with more (the smallest that
+    /// fits the host's setup), else the largest there is. `None` when the catalog has no CPU type.
+    pub fn cpu_instance_for_host(&self, vcpus: u32) -> Option<&InstanceType> {
+        let cpu = || self.instances.iter().filter(|i| !i.is_gpu());
+        let cheapest = |a: &&InstanceType, b: &&InstanceType| {
+            a.on_demand_per_hour
+                .total_cmp(&b.on_demand_per_hour)
+                .then(a.vcpus.cmp(&b.vcpus))
+        };
+        cpu()
+            .filter(|i| i.vcpus == vcpus)
+            .min_by(cheapest)
+            .or_else(|| cpu().filter(|i| i.vcpus > vcpus).min_by(cheapest))
+            .or_else(|| cpu().max_by_key(|i| i.vcpus))
+    }
+
     /// The token-priced endpoint called `name`.
     pub fn find_endpoint(&self, name: &str) -> Option<&TokenPricedEndpoint> {
         self.token_priced.iter().find(|t| t.name == name)
@@ -410,6 +427,18 @@ price_date = "2026-01-01"
             .expect_err("bad date")
             .to_string();
         assert!(err.contains("price_date"), "{err}");
+    }
+
+    #[test]
+    fn a_host_is_taken_for_the_type_of_its_vcpus_or_the_cheapest_that_fits() {
+        let c = Catalog::builtin();
+        let name = |vcpus| c.cpu_instance_for_host(vcpus).map(|i| i.name.as_str());
+        assert_eq!(name(16), Some("c4-standard-16"));
+        // No 2-vCPU type in the builtin catalog: the cheapest larger one.
+        assert_eq!(name(2), Some("c4-standard-8"));
+        // Larger than any type: the largest.
+        assert_eq!(name(100_000), Some("c3-standard-176"));
+        assert!(Catalog::default().cpu_instance_for_host(8).is_none());
     }
 
     #[test]

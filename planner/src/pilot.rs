@@ -25,7 +25,7 @@ pub struct PilotSpec {
     /// Runtime weight types to try.
     #[serde(default = "default_weights")]
     pub weights: Vec<String>,
-    /// Batch sizes (most sequences per step) to try.
+    /// Batch sizes (most sequences per step) to try [default: 4 and 8].
     #[serde(default = "default_max_batch")]
     pub max_batch: Vec<u32>,
     /// Engine threads [default: every core of the host].
@@ -60,8 +60,9 @@ pub struct PilotSpec {
 fn default_weights() -> Vec<String> {
     vec!["q8_0".into(), "q4_1".into()]
 }
+/// Two batch sizes: a comparison of configs needs more than one per weight type.
 fn default_max_batch() -> Vec<u32> {
-    vec![8]
+    vec![4, 8]
 }
 fn default_kv_mem() -> u32 {
     128
@@ -138,14 +139,17 @@ impl PilotSpec {
                 "pilot.quality.min_top1_agreement",
                 self.quality.min_top1_agreement,
             ),
-            (
-                "pilot.quality.max_task_pass_drop",
-                self.quality.max_task_pass_drop,
-            ),
         ] {
             if !(0.0..=1.0).contains(&share) {
                 return bad(field, "must be between 0 and 1");
             }
+        }
+        let alpha = self.quality.task_significance;
+        if !(alpha > 0.0 && alpha < 1.0) {
+            return bad(
+                "pilot.quality.task_significance",
+                "must be above 0 and below 1 (0.05 is usual)",
+            );
         }
         if !(self.quality.max_perplexity_increase.is_finite()
             && self.quality.max_perplexity_increase >= 0.0)
@@ -176,9 +180,15 @@ pub struct QualityThresholds {
     /// Least share of positions whose greedy next token equals the reference's.
     #[serde(default = "default_top1")]
     pub min_top1_agreement: f64,
-    /// Largest drop of the task pass rate below the reference's (0 = no task may be lost).
-    #[serde(default)]
-    pub max_task_pass_drop: f64,
+    /// Significance level of the task check: a weight type fails it when it loses so many more of the
+    /// tasks the reference answers than it gains that an exact paired test (McNemar's, a binomial test
+    /// on the tasks where the two differ) puts the chance of such a drop at or below this level.
+    #[serde(default = "default_task_significance")]
+    pub task_significance: f64,
+}
+
+fn default_task_significance() -> f64 {
+    0.05
 }
 
 fn default_ppl_increase() -> f64 {
@@ -193,7 +203,7 @@ impl Default for QualityThresholds {
         QualityThresholds {
             max_perplexity_increase: default_ppl_increase(),
             min_top1_agreement: default_top1(),
-            max_task_pass_drop: 0.0,
+            task_significance: default_task_significance(),
         }
     }
 }
@@ -239,6 +249,134 @@ pub struct WeightQuality {
     pub task_pass_rate: Option<f64>,
     /// The reference's task pass rate.
     pub reference_task_pass_rate: Option<f64>,
+    /// Each task's outcome for this weight type and for the reference, in the workload's order, when
+    /// it has tasks: what the gate's paired test compares.
+    #[serde(default)]
+    pub tasks: Option<PairedTasks>,
+}
+
+/// The same tasks answered by a candidate and by the reference: `true` where the answer passed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PairedTasks {
+    /// The candidate's outcomes.
+    pub candidate: Vec<bool>,
+    /// The reference's outcomes on the same tasks.
+    pub reference: Vec<bool>,
+}
+
+impl PairedTasks {
+    /// Pairs outcomes task by task (a task only one side answered is left out).
+    pub fn new(candidate: Vec<bool>, reference: Vec<bool>) -> Self {
+        PairedTasks {
+            candidate,
+            reference,
+        }
+    }
+
+    /// The exact paired test of the candidate against the reference at significance level `alpha`.
+    pub fn test(&self, alpha: f64) -> PairedTaskTest {
+        let mut t = PairedTaskTest {
+            tasks: 0,
+            both_passed: 0,
+            lost: 0,
+            gained: 0,
+            both_failed: 0,
+            p_value: 1.0,
+            significance: alpha,
+            significant_drop: false,
+        };
+        for (&c, &r) in self.candidate.iter().zip(&self.reference) {
+            t.tasks += 1;
+            match (c, r) {
+                (true, true) => t.both_passed += 1,
+                (false, true) => t.lost += 1,
+                (true, false) => t.gained += 1,
+                (false, false) => t.both_failed += 1,
+            }
+        }
+        t.p_value = binomial_half_upper_tail(t.lost + t.gained, t.lost);
+        t.significant_drop = t.lost > t.gained && t.p_value <= alpha;
+        t
+    }
+}
+
+/// McNemar's exact test, one-sided, of a candidate against the reference on the same tasks: under no
+/// difference each task where the two differ is as likely lost as gained, so the tasks lost among the
+/// `lost + gained` that differ follow Binomial(lost + gained, 1/2); `p_value` is the chance of losing
+/// `lost` or more of them.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PairedTaskTest {
+    /// Tasks compared.
+    pub tasks: usize,
+    /// Tasks both answered.
+    pub both_passed: usize,
+    /// Tasks the reference answered and the candidate did not.
+    pub lost: usize,
+    /// Tasks the candidate answered and the reference did not.
+    pub gained: usize,
+    /// Tasks neither answered.
+    pub both_failed: usize,
+    /// P(losing `lost` or more of the `lost + gained` differing tasks | no difference).
+    pub p_value: f64,
+    /// The significance level the drop is judged at.
+    pub significance: f64,
+    /// True when the candidate is worse at that level: the task check fails.
+    pub significant_drop: bool,
+}
+
+impl PairedTaskTest {
+    /// The finding in words, with the counts, against `reference` (a weight type's name).
+    pub fn describe(&self, reference: &str) -> String {
+        let differ = self.lost + self.gained;
+        let test = format!(
+            "exact paired test on the {differ} task{} where they differ: p = {}, significance {}",
+            if differ == 1 { "" } else { "s" },
+            p_text(self.p_value),
+            self.significance
+        );
+        let counts = format!(
+            "loses {} and gains {} of {} tasks against {reference}",
+            self.lost, self.gained, self.tasks
+        );
+        if self.significant_drop {
+            format!("{counts}: a significant drop ({test})")
+        } else if self.lost == 0 {
+            format!("{counts} ({test})")
+        } else {
+            format!("not enough tasks to tell: {counts} ({test})")
+        }
+    }
+}
+
+fn p_text(p: f64) -> String {
+    if p >= 0.001 {
+        format!("{p:.3}")
+    } else {
+        format!("{p:.1e}")
+    }
+}
+
+/// P(X >= k) for X ~ Binomial(n, 1/2), summed in log space so that large `n` does not underflow.
+fn binomial_half_upper_tail(n: usize, k: usize) -> f64 {
+    if k == 0 {
+        return 1.0;
+    }
+    if k > n {
+        return 0.0;
+    }
+    let ln_half_n = n as f64 * std::f64::consts::LN_2;
+    // ln C(n, j), built up from ln C(n, 0) = 0.
+    let mut ln_choose = 0.0f64;
+    let mut tail = 0.0f64;
+    for j in 0..=n {
+        if j >= k {
+            tail += (ln_choose - ln_half_n).exp();
+        }
+        if j < n {
+            ln_choose += ((n - j) as f64).ln() - ((j + 1) as f64).ln();
+        }
+    }
+    tail.min(1.0)
 }
 
 /// The gate's finding for one weight type.
@@ -254,6 +392,12 @@ pub struct QualityGate {
     pub measured: WeightQuality,
     /// Each threshold missed, in words.
     pub reasons: Vec<String>,
+    /// The task check's paired test, when the workload has tasks.
+    #[serde(default)]
+    pub tasks: Option<PairedTaskTest>,
+    /// Findings that did not fail the gate (a task check without enough tasks to tell), in words.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// Holds `q` against `t`.
@@ -283,16 +427,18 @@ pub fn gate_quality(q: &WeightQuality, t: &QualityThresholds) -> QualityGate {
             t.min_top1_agreement * 100.0
         ));
     }
-    if let (Some(rate), Some(reference)) = (q.task_pass_rate, q.reference_task_pass_rate)
-        && rate + t.max_task_pass_drop + 1e-9 < reference
-    {
-        reasons.push(format!(
-            "passes {:.0}% of the tasks against {}'s {:.0}% (a drop of at most {:.0} points allowed)",
-            rate * 100.0,
-            q.reference_weights,
-            reference * 100.0,
-            t.max_task_pass_drop * 100.0
-        ));
+    let tasks = q
+        .tasks
+        .as_ref()
+        .map(|paired| paired.test(t.task_significance));
+    let mut notes = Vec::new();
+    if let Some(test) = &tasks {
+        let text = format!("tasks: {}", test.describe(&q.reference_weights));
+        if test.significant_drop {
+            reasons.push(text);
+        } else {
+            notes.push(text);
+        }
     }
     QualityGate {
         weights: q.weights.clone(),
@@ -300,6 +446,8 @@ pub fn gate_quality(q: &WeightQuality, t: &QualityThresholds) -> QualityGate {
         perplexity_increase: r6(increase.min(1e9)),
         measured: q.clone(),
         reasons,
+        tasks,
+        notes,
     }
 }
 
@@ -975,6 +1123,7 @@ replay_s = 30
             top1_agreement: top1,
             task_pass_rate: None,
             reference_task_pass_rate: None,
+            tasks: None,
         }
     }
 
@@ -1207,20 +1356,6 @@ replay_s = 30
         assert!(!g.passed);
         assert_eq!(g.reasons.len(), 2, "{:?}", g.reasons);
         assert!((g.perplexity_increase - 0.1).abs() < 1e-9);
-        let mut tasks = quality("q4_1", 10.0, 0.95);
-        tasks.task_pass_rate = Some(0.5);
-        tasks.reference_task_pass_rate = Some(0.75);
-        let g = gate_quality(&tasks, &t);
-        assert!(
-            !g.passed && g.reasons[0].contains("50% of the tasks"),
-            "{:?}",
-            g.reasons
-        );
-        let lenient = QualityThresholds {
-            max_task_pass_drop: 0.25,
-            ..t
-        };
-        assert!(gate_quality(&tasks, &lenient).passed);
         let task = TaskCheck {
             prompt: "Capital of France?".into(),
             expect: "paris".into(),
@@ -1228,6 +1363,105 @@ replay_s = 30
         };
         assert!(task.passed_by("It is Paris."));
         assert!(!task.passed_by("Lyon"));
+    }
+
+    /// `q4_1` answering `candidate` of `n` tasks where f32 answers `reference` of them, the candidate's
+    /// passes a subset of the reference's.
+    fn with_tasks(n: usize, reference: usize, candidate: usize) -> WeightQuality {
+        let mut q = quality("q4_1", 10.0, 0.95);
+        q.tasks = Some(PairedTasks::new(
+            (0..n).map(|i| i < candidate).collect(),
+            (0..n).map(|i| i < reference).collect(),
+        ));
+        q
+    }
+
+    #[test]
+    fn losing_one_task_of_three_is_not_enough_to_tell() {
+        let g = gate_quality(&with_tasks(3, 3, 2), &QualityThresholds::default());
+        assert!(g.passed, "{:?}", g.reasons);
+        let test = g.tasks.expect("a paired test");
+        assert_eq!(
+            (test.tasks, test.lost, test.gained, test.both_passed),
+            (3, 1, 0, 2)
+        );
+        assert_eq!(test.p_value, 0.5);
+        assert!(!test.significant_drop);
+        assert_eq!(
+            g.notes,
+            vec![
+                "tasks: not enough tasks to tell: loses 1 and gains 0 of 3 tasks against f32 \
+                 (exact paired test on the 1 task where they differ: p = 0.500, significance 0.05)"
+                    .to_owned()
+            ]
+        );
+    }
+
+    #[test]
+    fn losing_fifteen_tasks_of_twenty_fails_the_gate() {
+        let g = gate_quality(&with_tasks(20, 20, 5), &QualityThresholds::default());
+        assert!(!g.passed);
+        let test = g.tasks.expect("a paired test");
+        assert_eq!((test.lost, test.gained), (15, 0));
+        // 2^-15: every one of the 15 differing tasks lost.
+        assert!(
+            (test.p_value - 0.5f64.powi(15)).abs() < 1e-15,
+            "{}",
+            test.p_value
+        );
+        assert!(
+            g.reasons[0].starts_with(
+                "tasks: loses 15 and gains 0 of 20 tasks against f32: a significant drop"
+            ),
+            "{:?}",
+            g.reasons
+        );
+        assert!(g.notes.is_empty());
+    }
+
+    #[test]
+    fn the_paired_test_counts_only_the_tasks_that_differ() {
+        // Lost 6, gained 1 of 7 differing tasks: P(X >= 6 | Bin(7, 1/2)) = 8/128 = 0.0625.
+        let mut q = quality("q8_0", 10.0, 0.95);
+        let mut reference = vec![true; 6];
+        reference.extend([false, true, false]);
+        let mut candidate = vec![false; 6];
+        candidate.extend([true, true, false]);
+        q.tasks = Some(PairedTasks::new(candidate, reference));
+        let strict = QualityThresholds::default();
+        let g = gate_quality(&q, &strict);
+        let test = g.tasks.expect("a paired test");
+        assert_eq!(
+            (test.lost, test.gained, test.both_passed, test.both_failed),
+            (6, 1, 1, 1)
+        );
+        assert!((test.p_value - 0.0625).abs() < 1e-12, "{}", test.p_value);
+        assert!(g.passed, "not significant at 0.05: {:?}", g.reasons);
+        let lenient = QualityThresholds {
+            task_significance: 0.1,
+            ..strict
+        };
+        assert!(!gate_quality(&q, &lenient).passed);
+        // Gaining as many as it loses is never a drop, however many tasks differ.
+        assert!(
+            PairedTasks::new(vec![true, false], vec![false, true])
+                .test(0.5)
+                .p_value
+                > 0.5
+        );
+        assert_eq!(binomial_half_upper_tail(2000, 0), 1.0);
+        assert!(binomial_half_upper_tail(2000, 2000) < 1e-300);
+        assert!((binomial_half_upper_tail(2000, 1000) - 0.5089).abs() < 1e-3);
+    }
+
+    #[test]
+    fn the_task_significance_is_a_level_between_0_and_1() {
+        let mut spec = PilotSpec::default();
+        spec.quality.task_significance = 0.0;
+        let err = spec.validate("w").unwrap_err().to_string();
+        assert!(err.contains("pilot.quality.task_significance"), "{err}");
+        spec.quality.task_significance = 0.05;
+        assert!(spec.validate("w").is_ok());
     }
 
     #[test]
@@ -1267,7 +1501,7 @@ replay_s = 30
         let file = crate::workload::WorkloadFile::from_toml_str(WORKLOAD).expect("parses");
         let spec = file.pilot.clone().expect("pilot");
         assert_eq!(spec.weights, ["q8_0"]);
-        assert_eq!(spec.max_batch, [8]);
+        assert_eq!(spec.max_batch, [4, 8]);
         assert_eq!(spec.replay_s, 30.0);
         spec.validate("w").expect("valid");
         let bad = PilotSpec {

@@ -164,35 +164,49 @@ pub fn scaling_for(
     inst: &InstanceType,
     forced: Option<ScalingRule>,
 ) -> Option<Scaling> {
-    if inst.is_gpu() {
-        return None;
+    profile
+        .measured_on
+        .scaling_to(profile.threads, inst, forced)
+}
+
+impl MeasuredOn {
+    /// The scaling of a setup of `threads` engine threads measured on this host to `inst`, by the
+    /// rules of [`scaling_for`].
+    pub fn scaling_to(
+        &self,
+        threads: u32,
+        inst: &InstanceType,
+        forced: Option<ScalingRule>,
+    ) -> Option<Scaling> {
+        if inst.is_gpu() {
+            return None;
+        }
+        let on_type = self.instance_type.as_deref() == Some(inst.name.as_str());
+        let measured = Scaling {
+            rule: ScalingRule::MeasuredOnType,
+            factor: 1.0,
+        };
+        let bandwidth = inst
+            .mem_bandwidth_gbs
+            .filter(|_| self.mem_bandwidth_gbs > 0.0)
+            .map(|bw| Scaling {
+                rule: ScalingRule::MemoryBandwidth,
+                factor: bw / self.mem_bandwidth_gbs,
+            });
+        let cores_used = threads.min(self.vcpus).max(1);
+        let per_core = Scaling {
+            rule: ScalingRule::PerCore,
+            factor: f64::from(inst.vcpus) / f64::from(cores_used),
+        };
+        let pick = match forced {
+            None if on_type => Some(measured),
+            None => bandwidth.or(Some(per_core)),
+            Some(ScalingRule::MeasuredOnType) => on_type.then_some(measured),
+            Some(ScalingRule::MemoryBandwidth) => bandwidth,
+            Some(ScalingRule::PerCore) => Some(per_core),
+        };
+        pick.filter(|s| s.factor.is_finite() && s.factor > 0.0)
     }
-    let m = &profile.measured_on;
-    let on_type = m.instance_type.as_deref() == Some(inst.name.as_str());
-    let measured = Scaling {
-        rule: ScalingRule::MeasuredOnType,
-        factor: 1.0,
-    };
-    let bandwidth = inst
-        .mem_bandwidth_gbs
-        .filter(|_| m.mem_bandwidth_gbs > 0.0)
-        .map(|bw| Scaling {
-            rule: ScalingRule::MemoryBandwidth,
-            factor: bw / m.mem_bandwidth_gbs,
-        });
-    let cores_used = profile.threads.min(m.vcpus).max(1);
-    let per_core = Scaling {
-        rule: ScalingRule::PerCore,
-        factor: f64::from(inst.vcpus) / f64::from(cores_used),
-    };
-    let pick = match forced {
-        None if on_type => Some(measured),
-        None => bandwidth.or(Some(per_core)),
-        Some(ScalingRule::MeasuredOnType) => on_type.then_some(measured),
-        Some(ScalingRule::MemoryBandwidth) => bandwidth,
-        Some(ScalingRule::PerCore) => Some(per_core),
-    };
-    pick.filter(|s| s.factor.is_finite() && s.factor > 0.0)
 }
 
 /// p99 latencies at one load.

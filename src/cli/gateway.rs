@@ -8,7 +8,7 @@ use clap::Args;
 use strata_controller::store;
 use strata_web::gateway::{
     self, LazyStore,
-    accounting::Sink,
+    accounting::{Sink, SourcedSink},
     config::{Env, GatewayConfig},
 };
 
@@ -29,6 +29,10 @@ pub(crate) struct GatewayArgs {
     /// Keep accounting in memory only: no store, no plan.
     #[arg(long)]
     no_store: bool,
+    /// Record decisions under this source instead of as live traffic, and leave the budget ledger
+    /// alone (`strata pilot` replays its sample as `pilot:WORKLOAD`).
+    #[arg(long, value_name = "NAME", conflicts_with = "no_store")]
+    decision_source: Option<String>,
     /// Check the config and exit.
     #[arg(long)]
     check: bool,
@@ -71,7 +75,12 @@ impl GatewayArgs {
                     store::default_database_url().context("locating the default SQLite store")?
                 }
             };
-            Some(Arc::new(LazyStore::new(url)))
+            let store: Arc<dyn Sink> = Arc::new(LazyStore::new(url));
+            match self.decision_source.as_deref().map(str::trim) {
+                Some("") => anyhow::bail!("--decision-source must not be empty"),
+                Some(source) => Some(Arc::new(SourcedSink::new(store, source))),
+                None => Some(store),
+            }
         };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()

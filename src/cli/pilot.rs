@@ -134,6 +134,7 @@ impl PilotArgs {
             spec: &spec,
             catalog: &catalog,
             gpu_endpoint: gpu_endpoint.as_ref(),
+            database_url: global.database_url.as_deref(),
         };
         let bar = spinner(self.json);
         let outcome = pilot::run(&pilot, |step| {
@@ -280,17 +281,20 @@ fn render(r: &PilotReport, id: i64, workload: &Path) -> String {
                 format!(": {}", g.reasons.join("; "))
             }
         );
+        for note in &g.notes {
+            let _ = writeln!(out, "         {note}");
+        }
     }
-    if !r.plan.is_null() {
+    if let Some(plan) = &r.plan {
         let _ = writeln!(
             out,
             "\nplan {}: {} on {} ({}), peak {} CPU instances, GPU share {:.1}%",
-            r.plan["id"],
-            r.plan["config"].as_str().unwrap_or(""),
-            r.plan["instance_type"].as_str().unwrap_or(""),
-            r.plan["region"].as_str().unwrap_or(""),
-            r.plan["peak_cpu_instances"],
-            r.plan["gpu_share"].as_f64().unwrap_or(0.0) * 100.0
+            plan.id,
+            plan.config,
+            plan.instance_type,
+            plan.region,
+            plan.peak_cpu_instances,
+            plan.gpu_share * 100.0
         );
     }
     if let Some(replay) = r.replay.as_ref().filter(|r| r.requests == 0) {

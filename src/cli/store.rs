@@ -4,7 +4,10 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Subcommand;
-use strata_controller::store::{self, JobStatus, Store};
+use strata_controller::{
+    planning,
+    store::{self, JobStatus, Store},
+};
 
 use super::GlobalArgs;
 
@@ -42,6 +45,19 @@ pub(crate) async fn open(global: &GlobalArgs) -> anyhow::Result<(String, Arc<dyn
     let store = store::open(&url)
         .await
         .with_context(|| format!("opening the store at {shown}"))?;
+    // On first use the store gets the builtin catalog's prices, so that everything that costs configs
+    // (the dashboard among them) has prices with no extra step.
+    let prices = planning::record_builtin_prices(&*store)
+        .await
+        .with_context(|| {
+            format!("recording the builtin catalog's prices in the store at {shown}")
+        })?;
+    if prices.inserted > 0 {
+        tracing::info!(
+            inserted = prices.inserted,
+            "recorded the builtin catalog's prices in the store"
+        );
+    }
     Ok((shown, store))
 }
 

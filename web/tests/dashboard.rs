@@ -13,7 +13,36 @@ use axum::{
 use http_body_util::BodyExt;
 use serde_json::Value;
 use strata_controller::store::{self, Store};
+use strata_planner::{catalog::Catalog, plan::Plan};
 use tower::ServiceExt;
+
+/// The builtin catalog's on-demand $/h of `name` (the first region listed).
+fn on_demand_price(name: &str) -> f64 {
+    Catalog::builtin()
+        .find(name)
+        .map(|i| i.on_demand_per_hour)
+        .expect("a builtin instance type")
+}
+
+/// $ per 1M output tokens at `tokens_per_s` on `hourly` $/h.
+fn per_million(hourly: f64, tokens_per_s: f64) -> f64 {
+    hourly / (tokens_per_s * 3600.0) * 1e6
+}
+
+/// The latest plan in the store, read as the planner's type.
+async fn stored_plan(store: &dyn Store) -> Plan {
+    let workload = store
+        .find_workload_by_name(&seed::example_workload().name)
+        .await
+        .unwrap()
+        .expect("the example workload");
+    let row = store
+        .latest_plan_for_workload(workload.id)
+        .await
+        .unwrap()
+        .expect("a plan");
+    serde_json::from_value(row.plan).expect("a planner plan")
+}
 
 /// A fresh SQLite store in a temporary folder (kept alive by the returned guard).
 async fn empty_store() -> (tempfile::TempDir, Arc<dyn Store>) {
@@ -94,12 +123,38 @@ async fn configs_page_shows_every_config_with_costs_and_the_pareto_chart() {
             "4 configs",
         ],
     );
-    // q8_0 at 300 tok/s on $0.39534/h: 0.39534 / (300 x 3600) x 1e6 = $0.37.
-    assert_contains(&body, &["$0.37"]);
-    // Cheapest first: the GPU endpoint (2500 tok/s at $0.85/h = $0.09) leads.
-    let gpu = body.find("$0.09").unwrap();
+    // The host has 16 hardware threads: configs are costed on c4-standard-16, q8_0's 8 threads
+    // carried over per core (x2): 300 tok/s x 2 on $0.79068/h = $0.37 per 1M.
+    assert_contains(
+        &body,
+        &[
+            "CPU configs of host",
+            "c4-standard-16 (16 vCPUs",
+            "the type with its vCPUs",
+            &format!(
+                "${:.2}",
+                per_million(on_demand_price("c4-standard-16"), 600.0)
+            ),
+        ],
+    );
+    // Cheapest first: the GPU endpoint (2500 tok/s on the cheapest GPU type, g2-standard-4) leads.
+    let gpu = body
+        .find(&format!(
+            "${:.2}",
+            per_million(on_demand_price("g2-standard-4"), 2500.0)
+        ))
+        .unwrap();
     let q8 = body.find("$0.37").unwrap();
     assert!(gpu < q8);
+    // The example workload's GPU baseline is a labelled point of its own.
+    assert_contains(
+        &body,
+        &[
+            "GPU baseline g2-standard-8",
+            "id=\"gpu-baseline\"",
+            "GPU baseline of workload smol-support: g2-standard-8",
+        ],
+    );
     assert!(!body.contains("class=\"empty\""));
     // Endpoints measured from outside are listed apart from the configs.
     assert_contains(
@@ -148,7 +203,9 @@ async fn configs_api_filters_sorts_and_prices_by_query() {
     assert_eq!(json["rows"][0]["weight_type"], "f32");
     assert_eq!(json["rows"].as_array().unwrap().len(), 1);
 
-    // Spot prices are 40% of on-demand in the seed.
+    // Spot against on-demand as the builtin catalog has them for c4-standard-16.
+    let c4 = Catalog::builtin().find("c4-standard-16").cloned().unwrap();
+    let spot_ratio = c4.spot_per_hour.unwrap() / c4.on_demand_per_hour;
     let (_, on_demand) = get_json(&app, "/api/configs?weights=q8_0").await;
     let (_, spot) = get_json(&app, "/api/configs?weights=q8_0&price=spot").await;
     let cost = |j: &Value| {
@@ -156,9 +213,46 @@ async fn configs_api_filters_sorts_and_prices_by_query() {
             .as_f64()
             .unwrap()
     };
-    assert!((cost(&spot) / cost(&on_demand) - 0.4).abs() < 1e-9);
+    assert!((cost(&spot) / cost(&on_demand) - spot_ratio).abs() < 1e-9);
     assert_eq!(spot["query"]["price"], "spot");
-    assert_eq!(spot["pricing"]["cpu_instance"]["name"], "c4-standard-8");
+    assert_eq!(spot["pricing"]["cpu_instance"], Value::Null);
+    let host = &spot["pricing"]["hosts"][0];
+    assert_eq!(host["instance"]["name"], "c4-standard-16");
+    assert_eq!(host["exact"], true);
+    assert_eq!(
+        host["instance"]["source"].as_str().map(str::is_empty),
+        Some(false)
+    );
+    assert_eq!(spot["rows"][0]["instance"], "c4-standard-16");
+    assert_eq!(spot["rows"][0]["scaling"]["rule"], "per_core");
+    assert_eq!(spot["rows"][0]["scaling"]["factor"], 2.0);
+
+    // A chosen instance type costs every CPU config, scaled from the host by its vCPUs.
+    let (_, chosen) = get_json(&app, "/api/configs?weights=q8_0&instance=c4-standard-8").await;
+    let expected = per_million(on_demand_price("c4-standard-8"), 300.0);
+    assert!((cost(&chosen) - expected).abs() < 1e-9, "{chosen}");
+    assert_eq!(chosen["pricing"]["cpu_instance"]["name"], "c4-standard-8");
+
+    // Every row is priced, some are on the frontier, and the GPU baseline is its own point:
+    // g2-standard-8 at 2000 tok/s, TTFT 250 ms + 12 ms for each further token of the example's mean
+    // request (0.6 x 28 + 0.4 x 12 = 21.6 output tokens).
+    let (_, all) = get_json(&app, "/api/configs").await;
+    let rows = all["rows"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .all(|r| r["usd_per_million_output_tokens"].is_number())
+    );
+    assert!(rows.iter().any(|r| r["pareto"] == true));
+    let baseline = &all["gpu_baseline"];
+    assert_eq!(baseline["name"], "g2-standard-8");
+    assert_eq!(baseline["workload"], "smol-support");
+    let usd = baseline["usd_per_million_output_tokens"].as_f64().unwrap();
+    assert!(
+        (usd - per_million(on_demand_price("g2-standard-8"), 2000.0)).abs() < 1e-9,
+        "{usd}"
+    );
+    let e2e = baseline["e2e_p99_ms"].as_f64().unwrap();
+    assert!((e2e - (250.0 + 12.0 * 20.6)).abs() < 1e-6, "{e2e}");
 
     // The page keeps filters in its sort links (shareable).
     let (_, _, body) = get(&app, "/configs?model=smollm2-135m-instruct&sort=e2e_p99").await;
@@ -238,7 +332,8 @@ async fn run_page_has_latency_capacity_quality_and_hardware() {
             "Intel Xeon Platinum 8581C",
             "avx512_vnni",
             "fp-demo",
-            "260.0",
+            // The host's caches.
+            "48 KiB / 2.0 MiB / 260.0 MiB",
         ],
     );
     assert!(body.matches("<svg").count() >= 3);
@@ -248,6 +343,9 @@ async fn run_page_has_latency_capacity_quality_and_hardware() {
     assert_eq!(json["run"]["ttft_p99_ms"], 260.0);
     assert_eq!(json["model"]["name"], "smollm2-135m-instruct");
     assert_eq!(json["load_curve"].as_array().unwrap().len(), 4);
+    assert_eq!(json["load_curve"][0]["rate_rps"], 0.5);
+    assert_eq!(json["load_curve"][3]["e2e_p99_ms"], 19000.0);
+    assert_eq!(json["load_curve_problem"], Value::Null);
     assert_eq!(json["capacity"]["max_requests_per_s"], 2.25);
     assert_eq!(json["sibling_runs"].as_array().unwrap().len(), 1);
 
@@ -260,47 +358,82 @@ async fn run_page_has_latency_capacity_quality_and_hardware() {
 #[tokio::test]
 async fn plans_pilots_and_gateway_pages_and_api() {
     let (_dir, store, _) = seeded().await;
-    let app = strata_web::dashboard::router(store);
+    let app = strata_web::dashboard::router(store.clone());
 
+    let plan = stored_plan(&*store).await;
     let (status, _, body) = get(&app, "/plans").await;
     assert_eq!(status, StatusCode::OK);
     assert_contains(
         &body,
         &[
-            "smol-assistant",
-            "$23.60",
-            "$40.80",
-            "$17.20 (42%)",
+            "smol-support",
+            &format!("{} on {}", plan.chosen.config, plan.chosen.instance_type),
+            &format!("${:.2}", plan.totals.cost_per_day),
+            &format!("${:.2}", plan.totals.all_gpu_cost_per_day),
             "class=\"chart plan-chart\"",
             "<svg",
             "GPU share",
-            "class=\"bad\">extract: 3400 / 3000 ms",
         ],
     );
+    assert!(!body.contains("plan-problem"), "{body}");
     let (_, json) = get_json(&app, "/api/plans").await;
-    assert_eq!(json["plans"][0]["hours"].as_array().unwrap().len(), 24);
-    assert_eq!(json["plans"][0]["hours"][9]["cpu_instances"], 3.0);
+    let hours = json["plans"][0]["hours"].as_array().unwrap();
+    assert_eq!(hours.len(), 24);
+    for (shown, planned) in hours.iter().zip(&plan.hours) {
+        assert_eq!(shown["cpu_instances"], planned.cpu_instances);
+        assert_eq!(
+            shown["classes"].as_array().unwrap().len(),
+            planned.classes.len()
+        );
+    }
+    assert_eq!(
+        json["plans"][0]["all_gpu_cost_usd"],
+        plan.totals.all_gpu_cost_per_day
+    );
 
+    // The pilots, as `strata pilot` records them: its own report type, read back with it.
+    let (_, json) = get_json(&app, "/api/pilots").await;
+    assert_eq!(json["pilots"].as_array().unwrap().len(), 3);
+    let done = &json["pilots"][0]["detail"];
+    let kind = done["verdict"].as_str().unwrap().to_owned();
+    assert!(
+        ["migrate", "partial", "stay"].contains(&kind.as_str()),
+        "{kind}"
+    );
+    assert_eq!(
+        done["decision"]["classes"].as_array().unwrap().len(),
+        seed::example_workload().classes.len()
+    );
+    assert_eq!(done["plan"]["config"], plan.chosen.config.as_str());
+    assert_eq!(
+        json["pilots"][2]["error"],
+        "profiling q8_0 t8 b8: the engine exited"
+    );
+    assert!(
+        json["pilots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["problem"].is_null())
+    );
     let (status, _, body) = get(&app, "/pilots").await;
     assert_eq!(status, StatusCode::OK);
     assert_contains(
         &body,
         &[
             "id=\"pilots-table\"",
-            "migrate chat and extract to CPU",
-            "savings_usd_per_month",
-            "Evidence",
+            "<strong>Failed:</strong> profiling q8_0 t8 b8: the engine exited",
             "pending",
             "none yet",
-            // The structured report of `strata pilot`.
-            "class=\"verdict verdict-partial\"",
-            "(exit 3)",
-            "$410.50",
+            &format!("class=\"verdict verdict-{kind}\""),
+            &format!("(exit {})", done["exit_code"]),
             "class=\"pilot-classes\"",
-            "risk: at twice the traffic only 97.0% meet the SLA",
             "class=\"pilot-quality\"",
             "20.8% above f32",
             "+0.4%",
+            // q8_0 loses one of the 24 tasks f32 answers: the paired test cannot tell.
+            "21/24 (1 lost, 0 gained, p = 0.500)",
+            "tasks: not enough tasks to tell: loses 1 and gains 0 of 24 tasks against f32",
             "class=\"pilot-replay\"",
             "-8.1%",
             "Largest p99 E2E error: 8.3%",
@@ -317,14 +450,7 @@ async fn plans_pilots_and_gateway_pages_and_api() {
             "abc123",
         ],
     );
-    let (_, json) = get_json(&app, "/api/pilots").await;
-    assert_eq!(json["pilots"].as_array().unwrap().len(), 3);
-    let partial = &json["pilots"][0];
-    assert_eq!(partial["detail"]["verdict"], "partial");
-    assert_eq!(
-        partial["detail"]["decision"]["classes"][1]["migrate"],
-        false
-    );
+    assert!(!body.contains("pilot-problem"), "{body}");
 
     let (status, _, body) = get(&app, "/gateway").await;
     assert_eq!(status, StatusCode::OK);
@@ -336,28 +462,42 @@ async fn plans_pilots_and_gateway_pages_and_api() {
             "gpu-l4",
             "breaker_open",
             "$4.50",
-            "$18.00 (smol-assistant)",
-            "25.0%",
+            "$40.00 (smol-support)",
             "setInterval",
+            "id=\"sources\"",
+            "pilot:smol-support",
         ],
     );
     let (_, json) = get_json(&app, "/api/gateway?window=60").await;
-    assert_eq!(json["requests"], 40);
+    assert_eq!(json["requests"], 48);
     assert_eq!(json["spend"]["today_usd"], 4.5);
+    assert_eq!(json["sources"][0]["source"], "live");
+    assert_eq!(json["sources"][0]["requests"], 40);
+    assert_eq!(json["sources"][1]["source"], "pilot:smol-support");
+    assert_eq!(json["sources"][1]["requests"], 8);
     let traffic = json["traffic"].as_array().unwrap();
     let chat = traffic
         .iter()
-        .find(|t| t["pool"] == "cpu-a" && t["class"] == "chat")
+        .find(|t| t["source"] == "live" && t["pool"] == "cpu-a" && t["class"] == "chat")
         .unwrap();
     assert_eq!(chat["requests"], 10);
-    assert_eq!(chat["sla_ms"], 6000.0);
+    // The example workload's chat class: E2E p99 within 10 s.
+    assert_eq!(chat["sla_ms"], 10000.0);
     assert_eq!(chat["sla_attainment"], 1.0);
-    // cpu-a extract latencies are 2530, 2650, ... 3610 ms against 3000 ms: 4 of 10 within.
-    let extract = traffic
-        .iter()
-        .find(|t| t["pool"] == "cpu-a" && t["class"] == "extract")
-        .unwrap();
-    assert_eq!(extract["sla_attainment"], 0.4);
+    // The replay is shown apart from live traffic, and on its own when filtered.
+    let (_, replay) = get_json(&app, "/api/gateway?source=pilot:smol-support").await;
+    assert_eq!(replay["requests"], 8);
+    assert!(
+        replay["traffic"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["source"] == "pilot:smol-support")
+    );
+    let (_, live) = get_json(&app, "/api/gateway?source=live").await;
+    assert_eq!(live["requests"], 40);
+    let (_, _, body) = get(&app, "/gateway?source=pilot:smol-support").await;
+    assert_contains(&body, &["<option value=\"pilot:smol-support\" selected>"]);
     assert_eq!(json["breakers"][0]["state"], "breaker_open");
 }
 
@@ -380,6 +520,8 @@ async fn empty_store_pages_say_what_fills_them() {
     }
     let (_, _, body) = get(&app, "/configs").await;
     assert_contains(&body, &["No instance prices are recorded"]);
+    let (_, json) = get_json(&app, "/api/configs").await;
+    assert_eq!(json["gpu_baseline"], Value::Null);
     let (_, json) = get_json(&app, "/api/configs").await;
     assert_eq!(json["rows"], Value::Array(vec![]));
     let (_, json) = get_json(&app, "/api/gateway").await;

@@ -614,6 +614,14 @@ pub struct PilotRow {
     pub updated_at: DateTime<Utc>,
 }
 
+/// The source of a gateway's own (live) traffic.
+pub const LIVE_TRAFFIC: &str = "live";
+
+/// The source of the traffic a pilot of `workload` replays through its gateway.
+pub fn pilot_replay_source(workload: &str) -> String {
+    format!("pilot:{workload}")
+}
+
 /// One gateway routing decision, to record.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewGatewayDecision {
@@ -639,6 +647,9 @@ pub struct NewGatewayDecision {
     pub output_tokens: i64,
     /// What the request cost, in USD.
     pub cost_usd: f64,
+    /// Where the traffic came from: [`LIVE_TRAFFIC`] for a gateway's own requests, `pilot:WORKLOAD`
+    /// for a pilot's replay.
+    pub source: String,
 }
 
 /// A recorded gateway decision. See [`NewGatewayDecision`] for the fields.
@@ -668,6 +679,8 @@ pub struct GatewayDecisionRow {
     pub output_tokens: i64,
     /// See [`NewGatewayDecision::cost_usd`].
     pub cost_usd: f64,
+    /// See [`NewGatewayDecision::source`].
+    pub source: String,
 }
 
 /// Money spent by a pool, to record in the budget ledger.

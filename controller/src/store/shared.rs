@@ -651,7 +651,8 @@ macro_rules! impl_store {
                     let row = query_as::<Db, GatewayDecisionRow>(
                         "INSERT INTO gateway_decisions (decided_at, request_id, sla_class, pool, endpoint, \
                          reason, predicted_latency_ms, observed_latency_ms, prompt_tokens, output_tokens, \
-                         cost_usd) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING *",
+                         cost_usd, source) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                         RETURNING *",
                     )
                     .bind(stored(new.decided_at))
                     .bind(&new.request_id)
@@ -664,6 +665,7 @@ macro_rules! impl_store {
                     .bind(new.prompt_tokens)
                     .bind(new.output_tokens)
                     .bind(new.cost_usd)
+                    .bind(&new.source)
                     .fetch_one(&self.pool)
                     .await?;
                     Ok(row)

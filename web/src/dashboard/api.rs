@@ -59,7 +59,10 @@ pub(crate) async fn gateway(
     Query(raw): Query<HashMap<String, String>>,
 ) -> ApiResult<GatewayView> {
     let window = query::window_minutes(&raw)?;
-    Ok(Json(view::gateway(&*store, window, Utc::now()).await?))
+    let source = query::gateway_source(&raw);
+    Ok(Json(
+        view::gateway(&*store, window, source.as_deref(), Utc::now()).await?,
+    ))
 }
 
 /// `GET /api/openapi.json`: the API's OpenAPI document.

@@ -6,7 +6,9 @@ use std::ops::Range;
 
 use plotters::{coord::Shift, prelude::*};
 
-use super::view::{ConfigView, LoadPoint, PlanHour, RunView};
+use strata_controller::planning::StoredLoadPoint;
+
+use super::view::{ConfigView, GpuBaseline, PlanHour, RunView};
 
 const AXIS: RGBColor = RGBColor(128, 128, 128);
 const CPU: RGBColor = RGBColor(37, 99, 235);
@@ -62,16 +64,25 @@ fn span(values: impl IntoIterator<Item = f64>, floor_at_zero: bool) -> Range<f64
 }
 
 /// $ per 1M output tokens against E2E p99, one mark per priced config (circles CPU, triangles GPU),
-/// the frontier drawn and labelled.
-pub(crate) fn pareto(rows: &[ConfigView]) -> String {
+/// the frontier drawn and labelled, and the workload's GPU baseline as a labelled diamond.
+pub(crate) fn pareto(rows: &[ConfigView], baseline: Option<&GpuBaseline>) -> String {
     let points: Vec<(&ConfigView, f64, f64)> = rows
         .iter()
         .filter_map(|r| Some((r, r.usd_per_million_output_tokens?, r.summary.e2e_p99_ms)))
         .filter(|(_, x, y)| x.is_finite() && y.is_finite())
         .collect();
+    let baseline = baseline
+        .map(|b| (b, b.usd_per_million_output_tokens, b.e2e_p99_ms))
+        .filter(|(_, x, y)| x.is_finite() && y.is_finite());
     svg(760, 420, |root| {
-        let x = span(points.iter().map(|p| p.1), true);
-        let y = span(points.iter().map(|p| p.2), true);
+        let x = span(
+            points.iter().map(|p| p.1).chain(baseline.map(|b| b.1)),
+            true,
+        );
+        let y = span(
+            points.iter().map(|p| p.2).chain(baseline.map(|b| b.2)),
+            true,
+        );
         let mut chart = ChartBuilder::on(root)
             .margin(16)
             .x_label_area_size(44)
@@ -115,6 +126,24 @@ pub(crate) fn pareto(rows: &[ConfigView]) -> String {
             )?
             .label("GPU endpoint")
             .legend(|(x, y)| TriangleMarker::new((x + 8, y), 7, GPU.filled()));
+        if let Some((b, x, y)) = baseline {
+            chart
+                .draw_series(std::iter::once(
+                    EmptyElement::at((x, y))
+                        + Polygon::new(
+                            vec![(0, -8), (8, 0), (0, 8), (-8, 0)],
+                            SLA.mix(0.9).filled(),
+                        )
+                        + Text::new(format!("GPU baseline {}", b.name), (10, 4), font(11)),
+                ))?
+                .label("GPU baseline")
+                .legend(|(x, y)| {
+                    Polygon::new(
+                        vec![(x + 8, y - 6), (x + 14, y), (x + 8, y + 6), (x + 2, y)],
+                        SLA.filled(),
+                    )
+                });
+        }
         chart.draw_series(points.iter().filter(|p| p.0.pareto).map(|p| {
             EmptyElement::at((p.1, p.2))
                 + Text::new(
@@ -125,7 +154,7 @@ pub(crate) fn pareto(rows: &[ConfigView]) -> String {
         }))?;
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
+            .position(SeriesLabelPosition::UpperLeft)
             .label_font(font(12))
             .border_style(AXIS.mix(0.4))
             .background_style(AXIS.mix(0.08))
@@ -213,14 +242,14 @@ pub(crate) fn latency_percentiles(view: &RunView) -> String {
 
 /// One measure of a capacity curve against offered load, with an optional horizontal target.
 pub(crate) fn load_curve(
-    points: &[LoadPoint],
-    measure: fn(&LoadPoint) -> Option<f64>,
+    points: &[StoredLoadPoint],
+    measure: fn(&StoredLoadPoint) -> f64,
     y_desc: &str,
     target: Option<f64>,
 ) -> String {
     let line: Vec<(f64, f64)> = points
         .iter()
-        .filter_map(|p| Some((p.offered_requests_per_s, measure(p)?)))
+        .map(|p| (p.rate_rps, measure(p)))
         .filter(|(x, y)| x.is_finite() && y.is_finite())
         .collect();
     svg(470, 320, |root| {
@@ -271,9 +300,9 @@ pub(crate) fn plan_hours(hours: &[PlanHour]) -> String {
     svg(760, 320, |root| {
         let max_instances = hours
             .iter()
-            .filter_map(|h| h.cpu_instances)
+            .map(|h| f64::from(h.cpu_instances))
             .fold(1.0f64, f64::max);
-        let last_hour = hours.iter().map(|h| h.hour).max().unwrap_or(23).max(0) as f64;
+        let last_hour = f64::from(hours.iter().map(|h| h.hour).max().unwrap_or(23));
         let x = -0.5..last_hour + 0.5;
         let mut chart = ChartBuilder::on(root)
             .margin(14)
@@ -300,19 +329,18 @@ pub(crate) fn plan_hours(hours: &[PlanHour]) -> String {
             .axis_desc_style(font(13))
             .draw()?;
         chart
-            .draw_series(hours.iter().filter_map(|h| {
-                let n = h.cpu_instances?;
-                let x = h.hour as f64;
-                Some(Rectangle::new(
-                    [(x - 0.38, 0.0), (x + 0.38, n)],
+            .draw_series(hours.iter().map(|h| {
+                let x = f64::from(h.hour);
+                Rectangle::new(
+                    [(x - 0.38, 0.0), (x + 0.38, f64::from(h.cpu_instances))],
                     CPU.mix(0.8).filled(),
-                ))
+                )
             }))?
             .label("CPU instances")
             .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], CPU.filled()));
         let share: Vec<(f64, f64)> = hours
             .iter()
-            .filter_map(|h| Some((h.hour as f64, h.gpu_share? * 100.0)))
+            .map(|h| (f64::from(h.hour), h.gpu_share * 100.0))
             .collect();
         chart
             .draw_secondary_series(LineSeries::new(share.clone(), GPU.stroke_width(2)))?

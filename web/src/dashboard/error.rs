@@ -27,6 +27,9 @@ pub enum DashboardError {
     /// The store failed.
     #[error("store: {0}")]
     Store(StoreError),
+    /// A stored value does not read as its producer's type (a plan, a workload, a load curve).
+    #[error("stored data: {0}")]
+    Stored(String),
     /// A template failed to render.
     #[error("template: {0}")]
     Render(#[from] askama::Error),
@@ -55,7 +58,7 @@ impl DashboardError {
         match self {
             DashboardError::BadQuery { .. } => StatusCode::BAD_REQUEST,
             DashboardError::NotFound(_) => StatusCode::NOT_FOUND,
-            DashboardError::Store(_) | DashboardError::Render(_) => {
+            DashboardError::Store(_) | DashboardError::Stored(_) | DashboardError::Render(_) => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }
         }
@@ -75,7 +78,9 @@ impl DashboardError {
         match self {
             DashboardError::BadQuery { .. } => "bad_query",
             DashboardError::NotFound(_) => "not_found",
-            DashboardError::Store(_) | DashboardError::Render(_) => "internal_error",
+            DashboardError::Store(_) | DashboardError::Stored(_) | DashboardError::Render(_) => {
+                "internal_error"
+            }
         }
     }
 }

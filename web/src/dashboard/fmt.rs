@@ -34,13 +34,15 @@ pub(crate) fn usd(value: Option<f64>) -> String {
     }
 }
 
-/// A byte count in GiB or MiB.
+/// A byte count in GiB, MiB or (below 1 MiB, as caches are) KiB.
 pub(crate) fn bytes(value: i64) -> String {
     let v = value as f64;
     if v >= (1u64 << 30) as f64 {
         format!("{:.2} GiB", v / (1u64 << 30) as f64)
-    } else {
+    } else if v >= (1u64 << 20) as f64 {
         format!("{:.1} MiB", v / (1u64 << 20) as f64)
+    } else {
+        format!("{:.0} KiB", v / 1024.0)
     }
 }
 
@@ -58,5 +60,6 @@ mod tests {
         assert_eq!(usd(Some(12.5)), "$12.50");
         assert_eq!(bytes(3 << 30), "3.00 GiB");
         assert_eq!(bytes(5 << 20), "5.0 MiB");
+        assert_eq!(bytes(48 << 10), "48 KiB");
     }
 }

@@ -15,7 +15,6 @@
 
 mod api;
 mod charts;
-mod cost;
 mod error;
 mod fmt;
 mod openapi;

@@ -50,7 +50,7 @@ pub(crate) fn document() -> Value {
                         "tpot_p99", "e2e_p99", "capacity", "top1_agreement"]}},
                     {"name": "dir", "in": "query", "required": false, "schema": {"type": "string", "enum": ["asc", "desc"]}},
                     int_param("limit", "most rows (default 200)", 1, 1000),
-                    text_param("instance", "CPU instance type to cost configs on (default: the first priced CPU type)"),
+                    text_param("instance", "CPU instance type to cost every CPU config on (default: per host, the type with its vCPUs, else the cheapest that fits)"),
                     text_param("gpu_instance", "GPU instance type to cost GPU endpoints on"),
                     {"name": "price", "in": "query", "required": false, "schema": {"type": "string", "enum": [
                         "on-demand", "spot", "committed-1y", "committed-3y"]}},
@@ -74,8 +74,9 @@ pub(crate) fn document() -> Value {
                 "responses": ok("The pilots.", "Pilots")
             }},
             "/api/gateway": {"get": {
-                "summary": "The gateway's recent decisions by pool and class, spend against budget, breakers.",
-                "parameters": [int_param("window", "minutes to look back (default 60)", 1, 10080)],
+                "summary": "The gateway's recent decisions by source, pool and class, spend against budget, breakers.",
+                "parameters": [int_param("window", "minutes to look back (default 60)", 1, 10080),
+                    text_param("source", "only this traffic: `live`, or a pilot's replay `pilot:WORKLOAD` (default: every source)")],
                 "responses": ok("The gateway's traffic.", "Gateway")
             }},
             "/api/openapi.json": {"get": {
@@ -90,7 +91,11 @@ pub(crate) fn document() -> Value {
                     "properties": {"message": {"type": "string"}, "type": {"type": "string"}, "code": {"type": "string"}}}}},
                 "Configs": {"type": "object", "required": ["query", "pricing", "instances", "rows"], "properties": {
                     "query": {"type": "object", "additionalProperties": {"type": "string"}},
-                    "pricing": {"type": "object"},
+                    "pricing": {"type": "object", "description": "price model, site costs, the chosen CPU instance (or null), each host's default instance (`hosts`), the GPU instance"},
+                    "gpu_baseline": {"type": ["object", "null"], "description": "The latest workload's GPU baseline as a point: name, usd_per_million_output_tokens, e2e_p99_ms, basis", "properties": {
+                        "workload": {"type": "string"}, "name": {"type": "string"},
+                        "usd_per_million_output_tokens": {"type": "number"}, "e2e_p99_ms": {"type": "number"},
+                        "basis": {"type": "string"}}},
                     "instances": {"type": "array", "items": {"type": "object", "properties": {
                         "name": {"type": "string"}, "gpu": {"type": "boolean"}}}},
                     "rows": {"type": "array", "items": {"$ref": "#/components/schemas/ConfigRow"}}}},
@@ -106,28 +111,36 @@ pub(crate) fn document() -> Value {
                     "perplexity": {"type": ["number", "null"]}, "perplexity_delta": {"type": ["number", "null"]},
                     "top1_agreement": {"type": ["number", "null"]},
                     "usd_per_million_output_tokens": {"type": ["number", "null"]},
+                    "instance": {"type": ["string", "null"]},
+                    "scaling": {"type": ["object", "null"], "properties": {"rule": {"type": "string"}, "factor": {"type": "number"}}},
                     "gpu": {"type": "boolean"}, "pareto": {"type": "boolean"}}},
                 "Run": {"type": "object", "required": ["run", "config", "model", "hardware", "load_curve", "quality"],
                     "properties": {"run": {"type": "object"}, "config": {"type": "object"}, "model": {"type": "object"},
                         "hardware": {"type": "object"}, "capacity": {"type": ["object", "null"]},
-                        "load_curve": {"type": "array", "items": {"type": "object", "properties": {
-                            "offered_requests_per_s": {"type": "number"}, "p99_ms": {"type": ["number", "null"]},
-                            "output_tokens_per_s": {"type": ["number", "null"]}}}},
+                        "load_curve": {"type": "array", "description": "The capacity result's points as profiling stores them", "items": {"type": "object", "properties": {
+                            "rate_rps": {"type": "number"}, "ttft_p99_ms": {"type": "number"}, "tpot_p99_ms": {"type": "number"},
+                            "e2e_p99_ms": {"type": "number"}, "output_tokens_per_s": {"type": "number"},
+                            "total_tokens_per_s": {"type": "number"}}}},
+                        "load_curve_problem": {"type": ["string", "null"]},
                         "quality": {"type": "array"}, "sibling_runs": {"type": "array", "items": {"type": "integer"}}}},
                 "Plans": {"type": "object", "properties": {"plans": {"type": "array", "items": {"type": "object", "properties": {
                     "workload": {"type": "string"}, "plan_id": {"type": "integer"}, "total_cost_usd": {"type": "number"},
                     "all_gpu_cost_usd": {"type": ["number", "null"]}, "savings_usd": {"type": ["number", "null"]},
-                    "hours": {"type": "array"}, "keys": {"type": "array", "items": {"type": "string"}}, "plan": {}}}}}},
+                    "config": {"type": ["string", "null"]}, "instance_type": {"type": ["string", "null"]},
+                    "hours": {"type": "array"}, "problem": {"type": ["string", "null"]}, "plan": {}}}}}},
                 "Pilots": {"type": "object", "properties": {"pilots": {"type": "array", "items": {"type": "object", "properties": {
                     "id": {"type": "integer"}, "workload": {"type": "string"}, "status": {"type": "string"},
-                    "verdict": {"type": ["string", "null"]}, "evidence": {},
-                    "detail": {"description": "The report of `strata pilot` (schema version 1) read field by field, or null for other reports."},
+                    "verdict": {"type": ["string", "null"]},
+                    "detail": {"description": "The report of `strata pilot` (schema version 1, see controller/README.md), or null"},
+                    "error": {"type": ["string", "null"]}, "problem": {"type": ["string", "null"]},
                     "report": {}}}}}},
                 "Gateway": {"type": "object", "properties": {
                     "window_minutes": {"type": "integer"}, "generated_at": {"type": "string", "format": "date-time"},
-                    "requests": {"type": "integer"},
+                    "requests": {"type": "integer"}, "source": {"type": ["string", "null"]},
+                    "sources": {"type": "array", "items": {"type": "object", "properties": {
+                        "source": {"type": "string"}, "requests": {"type": "integer"}}}},
                     "traffic": {"type": "array", "items": {"type": "object", "properties": {
-                        "pool": {"type": "string"}, "class": {"type": "string"}, "requests": {"type": "integer"},
+                        "source": {"type": "string"}, "pool": {"type": "string"}, "class": {"type": "string"}, "requests": {"type": "integer"},
                         "p99_latency_ms": {"type": ["number", "null"]}, "sla_ms": {"type": ["number", "null"]},
                         "sla_attainment": {"type": ["number", "null"]}, "cost_usd": {"type": "number"}}}},
                     "spend": {"type": "object", "properties": {"today_usd": {"type": "number"},

@@ -10,14 +10,17 @@ use axum::{
     response::Html,
 };
 use chrono::{DateTime, Utc};
-use strata_controller::store::{ConfigSort, ProfileRunId, Store};
+use strata_controller::{
+    pilot::{Comparison, PilotReport, ReplayReport},
+    store::{ConfigSort, ProfileRunId, Store},
+};
+use strata_planner::{pace::Band, pilot::QualityGate};
 
 use super::{
     charts,
-    cost::PriceModel,
     error::{DashboardError, PageError},
     fmt::{self, MISSING},
-    query::{self, ConfigsParams, SortKey},
+    query::{self, ConfigsParams, PRICE_MODELS, SortKey},
     view::{self, ConfigView, ConfigsView},
 };
 
@@ -143,6 +146,7 @@ struct ConfigsPage {
     gpu_instances: Vec<String>,
     price_models: Vec<String>,
     pricing_note: String,
+    baseline_note: String,
     filtered: bool,
     store_hint: &'static str,
     pareto_svg: String,
@@ -228,29 +232,52 @@ const COLUMNS: [(&str, &str, Option<SortKey>); 18] = [
 
 fn pricing_note(view: &ConfigsView) -> String {
     let p = &view.pricing;
-    let describe = |i: &Option<view::InstanceCost>, kind: &str| match i {
-        Some(i) => format!(
-            "{kind} on {} ({} {}, {} price of {}: {})",
+    if view.instances.is_empty() {
+        return "No instance prices are recorded in the store, so $ per 1M tokens is blank: `strata plan`, `strata pilot` and every command that opens the store record the builtin catalog's prices.".to_owned();
+    }
+    let describe = |i: &view::InstanceCost| {
+        format!(
+            "{} ({} vCPUs, {} {}, {} price of {} from {}: {})",
             i.name,
+            i.vcpus,
             i.provider,
             i.region,
             p.price_model,
             i.price_date,
+            i.source,
             i.usd_per_hour
                 .map_or_else(|| "no such price".to_owned(), |h| format!("${h:.4}/h")),
-        ),
-        None => format!("no {kind} instance price recorded"),
+        )
     };
-    if view.instances.is_empty() {
-        return "No instance prices are recorded in the store, so $ per 1M tokens is blank: record catalog prices to cost the configs.".to_owned();
-    }
+    let cpu = match &p.cpu_instance {
+        Some(i) => format!("CPU configs on {}", describe(i)),
+        None if p.hosts.is_empty() => "no CPU host to cost".to_owned(),
+        None => p
+            .hosts
+            .iter()
+            .map(|h| {
+                format!(
+                    "CPU configs of host #{} ({} vCPUs) on {}, {}",
+                    h.hardware_id,
+                    h.vcpus,
+                    if h.exact {
+                        "the type with its vCPUs"
+                    } else {
+                        "the cheapest type that fits it"
+                    },
+                    describe(&h.instance)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    };
+    let gpu = p.gpu_instance.as_ref().map_or_else(
+        || "no GPU instance price recorded".to_owned(),
+        |i| format!("GPU endpoints on {}", describe(i)),
+    );
     format!(
-        "$ per 1M output tokens at each run's measured output rate: {}; {}. Site: PUE {}, ${}/kWh, ${}/h ops.",
-        describe(&p.cpu_instance, "CPU"),
-        describe(&p.gpu_instance, "GPU"),
-        p.site.pue,
-        p.site.usd_per_kwh,
-        p.site.ops_usd_per_hour
+        "$ per 1M output tokens at each run's measured output rate, carried from the host to the instance type by the planner's scaling rule: {cpu}; {gpu}. Site: PUE {}, ${}/kWh, ${}/h ops.",
+        p.site.pue, p.site.energy_price_per_kwh, p.site.ops_per_hour
     )
 }
 
@@ -292,7 +319,7 @@ pub(crate) async fn configs(
         f_dir: q("dir"),
         cpu_instances: cpu_instances.into_iter().map(|i| i.name.clone()).collect(),
         gpu_instances: gpu_instances.into_iter().map(|i| i.name.clone()).collect(),
-        price_models: PriceModel::ALL.map(|m| m.as_str().to_owned()).to_vec(),
+        price_models: PRICE_MODELS.map(|m| m.as_str().to_owned()).to_vec(),
         pricing_note: pricing_note(&view),
         filtered: params.model.is_some()
             || params.weights.is_some()
@@ -304,8 +331,18 @@ pub(crate) async fn configs(
         pareto_svg: if view.rows.is_empty() {
             String::new()
         } else {
-            charts::pareto(&view.rows)
+            charts::pareto(&view.rows, view.gpu_baseline.as_ref())
         },
+        baseline_note: view.gpu_baseline.as_ref().map_or_else(String::new, |b| {
+            format!(
+                "GPU baseline of workload {}: {} at {} per 1M output tokens, E2E p99 {} ms ({}).",
+                b.workload,
+                b.name,
+                fmt::usd(Some(b.usd_per_million_output_tokens)),
+                fmt::num(b.e2e_p99_ms, 0),
+                b.basis
+            )
+        }),
         headers,
         rows: view.rows.iter().map(ConfigCells::from).collect(),
         endpoints: endpoint_cells(&*store).await?,
@@ -329,6 +366,7 @@ struct RunPage {
     latency_svg: String,
     latency: Vec<(&'static str, String, String, String, String)>,
     capacity_note: String,
+    curve_problem: String,
     has_curve: bool,
     curve_latency_svg: String,
     curve_throughput_svg: String,
@@ -453,12 +491,13 @@ pub(crate) async fn run(State(store): State<Arc<dyn Store>>, Path(id): Path<Stri
         latency_svg: charts::latency_percentiles(&v),
         latency,
         capacity_note,
+        curve_problem: v.load_curve_problem.clone().unwrap_or_default(),
         has_curve,
         curve_latency_svg: if has_curve {
             charts::load_curve(
                 &v.load_curve,
-                |p| p.p99_ms,
-                "p99 latency (ms)",
+                |p| p.ttft_p99_ms,
+                "TTFT p99 (ms)",
                 v.capacity.as_ref().map(|c| c.sla_ttft_p99_ms),
             )
         } else {
@@ -502,14 +541,15 @@ struct PlanCells {
     all_gpu_cost: String,
     savings: String,
     tokens: String,
-    keys: String,
+    chosen: String,
+    problem: String,
     hours: Vec<HourCells>,
     svg: String,
     json: String,
 }
 
 struct HourCells {
-    hour: i64,
+    hour: u32,
     cpu: String,
     gpu: String,
     cost: String,
@@ -544,19 +584,19 @@ pub(crate) async fn plans(State(store): State<Arc<dyn Store>>) -> PageResult {
                 (s, _) => fmt::usd(s),
             },
             tokens: p.total_output_tokens.to_string(),
-            keys: if p.keys.is_empty() {
-                MISSING.to_owned()
-            } else {
-                p.keys.join(", ")
+            chosen: match (&p.config, &p.instance_type) {
+                (Some(c), Some(i)) => format!("{c} on {i}"),
+                _ => MISSING.to_owned(),
             },
+            problem: p.problem.clone().unwrap_or_default(),
             hours: p
                 .hours
                 .iter()
                 .map(|h| HourCells {
                     hour: h.hour,
-                    cpu: fmt::opt(h.cpu_instances, 0),
-                    gpu: fmt::percent(h.gpu_share, 0),
-                    cost: fmt::usd(h.cost_usd),
+                    cpu: h.cpu_instances.to_string(),
+                    gpu: fmt::percent(Some(h.gpu_share), 0),
+                    cost: fmt::usd(Some(h.cost_usd)),
                     classes: h
                         .classes
                         .iter()
@@ -564,14 +604,10 @@ pub(crate) async fn plans(State(store): State<Arc<dyn Store>>) -> PageResult {
                             let text = format!(
                                 "{}: {} / {} ms",
                                 c.class,
-                                fmt::opt(c.p99_ms, 0),
+                                fmt::num(c.p99_ms, 0),
                                 fmt::opt(c.sla_ms, 0)
                             );
-                            let class = match c.met {
-                                Some(true) => "good",
-                                Some(false) => "bad",
-                                None => "muted",
-                            };
+                            let class = if c.met { "good" } else { "bad" };
                             (text, class)
                         })
                         .collect(),
@@ -599,9 +635,9 @@ struct PilotCells {
     status: String,
     verdict: String,
     updated: String,
-    summary: Vec<(String, String)>,
-    evidence: String,
     detail: Option<PilotDetailCells>,
+    error: String,
+    problem: String,
     report: String,
 }
 
@@ -609,7 +645,6 @@ struct PilotCells {
 struct PilotDetailCells {
     kind: String,
     exit_code: String,
-    error: String,
     monthly_cost: String,
     monthly_baseline: String,
     monthly_savings: String,
@@ -665,14 +700,11 @@ struct PilotReplayRow {
 }
 
 /// A predicted p99 in seconds, with the band of its runs when it has one: `3.10 (2.90-3.40)`.
-fn with_band(value: Option<f64>, band: Option<view::PilotBand>) -> String {
-    let point = fmt::opt(value, 2);
+fn with_band(value: f64, band: Option<Band>) -> String {
+    let point = fmt::num(value, 2);
     match band {
-        Some(view::PilotBand {
-            low: Some(low),
-            high: Some(high),
-        }) => format!("{point} ({low:.2}-{high:.2})"),
-        _ => point,
+        Some(Band { low, high }) => format!("{point} ({low:.2}-{high:.2})"),
+        None => point,
     }
 }
 
@@ -686,12 +718,12 @@ fn signed_percent(value: Option<f64>) -> String {
 /// The host's pace around the replay against its pace when profiled, the calibration that scaled
 /// the prediction and the spread of paces it averages over, as sentences (empty for reports without
 /// any of them).
-fn host_pace_text(r: &view::PilotReplay) -> String {
+fn host_pace_text(r: &ReplayReport) -> String {
     let spread = r.pace_spread.as_ref().map(|s| {
         let measured = r.calibration.as_ref().and_then(|c| {
             Some(format!(
                 " (the samples' {} s blocks moved by {})",
-                fmt::opt(c.block_s, 0),
+                fmt::num(c.block_s, 0),
                 fmt::percent(Some(c.pace_spread?), 1)
             ))
         });
@@ -699,9 +731,9 @@ fn host_pace_text(r: &view::PilotReplay) -> String {
             " The prediction is the median of {} simulations with the engine's pace spread by {}{}, \
              for a whole run and afresh every {} s; the figures in brackets span the middle 80% of them.",
             s.runs,
-            fmt::percent(s.sigma, 1),
+            fmt::percent(Some(s.sigma), 1),
             measured.unwrap_or_default(),
-            fmt::opt(s.block_s, 0),
+            fmt::num(s.block_s, 0),
         )
     });
     let calibration = r.calibration.as_ref().map(|c| {
@@ -711,8 +743,8 @@ fn host_pace_text(r: &view::PilotReplay) -> String {
              {} and its prompts at {} of the profile's step model; the prediction runs on the profile's \
              steps scaled by these ratios.{}",
             c.requests,
-            fmt::opt(c.duration_s, 0),
-            bracket(&c.samples),
+            fmt::num(c.duration_s, 0),
+            c.timing(),
             ratio(c.decode_over_profiled),
             ratio(c.prompt_over_profiled),
             spread.unwrap_or_default(),
@@ -724,10 +756,10 @@ fn host_pace_text(r: &view::PilotReplay) -> String {
     let pace = format!(
         "Host pace on the profiling shape: {} output tokens/s when profiled, {} right before the replay, \
          {} right after ({} of the profiled pace around the replay).",
-        fmt::opt(pace.profiled_output_tokens_per_s, 1),
-        fmt::opt(pace.before_replay_output_tokens_per_s, 1),
-        fmt::opt(pace.after_replay_output_tokens_per_s, 1),
-        fmt::percent(pace.replay_over_profiled, 0),
+        fmt::num(pace.profiled_output_tokens_per_s, 1),
+        fmt::num(pace.before_replay_output_tokens_per_s, 1),
+        fmt::num(pace.after_replay_output_tokens_per_s, 1),
+        fmt::percent(Some(pace.replay_over_profiled), 0),
     );
     match calibration {
         Some(c) => format!("{pace} {c}"),
@@ -735,49 +767,46 @@ fn host_pace_text(r: &view::PilotReplay) -> String {
     }
 }
 
-/// When the calibration's samples ran against the replay, in words.
-fn bracket(samples: &[view::PilotCalibrationSample]) -> &'static str {
-    let ran = |when: &str| samples.iter().any(|s| s.when == when);
-    strata_controller::pilot::sample_timing(ran("before_replay"), ran("after_replay"))
+/// A weight type's tasks: passed of all, and the paired test's counts against the reference.
+fn tasks_text(g: &QualityGate) -> String {
+    let Some(t) = &g.tasks else {
+        return fmt::percent(g.measured.task_pass_rate, 0);
+    };
+    format!(
+        "{}/{} ({} lost, {} gained, p = {:.3})",
+        t.both_passed + t.gained,
+        t.tasks,
+        t.lost,
+        t.gained,
+        t.p_value
+    )
 }
 
-fn pilot_detail_cells(d: &view::PilotDetail) -> PilotDetailCells {
+fn pilot_detail_cells(d: &PilotReport) -> PilotDetailCells {
     let dec = &d.decision;
-    let plan_text = |key: &str| match &d.plan[key] {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Null => fmt::MISSING.to_owned(),
-        other => other.to_string(),
-    };
-    let plan = if d.plan.is_object() {
+    let plan = d.plan.as_ref();
+    let plan_rows = plan.map_or_else(Vec::new, |p| {
         vec![
-            ("config".to_owned(), plan_text("config")),
-            ("instance type".to_owned(), plan_text("instance_type")),
-            ("region".to_owned(), plan_text("region")),
+            ("config".to_owned(), p.config.clone()),
+            ("instance type".to_owned(), p.instance_type.clone()),
+            ("region".to_owned(), p.region.clone()),
             (
                 "peak CPU instances".to_owned(),
-                plan_text("peak_cpu_instances"),
+                p.peak_cpu_instances.to_string(),
             ),
-            (
-                "GPU share".to_owned(),
-                fmt::percent(d.plan["gpu_share"].as_f64(), 1),
-            ),
+            ("GPU share".to_owned(), fmt::percent(Some(p.gpu_share), 1)),
             (
                 "cost per day".to_owned(),
-                fmt::usd(d.plan["cost_per_day_usd"].as_f64()),
+                fmt::usd(Some(p.cost_per_day_usd)),
             ),
         ]
-    } else {
-        Vec::new()
-    };
+    });
     PilotDetailCells {
         kind: d.verdict.clone(),
-        exit_code: d
-            .exit_code
-            .map_or_else(|| fmt::MISSING.to_owned(), |c| c.to_string()),
-        error: d.error.clone().unwrap_or_default(),
-        monthly_cost: fmt::usd(dec.monthly_cost_usd),
-        monthly_baseline: fmt::usd(dec.monthly_baseline_usd),
-        monthly_savings: fmt::usd(dec.monthly_savings_usd),
+        exit_code: d.exit_code.to_string(),
+        monthly_cost: fmt::usd(Some(dec.monthly_cost_usd)),
+        monthly_baseline: fmt::usd(Some(dec.monthly_baseline_usd)),
+        monthly_savings: fmt::usd(Some(dec.monthly_savings_usd)),
         reasons: dec.reasons.clone(),
         classes: dec
             .classes
@@ -785,10 +814,10 @@ fn pilot_detail_cells(d: &view::PilotDetail) -> PilotDetailCells {
             .map(|c| PilotClassCells {
                 class: c.class.clone(),
                 migrate: if c.migrate { "yes" } else { "no" },
-                cpu_share: fmt::percent(c.cpu_share, 1),
-                attainment: fmt::percent(c.attainment, 2),
-                attainment_2x: fmt::percent(c.attainment_2x, 2),
-                gpu_share_2x: fmt::percent(c.gpu_share_2x, 1),
+                cpu_share: fmt::percent(Some(c.cpu_share), 1),
+                attainment: fmt::percent(Some(c.attainment), 2),
+                attainment_2x: fmt::percent(Some(c.attainment_2x), 2),
+                gpu_share_2x: fmt::percent(Some(c.gpu_share_2x), 1),
                 notes: c.reasons.join("; "),
             })
             .collect(),
@@ -798,21 +827,27 @@ fn pilot_detail_cells(d: &view::PilotDetail) -> PilotDetailCells {
             .map(|g| PilotGateCells {
                 weights: g.weights.clone(),
                 result: if g.passed { "pass" } else { "fail" },
-                perplexity: fmt::opt(g.measured.perplexity, 3),
-                increase: signed_percent(g.perplexity_increase),
-                top1: fmt::percent(g.measured.top1_agreement, 1),
-                tasks: fmt::percent(g.measured.task_pass_rate, 0),
-                notes: g.reasons.join("; "),
+                perplexity: fmt::num(g.measured.perplexity, 3),
+                increase: signed_percent(Some(g.perplexity_increase)),
+                top1: fmt::percent(Some(g.measured.top1_agreement), 1),
+                tasks: tasks_text(g),
+                notes: g
+                    .reasons
+                    .iter()
+                    .chain(&g.notes)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; "),
             })
             .collect(),
-        plan,
-        plan_id: plan_text("id"),
+        plan: plan_rows,
+        plan_id: plan.map_or_else(|| fmt::MISSING.to_owned(), |p| p.id.to_string()),
         replay: d.replay.as_ref().map(|r| PilotReplayCells {
             headline: format!(
                 "{} requests over {} s at {} req/s on one host of {}{}, {} errors",
                 r.requests,
-                fmt::opt(r.duration_s, 0),
-                fmt::opt(r.load["rate_rps"].as_f64(), 2),
+                fmt::num(r.duration_s, 0),
+                fmt::num(r.load.rate_rps, 2),
                 r.config,
                 if r.with_gpu {
                     " with the GPU endpoint"
@@ -827,33 +862,48 @@ fn pilot_detail_cells(d: &view::PilotDetail) -> PilotDetailCells {
                 .to_owned(),
             cost: format!(
                 "{} observed, {} predicted",
-                fmt::usd(r.observed_cost_usd),
-                fmt::usd(r.predicted_cost_usd)
+                fmt::usd(Some(r.observed_cost_usd)),
+                fmt::usd(Some(r.predicted_cost_usd))
             ),
-            rows: r
-                .all
-                .iter()
-                .chain(&r.classes)
-                .map(|c| PilotReplayRow {
-                    class: if c.class.is_empty() {
-                        "all requests".to_owned()
-                    } else {
-                        c.class.clone()
-                    },
-                    requests: c.requests,
-                    gpu_requests: c.gpu_requests,
-                    e2e_observed: fmt::opt(c.observed_e2e_p99_s, 2),
-                    e2e_predicted: with_band(c.predicted_e2e_p99_s, c.predicted_e2e_p99_band_s),
-                    e2e_error: signed_percent(c.e2e_p99_error),
-                    ttft_observed: fmt::opt(c.observed_ttft_p99_s, 2),
-                    ttft_predicted: with_band(c.predicted_ttft_p99_s, c.predicted_ttft_p99_band_s),
-                    ttft_error: signed_percent(c.ttft_p99_error),
-                    attainment_observed: fmt::percent(c.observed_attainment, 1),
-                    attainment_predicted: fmt::percent(c.predicted_attainment, 1),
-                })
-                .collect(),
+            rows: std::iter::once(replay_row(
+                "all requests",
+                &r.all,
+                r.classes.iter().map(|c| c.gpu_requests).sum(),
+                None,
+            ))
+            .chain(r.classes.iter().map(|c| {
+                replay_row(
+                    &c.class,
+                    &c.p99,
+                    c.gpu_requests,
+                    Some((c.observed_attainment, c.predicted_attainment)),
+                )
+            }))
+            .collect(),
         }),
         reproduce: serde_json::to_string_pretty(&d.reproduce).unwrap_or_default(),
+    }
+}
+
+/// One row of the replay's table.
+fn replay_row(
+    class: &str,
+    c: &Comparison,
+    gpu_requests: usize,
+    attainment: Option<(f64, f64)>,
+) -> PilotReplayRow {
+    PilotReplayRow {
+        class: class.to_owned(),
+        requests: c.requests,
+        gpu_requests,
+        e2e_observed: fmt::num(c.observed_e2e_p99_s, 2),
+        e2e_predicted: with_band(c.predicted_e2e_p99_s, c.predicted_e2e_p99_band_s),
+        e2e_error: signed_percent(c.e2e_p99_error),
+        ttft_observed: fmt::num(c.observed_ttft_p99_s, 2),
+        ttft_predicted: with_band(c.predicted_ttft_p99_s, c.predicted_ttft_p99_band_s),
+        ttft_error: signed_percent(c.ttft_p99_error),
+        attainment_observed: fmt::percent(attainment.map(|a| a.0), 1),
+        attainment_predicted: fmt::percent(attainment.map(|a| a.1), 1),
     }
 }
 
@@ -868,11 +918,6 @@ struct PilotsPage {
 /// `GET /pilots`: each pilot's verdict, evidence and report.
 pub(crate) async fn pilots(State(store): State<Arc<dyn Store>>) -> PageResult {
     let v = view::pilots(&*store).await?;
-    let pretty = |value: Option<&serde_json::Value>| {
-        value.map_or_else(String::new, |v| {
-            serde_json::to_string_pretty(v).unwrap_or_default()
-        })
-    };
     let pilots = v
         .pilots
         .iter()
@@ -882,10 +927,12 @@ pub(crate) async fn pilots(State(store): State<Arc<dyn Store>>) -> PageResult {
             status: p.status.clone(),
             verdict: p.verdict.clone().unwrap_or_else(|| "none yet".to_owned()),
             updated: when(p.updated_at),
-            summary: p.summary.clone(),
-            evidence: pretty(p.evidence.as_ref()),
             detail: p.detail.as_ref().map(pilot_detail_cells),
-            report: pretty(p.report.as_ref()),
+            error: p.error.clone().unwrap_or_default(),
+            problem: p.problem.clone().unwrap_or_default(),
+            report: p.report.as_ref().map_or_else(String::new, |r| {
+                serde_json::to_string_pretty(r).unwrap_or_default()
+            }),
         })
         .collect();
     let page = PilotsPage {
@@ -904,12 +951,26 @@ struct GatewayPage {
     window: i64,
     generated: String,
     requests: usize,
+    source: String,
+    sources: Vec<(String, usize)>,
     spend: String,
     budget: String,
     budget_used: String,
-    traffic: Vec<(String, String, usize, String, String, String, String)>,
+    traffic: Vec<TrafficCells>,
     breakers: Vec<(String, String, String, String)>,
 }
+
+/// One traffic row, formatted: source, pool, class, requests, p99, SLA, attainment, cost.
+type TrafficCells = (
+    String,
+    String,
+    String,
+    usize,
+    String,
+    String,
+    String,
+    String,
+);
 
 /// `GET /gateway`: requests by pool and class, SLA attainment, spend against budget, breakers.
 pub(crate) async fn gateway(
@@ -917,7 +978,8 @@ pub(crate) async fn gateway(
     Query(raw): Query<HashMap<String, String>>,
 ) -> PageResult {
     let window = query::window_minutes(&raw)?;
-    let v = view::gateway(&*store, window, Utc::now()).await?;
+    let source = query::gateway_source(&raw);
+    let v = view::gateway(&*store, window, source.as_deref(), Utc::now()).await?;
     let page = GatewayPage {
         title: "Gateway".to_owned(),
         active: "gateway",
@@ -926,6 +988,12 @@ pub(crate) async fn gateway(
             .generated_at
             .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         requests: v.requests,
+        source: v.source.clone().unwrap_or_default(),
+        sources: v
+            .sources
+            .iter()
+            .map(|s| (s.source.clone(), s.requests))
+            .collect(),
         spend: fmt::usd(Some(v.spend.today_usd)),
         budget: match (&v.spend.budget_per_day_usd, &v.spend.budget_workload) {
             (Some(b), Some(w)) => format!("{} ({w})", fmt::usd(Some(*b))),
@@ -937,6 +1005,7 @@ pub(crate) async fn gateway(
             .iter()
             .map(|t| {
                 (
+                    t.source.clone(),
                     t.pool.clone(),
                     t.class.clone(),
                     t.requests,

@@ -4,11 +4,17 @@
 use std::collections::{BTreeMap, HashMap};
 
 use strata_controller::store::{ConfigSort, HardwareId};
+use strata_planner::{catalog::PriceModel, tco::SiteCosts};
 
-use super::{
-    cost::{PriceModel, SiteCosts},
-    error::DashboardError,
-};
+use super::error::DashboardError;
+
+/// The price models the page offers, in the picker's order.
+pub(crate) const PRICE_MODELS: [PriceModel; 4] = [
+    PriceModel::OnDemand,
+    PriceModel::Spot,
+    PriceModel::Committed1y,
+    PriceModel::Committed3y,
+];
 
 /// The default and largest number of rows of the config table.
 pub(crate) const DEFAULT_LIMIT: i64 = 200;
@@ -98,16 +104,23 @@ impl ConfigsParams {
         };
         let price = match text("price") {
             None => PriceModel::default(),
-            Some(name) => name
-                .parse()
-                .map_err(|problem| DashboardError::bad_query("price", problem))?,
+            Some(name) => name.parse().map_err(|_| {
+                DashboardError::bad_query(
+                    "price",
+                    format!(
+                        "unknown price model {name:?}: expected {}",
+                        PRICE_MODELS.map(PriceModel::as_str).join(", ")
+                    ),
+                )
+            })?,
         };
         let defaults = SiteCosts::default();
         let site = SiteCosts {
             pue: float(raw, "pue", 1.0, 10.0)?.unwrap_or(defaults.pue),
-            usd_per_kwh: float(raw, "kwh_usd", 0.0, 10.0)?.unwrap_or(defaults.usd_per_kwh),
-            ops_usd_per_hour: float(raw, "ops_usd_per_hour", 0.0, 1e6)?
-                .unwrap_or(defaults.ops_usd_per_hour),
+            energy_price_per_kwh: float(raw, "kwh_usd", 0.0, 10.0)?
+                .unwrap_or(defaults.energy_price_per_kwh),
+            ops_per_hour: float(raw, "ops_usd_per_hour", 0.0, 1e6)?
+                .unwrap_or(defaults.ops_per_hour),
         };
         Ok(ConfigsParams {
             model: text("model"),
@@ -162,13 +175,13 @@ impl ConfigsParams {
         );
         put(
             "kwh_usd",
-            (self.site.usd_per_kwh != defaults.usd_per_kwh)
-                .then(|| self.site.usd_per_kwh.to_string()),
+            (self.site.energy_price_per_kwh != defaults.energy_price_per_kwh)
+                .then(|| self.site.energy_price_per_kwh.to_string()),
         );
         put(
             "ops_usd_per_hour",
-            (self.site.ops_usd_per_hour != defaults.ops_usd_per_hour)
-                .then(|| self.site.ops_usd_per_hour.to_string()),
+            (self.site.ops_per_hour != defaults.ops_per_hour)
+                .then(|| self.site.ops_per_hour.to_string()),
         );
         pairs
     }
@@ -186,6 +199,15 @@ impl ConfigsParams {
         pairs.insert("dir", if descending { "desc" } else { "asc" }.to_owned());
         format!("/configs?{}", encode_pairs(&pairs))
     }
+}
+
+/// The gateway page's source filter: `None` (every source) unless `source` names one; `all` or empty
+/// also means every source.
+pub(crate) fn gateway_source(raw: &HashMap<String, String>) -> Option<String> {
+    raw.get("source")
+        .map(|v| v.trim())
+        .filter(|v| !v.is_empty() && *v != "all")
+        .map(str::to_owned)
 }
 
 /// The gateway page's window, in minutes.

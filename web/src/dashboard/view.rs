@@ -1,22 +1,34 @@
 //! The view models behind each page: read from the store, computed once, then either rendered into a
 //! template or returned as JSON by the API.
 //!
-//! Plans and pilot reports are JSON whose shape the planner owns; they are read defensively (known
-//! keys where present, the raw keys and JSON otherwise).
+//! Everything is read with its producer's own types: plans as the planner's [`Plan`], workloads as its
+//! [`Workload`], load curves as profiling's [`StoredLoadPoint`]s, prices through the planner's catalog
+//! and TCO. A stored value that does not read as its type is shown as an error on its page, not as a
+//! blank.
 
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Duration, Utc};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
-use strata_controller::store::{
-    CapacityResultRow, CatalogPriceRow, ConfigRow, ConfigSort, ConfigSummaryQuery,
-    ConfigSummaryRow, GatewayDecisionRow, HardwareRow, ModelRow, ProfileRunId, ProfileRunRow,
-    QualityResultRow, Store, TimeWindow,
+use strata_controller::{
+    pilot::{FailedReport, PilotReport},
+    planning::{self, StoredLoadPoint},
+    store::{
+        CapacityResultRow, ConfigRow, ConfigSort, ConfigSummaryQuery, ConfigSummaryRow,
+        GatewayDecisionRow, HardwareId, HardwareRow, ModelRow, PlanRow, ProfileRunId,
+        ProfileRunRow, QualityResultRow, Store, TimeWindow, WorkloadRow,
+    },
+};
+use strata_planner::{
+    catalog::{Catalog, InstanceType, PriceModel},
+    plan::Plan,
+    profile::{MeasuredOn, Scaling},
+    tco::{CostInputs, SiteCosts, dollars_per_million_tokens},
+    workload::{GpuFallback, Workload},
 };
 
 use super::{
-    cost::{self, PriceModel, SiteCosts},
     error::DashboardError,
     query::{ConfigsParams, SortKey},
 };
@@ -30,6 +42,8 @@ pub(crate) struct ConfigsView {
     /// Instance types with a recorded price, for the picker.
     pub(crate) instances: Vec<InstanceChoice>,
     pub(crate) rows: Vec<ConfigView>,
+    /// The GPU baseline of the latest workload, as a point of its own.
+    pub(crate) gpu_baseline: Option<GpuBaseline>,
 }
 
 /// What the $ per 1M tokens column was computed with.
@@ -37,8 +51,12 @@ pub(crate) struct ConfigsView {
 pub(crate) struct Pricing {
     pub(crate) price_model: PriceModel,
     pub(crate) site: SiteCosts,
-    /// The instance CPU configs are costed on.
+    /// The instance CPU configs are costed on, when one was chosen (`instance=`); else each host's
+    /// own, see `hosts`.
     pub(crate) cpu_instance: Option<InstanceCost>,
+    /// The instance type each host's CPU configs are costed on when none was chosen: the type with
+    /// the host's vCPUs, else the cheapest that fits.
+    pub(crate) hosts: Vec<HostInstance>,
     /// The instance GPU endpoints are costed on.
     pub(crate) gpu_instance: Option<InstanceCost>,
 }
@@ -49,9 +67,36 @@ pub(crate) struct InstanceCost {
     pub(crate) name: String,
     pub(crate) provider: String,
     pub(crate) region: String,
+    pub(crate) vcpus: u32,
     pub(crate) price_date: String,
+    pub(crate) source: String,
     /// `None` when the catalog has no price under the chosen model.
     pub(crate) usd_per_hour: Option<f64>,
+}
+
+impl InstanceCost {
+    fn of(instance: &InstanceType, model: PriceModel, site: &SiteCosts) -> Self {
+        InstanceCost {
+            name: instance.name.clone(),
+            provider: instance.provider.clone(),
+            region: instance.region.clone(),
+            vcpus: instance.vcpus,
+            price_date: instance.price_date.clone(),
+            source: instance.source.clone(),
+            usd_per_hour: CostInputs::for_instance(instance, model, site).map(|c| c.hourly_cost()),
+        }
+    }
+}
+
+/// The instance type a host's configs are costed on by default.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct HostInstance {
+    pub(crate) hardware_id: HardwareId,
+    /// The host's hardware threads.
+    pub(crate) vcpus: u32,
+    pub(crate) instance: InstanceCost,
+    /// True when the type has exactly the host's vCPUs; false when it is the cheapest that fits.
+    pub(crate) exact: bool,
 }
 
 /// An instance type in the picker.
@@ -70,7 +115,11 @@ pub(crate) struct ConfigView {
     pub(crate) gpu: bool,
     /// Perplexity minus the reference run's, on the same text.
     pub(crate) perplexity_delta: Option<f64>,
-    /// $ per 1M output tokens at the run's measured output rate on the chosen instance.
+    /// The instance type the row is costed on.
+    pub(crate) instance: Option<String>,
+    /// How the host's measured rate carries over to that instance type (the planner's rule).
+    pub(crate) scaling: Option<Scaling>,
+    /// $ per 1M output tokens at the run's measured output rate, scaled to the instance type.
     pub(crate) usd_per_million_output_tokens: Option<f64>,
     /// On the Pareto frontier of cost against E2E p99.
     pub(crate) pareto: bool,
@@ -84,6 +133,21 @@ impl ConfigView {
     }
 }
 
+/// The GPU baseline of a workload as a point on the cost-latency chart.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct GpuBaseline {
+    /// The workload whose baseline it is.
+    pub(crate) workload: String,
+    /// The GPU instance type or endpoint.
+    pub(crate) name: String,
+    /// $ per 1M output tokens of the workload's mean request.
+    pub(crate) usd_per_million_output_tokens: f64,
+    /// p99 TTFT plus p99 TPOT for each further output token of the workload's mean request, ms.
+    pub(crate) e2e_p99_ms: f64,
+    /// Where the figures come from.
+    pub(crate) basis: String,
+}
+
 /// Kernel tiers that run on an accelerator rather than the CPU.
 const GPU_TIERS: [&str; 5] = ["cuda", "rocm", "metal", "vulkan", "gpu"];
 
@@ -93,51 +157,55 @@ pub(crate) fn is_gpu_tier(tier: &str) -> bool {
     GPU_TIERS.iter().any(|gpu| tier.starts_with(gpu))
 }
 
+/// The instance type called `name` in `catalog` (its cheapest region), or a 400 naming the known ones.
+fn chosen<'a>(
+    catalog: &'a Catalog,
+    name: &str,
+    param: &'static str,
+) -> Result<&'a InstanceType, DashboardError> {
+    // The cheapest region's price when the type is sold in several.
+    catalog
+        .instances
+        .iter()
+        .filter(|i| i.name == name)
+        .min_by(|a, b| a.on_demand_per_hour.total_cmp(&b.on_demand_per_hour))
+        .ok_or_else(|| {
+            DashboardError::bad_query(
+                param,
+                if catalog.instances.is_empty() {
+                    format!("no instance prices are recorded, so {name:?} cannot be priced")
+                } else {
+                    let mut known: Vec<&str> =
+                        catalog.instances.iter().map(|i| i.name.as_str()).collect();
+                    known.dedup();
+                    format!(
+                        "no recorded price for instance type {name:?}; known: {}",
+                        known.join(", ")
+                    )
+                },
+            )
+        })
+}
+
 /// Builds the config table for `params`.
 pub(crate) async fn configs(
     store: &dyn Store,
     params: &ConfigsParams,
 ) -> Result<ConfigsView, DashboardError> {
-    let prices = cost::latest_by_instance(store.list_catalog_prices(None).await?);
-    let pick = |name: &Option<String>, param: &'static str, gpu: bool| match name {
-        Some(name) => prices.get(name).map(Some).ok_or_else(|| {
-            DashboardError::bad_query(
-                param,
-                if prices.is_empty() {
-                    format!("no instance prices are recorded, so {name:?} cannot be priced")
-                } else {
-                    format!(
-                        "no recorded price for instance type {name:?}; known: {}",
-                        prices.keys().cloned().collect::<Vec<_>>().join(", ")
-                    )
-                },
-            )
-        }),
-        // Without a choice, the cheapest instance type of the kind (on-demand).
-        None => Ok(prices
-            .values()
-            .filter(|p| p.accelerator.is_some() == gpu)
-            .min_by(|a, b| {
-                a.on_demand_usd_per_hour
-                    .total_cmp(&b.on_demand_usd_per_hour)
-            })),
-    };
-    let cpu_price = pick(&params.instance, "instance", false)?;
-    let gpu_price = pick(&params.gpu_instance, "gpu_instance", true)?;
-    let cost_of = |price: Option<&CatalogPriceRow>| {
-        price.map(|p| InstanceCost {
-            name: p.instance_type.clone(),
-            provider: p.provider.clone(),
-            region: p.region.clone(),
-            price_date: p.price_date.to_string(),
-            usd_per_hour: cost::hourly_cost(p, params.price, &params.site),
-        })
-    };
-    let pricing = Pricing {
-        price_model: params.price,
-        site: params.site,
-        cpu_instance: cost_of(cpu_price),
-        gpu_instance: cost_of(gpu_price),
+    let catalog = planning::catalog_of_prices(&store.list_catalog_prices(None).await?);
+    let cpu_choice = params
+        .instance
+        .as_deref()
+        .map(|name| chosen(&catalog, name, "instance"))
+        .transpose()?;
+    let gpu_choice = match params.gpu_instance.as_deref() {
+        Some(name) => Some(chosen(&catalog, name, "gpu_instance")?),
+        // Without a choice, the cheapest GPU instance type (on-demand).
+        None => catalog
+            .instances
+            .iter()
+            .filter(|i| i.is_gpu())
+            .min_by(|a, b| a.on_demand_per_hour.total_cmp(&b.on_demand_per_hour)),
     };
 
     let by_cost = params.sort == SortKey::Cost;
@@ -155,22 +223,50 @@ pub(crate) async fn configs(
         descending: if by_cost { true } else { params.descending },
         limit: (!by_cost).then_some(params.limit),
     };
-    let hourly = |gpu: bool| {
-        let instance = if gpu {
-            &pricing.gpu_instance
-        } else {
-            &pricing.cpu_instance
-        };
-        instance.as_ref().and_then(|i| i.usd_per_hour)
-    };
-    let mut rows: Vec<ConfigView> = store
-        .list_config_summaries(&query)
-        .await?
+    let summaries = store.list_config_summaries(&query).await?;
+    let mut hosts: BTreeMap<HardwareId, HardwareRow> = BTreeMap::new();
+    for s in &summaries {
+        if let std::collections::btree_map::Entry::Vacant(slot) = hosts.entry(s.hardware_id) {
+            slot.insert(store.get_hardware(s.hardware_id).await?);
+        }
+    }
+    let host_vcpus = |h: &HardwareRow| u32::try_from(h.threads).unwrap_or(1).max(1);
+    let host_instances: BTreeMap<HardwareId, &InstanceType> = hosts
+        .values()
+        .filter_map(|h| Some((h.id, catalog.cpu_instance_for_host(host_vcpus(h))?)))
+        .collect();
+    let site = &params.site;
+    let mut rows: Vec<ConfigView> = summaries
         .into_iter()
         .map(|summary| {
             let gpu = is_gpu_tier(&summary.kernel_tier);
-            let usd = hourly(gpu)
-                .and_then(|h| cost::dollars_per_million_tokens(h, summary.output_tokens_per_s));
+            let priced = if gpu {
+                gpu_choice.map(|i| {
+                    let scaling = Scaling {
+                        rule: strata_planner::profile::ScalingRule::MeasuredOnType,
+                        factor: 1.0,
+                    };
+                    (i, Some(scaling))
+                })
+            } else {
+                let host = hosts.get(&summary.hardware_id);
+                let instance =
+                    cpu_choice.or_else(|| host_instances.get(&summary.hardware_id).copied());
+                instance.map(|i| {
+                    let scaling = host.and_then(|h| {
+                        measured_on(h).scaling_to(
+                            u32::try_from(summary.threads).unwrap_or(1),
+                            i,
+                            None,
+                        )
+                    });
+                    (i, scaling)
+                })
+            };
+            let usd = priced.and_then(|(i, scaling)| {
+                let hourly = CostInputs::for_instance(i, params.price, site)?.hourly_cost();
+                dollars_per_million_tokens(hourly, summary.output_tokens_per_s * scaling?.factor)
+            });
             let perplexity_delta = summary
                 .perplexity
                 .zip(summary.reference_perplexity)
@@ -179,6 +275,8 @@ pub(crate) async fn configs(
                 summary,
                 gpu,
                 perplexity_delta,
+                instance: priced.map(|(i, _)| i.name.clone()),
+                scaling: priced.and_then(|(_, s)| s),
                 usd_per_million_output_tokens: usd,
                 pareto: false,
             }
@@ -202,6 +300,24 @@ pub(crate) async fn configs(
     for index in pareto_frontier(&rows) {
         rows[index].pareto = true;
     }
+    let pricing = Pricing {
+        price_model: params.price,
+        site: params.site,
+        cpu_instance: cpu_choice.map(|i| InstanceCost::of(i, params.price, site)),
+        hosts: hosts
+            .values()
+            .filter_map(|h| {
+                let i = host_instances.get(&h.id)?;
+                Some(HostInstance {
+                    hardware_id: h.id,
+                    vcpus: host_vcpus(h),
+                    instance: InstanceCost::of(i, params.price, site),
+                    exact: i.vcpus == host_vcpus(h),
+                })
+            })
+            .collect(),
+        gpu_instance: gpu_choice.map(|i| InstanceCost::of(i, params.price, site)),
+    };
     let mut query = params.to_pairs();
     query.insert("price", params.price.to_string());
     if let Some(i) = &pricing.cpu_instance {
@@ -210,19 +326,122 @@ pub(crate) async fn configs(
     if let Some(i) = &pricing.gpu_instance {
         query.insert("gpu_instance", i.name.clone());
     }
-    let instances = prices
-        .values()
-        .map(|p| InstanceChoice {
-            name: p.instance_type.clone(),
-            gpu: p.accelerator.is_some(),
-        })
-        .collect();
+    let mut instances: Vec<InstanceChoice> = Vec::new();
+    for i in &catalog.instances {
+        if !instances.iter().any(|c| c.name == i.name) {
+            instances.push(InstanceChoice {
+                name: i.name.clone(),
+                gpu: i.is_gpu(),
+            });
+        }
+    }
+    let gpu_baseline = gpu_baseline(store, &catalog, params).await?;
     Ok(ConfigsView {
         query,
         pricing,
         instances,
         rows,
+        gpu_baseline,
     })
+}
+
+/// The host a profile was measured on, as the planner's scaling rules read it.
+fn measured_on(host: &HardwareRow) -> MeasuredOn {
+    MeasuredOn {
+        host: format!("hardware {} ({})", host.id, host.cpu_model),
+        instance_type: None,
+        vcpus: u32::try_from(host.threads).unwrap_or(1).max(1),
+        mem_bandwidth_gbs: host.bandwidth_gb_per_s.unwrap_or(0.0),
+        int8_gops: host.peak_int8_gops.unwrap_or(0.0),
+    }
+}
+
+/// The workload planned last (else the newest one), with its latest plan.
+async fn latest_workload(
+    store: &dyn Store,
+) -> Result<Option<(WorkloadRow, Option<PlanRow>)>, DashboardError> {
+    let mut latest: Option<(WorkloadRow, Option<PlanRow>)> = None;
+    for workload in store.list_workloads().await? {
+        let plan = store.latest_plan_for_workload(workload.id).await?;
+        let at = |w: &WorkloadRow, p: &Option<PlanRow>| {
+            p.as_ref()
+                .map_or(w.created_at, |p| p.created_at.max(w.created_at))
+        };
+        let newer = latest
+            .as_ref()
+            .is_none_or(|(w, p)| at(&workload, &plan) >= at(w, p));
+        if newer {
+            latest = Some((workload, plan));
+        }
+    }
+    Ok(latest)
+}
+
+/// The share-weighted mean of a per-class length over the workload's classes.
+fn mix_mean(w: &Workload, length: impl Fn(&strata_planner::workload::RequestClass) -> f64) -> f64 {
+    let total: f64 = w.classes.iter().map(|c| c.share.max(0.0)).sum();
+    if total > 0.0 {
+        w.classes
+            .iter()
+            .map(|c| c.share.max(0.0) * length(c))
+            .sum::<f64>()
+            / total
+    } else {
+        w.classes.iter().map(length).sum::<f64>() / w.classes.len().max(1) as f64
+    }
+}
+
+/// The GPU baseline of the latest workload under the page's prices: its `[gpu_fallback]` priced from
+/// the store's catalog, else as its latest plan priced it. `None` without a workload that has one.
+async fn gpu_baseline(
+    store: &dyn Store,
+    catalog: &Catalog,
+    params: &ConfigsParams,
+) -> Result<Option<GpuBaseline>, DashboardError> {
+    let Some((row, plan)) = latest_workload(store).await? else {
+        return Ok(None);
+    };
+    let workload = read_workload(&row)?;
+    let Some(spec) = &workload.gpu_fallback else {
+        return Ok(None);
+    };
+    let (fallback, basis) = match GpuFallback::resolve(spec, catalog, params.price, &params.site) {
+        Ok(f) => (f, format!("{} price recorded in the store", params.price)),
+        Err(_) => {
+            let Some(plan) = plan else { return Ok(None) };
+            let plan = read_plan(&plan)?;
+            (
+                plan.gpu_fallback,
+                format!("{} price of plan {}", plan.price_model, row.name),
+            )
+        }
+    };
+    let prompt = mix_mean(&workload, |c| c.prompt_tokens.mean());
+    let output = mix_mean(&workload, |c| c.output_tokens.mean()).max(1.0);
+    let usd = fallback.request_cost(prompt, output) / output * 1e6;
+    let e2e_s = fallback.ttft_p99_s + fallback.tpot_p99_s * (output - 1.0).max(0.0);
+    Ok(usd.is_finite().then(|| GpuBaseline {
+        workload: row.name.clone(),
+        name: fallback.name.clone(),
+        usd_per_million_output_tokens: usd,
+        e2e_p99_ms: e2e_s * 1000.0,
+        basis: format!(
+            "{basis}; latency as the workload states it (TTFT p99 {:.3} s, TPOT p99 {:.4} s) over its mean request of {output:.0} output tokens",
+            fallback.ttft_p99_s, fallback.tpot_p99_s
+        ),
+    }))
+}
+
+/// A stored workload as the planner's [`Workload`].
+pub(crate) fn read_workload(row: &WorkloadRow) -> Result<Workload, DashboardError> {
+    serde_json::from_value(row.spec.clone())
+        .map_err(|e| DashboardError::Stored(format!("workload {} ({}): {e}", row.id, row.name)))
+}
+
+/// A stored plan as the planner's [`Plan`].
+pub(crate) fn read_plan(row: &PlanRow) -> Result<Plan, DashboardError> {
+    serde_json::from_value(row.plan.clone())
+        .map_err(|e| DashboardError::Stored(format!("plan {}: {e}", row.id)))
 }
 
 /// The indices of the rows no other row beats on both $ per 1M tokens and E2E p99 (lower is better
@@ -258,20 +477,14 @@ pub(crate) struct RunView {
     pub(crate) hardware: HardwareRow,
     /// The capacity result read from this run, else the latest of its config on its host.
     pub(crate) capacity: Option<CapacityResultRow>,
-    /// The capacity result's load curve, as far as its points could be read.
-    pub(crate) load_curve: Vec<LoadPoint>,
+    /// The capacity result's load curve, by offered rate.
+    pub(crate) load_curve: Vec<StoredLoadPoint>,
+    /// Why the capacity result's curve could not be read, when it could not.
+    pub(crate) load_curve_problem: Option<String>,
     /// The config's quality results, newest first.
     pub(crate) quality: Vec<QualityResultRow>,
     /// Other runs of the same config, newest first.
     pub(crate) sibling_runs: Vec<ProfileRunId>,
-}
-
-/// One point of a capacity curve.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub(crate) struct LoadPoint {
-    pub(crate) offered_requests_per_s: f64,
-    pub(crate) p99_ms: Option<f64>,
-    pub(crate) output_tokens_per_s: Option<f64>,
 }
 
 /// Builds the page of run `id`.
@@ -291,10 +504,11 @@ pub(crate) async fn run(store: &dyn Store, id: ProfileRunId) -> Result<RunView, 
         .find(|c| c.run_id == Some(run.id))
         .or(capacities.first())
         .cloned();
-    let load_curve = capacity
-        .as_ref()
-        .map(|c| load_points(&c.load_curve))
-        .unwrap_or_default();
+    let (load_curve, load_curve_problem) = match capacity.as_ref().map(load_points) {
+        Some(Ok(points)) => (points, None),
+        Some(Err(problem)) => (Vec::new(), Some(problem)),
+        None => (Vec::new(), None),
+    };
     let quality = store.list_quality_results_for_config(config.id).await?;
     let sibling_runs = store
         .list_profile_runs_for_config(config.id)
@@ -311,57 +525,19 @@ pub(crate) async fn run(store: &dyn Store, id: ProfileRunId) -> Result<RunView, 
         hardware,
         capacity,
         load_curve,
+        load_curve_problem,
         quality,
         sibling_runs,
     })
 }
 
-/// The first of `keys` that `object` holds as a number.
-fn number(object: &Value, keys: &[&str]) -> Option<f64> {
-    keys.iter()
-        .find_map(|k| object.get(*k).and_then(Value::as_f64))
-        .filter(|v| v.is_finite())
-}
-
-/// The points of a load curve: an array of objects (or `{"points": [...]}`) with an offered rate and
-/// any of a p99 latency and a throughput, sorted by offered rate.
-pub(crate) fn load_points(curve: &Value) -> Vec<LoadPoint> {
-    let points = curve
-        .as_array()
-        .or_else(|| curve.get("points").and_then(Value::as_array));
-    let mut out: Vec<LoadPoint> = points
-        .into_iter()
-        .flatten()
-        .filter_map(|p| {
-            Some(LoadPoint {
-                offered_requests_per_s: number(
-                    p,
-                    &[
-                        "offered_requests_per_s",
-                        "offered_rps",
-                        "rate",
-                        "rps",
-                        "requests_per_s",
-                        "load",
-                    ],
-                )?,
-                p99_ms: number(
-                    p,
-                    &["p99_ms", "e2e_p99_ms", "ttft_p99_ms", "latency_p99_ms"],
-                )
-                .or_else(|| number(p, &["p99_s", "e2e_p99_s"]).map(|s| s * 1000.0)),
-                output_tokens_per_s: number(
-                    p,
-                    &["output_tokens_per_s", "tokens_per_s", "throughput"],
-                ),
-            })
-        })
-        .collect();
-    out.sort_by(|a, b| {
-        a.offered_requests_per_s
-            .total_cmp(&b.offered_requests_per_s)
-    });
-    out
+/// The points of a capacity result's load curve, as profiling stores them, by offered rate; the
+/// reason when the curve does not read as [`StoredLoadPoint`]s.
+pub(crate) fn load_points(capacity: &CapacityResultRow) -> Result<Vec<StoredLoadPoint>, String> {
+    let mut points: Vec<StoredLoadPoint> = serde_json::from_value(capacity.load_curve.clone())
+        .map_err(|e| format!("capacity result {}: load_curve: {e}", capacity.id))?;
+    points.sort_by(|a, b| a.rate_rps.total_cmp(&b.rate_rps));
+    Ok(points)
 }
 
 /// The latest plan of every workload.
@@ -370,7 +546,7 @@ pub(crate) struct PlansView {
     pub(crate) plans: Vec<PlanView>,
 }
 
-/// One plan, with what could be read of its hours.
+/// One plan, read as the planner's [`Plan`].
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct PlanView {
     pub(crate) workload: String,
@@ -378,22 +554,25 @@ pub(crate) struct PlanView {
     pub(crate) created_at: DateTime<Utc>,
     pub(crate) total_cost_usd: f64,
     pub(crate) total_output_tokens: i64,
-    /// The cost of serving the same traffic on GPUs alone, when the plan states it.
+    /// The chosen config and instance type, as the planner names them.
+    pub(crate) config: Option<String>,
+    pub(crate) instance_type: Option<String>,
+    /// The cost of serving the same traffic on GPUs alone.
     pub(crate) all_gpu_cost_usd: Option<f64>,
     pub(crate) savings_usd: Option<f64>,
     pub(crate) hours: Vec<PlanHour>,
-    /// The plan's top-level keys, for plans whose shape is not (yet) understood.
-    pub(crate) keys: Vec<String>,
+    /// Why the stored plan does not read as the planner's type, when it does not.
+    pub(crate) problem: Option<String>,
     pub(crate) plan: Value,
 }
 
 /// One planned hour.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct PlanHour {
-    pub(crate) hour: i64,
-    pub(crate) cpu_instances: Option<f64>,
-    pub(crate) gpu_share: Option<f64>,
-    pub(crate) cost_usd: Option<f64>,
+    pub(crate) hour: u32,
+    pub(crate) cpu_instances: u32,
+    pub(crate) gpu_share: f64,
+    pub(crate) cost_usd: f64,
     pub(crate) classes: Vec<ClassLatency>,
 }
 
@@ -401,151 +580,80 @@ pub(crate) struct PlanHour {
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct ClassLatency {
     pub(crate) class: String,
-    pub(crate) p99_ms: Option<f64>,
+    pub(crate) p99_ms: f64,
     pub(crate) sla_ms: Option<f64>,
-    pub(crate) met: Option<bool>,
+    pub(crate) met: bool,
 }
 
 /// Builds the plans page.
 pub(crate) async fn plans(store: &dyn Store) -> Result<PlansView, DashboardError> {
     let mut plans = Vec::new();
     for workload in store.list_workloads().await? {
-        if let Some(plan) = store.latest_plan_for_workload(workload.id).await? {
-            let hours = plan_hours(&plan.plan);
-            let all_gpu_cost_usd = number(
-                &plan.plan,
-                &["all_gpu_cost_usd", "gpu_only_cost_usd", "baseline_cost_usd"],
-            )
-            .or_else(|| {
-                plan.plan
-                    .get("all_gpu")
-                    .and_then(|g| number(g, &["cost_usd", "total_cost_usd"]))
-            })
-            .or_else(|| {
-                // The planner's own shape: `totals.all_gpu_cost_per_day`.
-                plan.plan
-                    .get("totals")
-                    .and_then(|t| number(t, &["all_gpu_cost_per_day"]))
-            });
-            let keys = plan
-                .plan
-                .as_object()
-                .map(|o| o.keys().cloned().collect())
-                .unwrap_or_default();
-            plans.push(PlanView {
-                workload: workload.name,
-                plan_id: plan.id.0,
-                created_at: plan.created_at,
-                total_cost_usd: plan.total_cost_usd,
-                total_output_tokens: plan.total_output_tokens,
-                all_gpu_cost_usd,
-                savings_usd: all_gpu_cost_usd.map(|g| g - plan.total_cost_usd),
-                hours,
-                keys,
-                plan: plan.plan,
-            });
+        let Some(row) = store.latest_plan_for_workload(workload.id).await? else {
+            continue;
+        };
+        let mut view = PlanView {
+            workload: workload.name,
+            plan_id: row.id.0,
+            created_at: row.created_at,
+            total_cost_usd: row.total_cost_usd,
+            total_output_tokens: row.total_output_tokens,
+            config: None,
+            instance_type: None,
+            all_gpu_cost_usd: None,
+            savings_usd: None,
+            hours: Vec::new(),
+            problem: None,
+            plan: Value::Null,
+        };
+        match read_plan(&row) {
+            Ok(plan) => {
+                view.config = Some(plan.chosen.config.clone());
+                view.instance_type = Some(plan.chosen.instance_type.clone());
+                view.all_gpu_cost_usd = Some(plan.totals.all_gpu_cost_per_day);
+                view.savings_usd = Some(plan.totals.savings_per_day);
+                view.hours = plan_hours(&plan);
+            }
+            Err(e) => view.problem = Some(e.to_string()),
         }
+        view.plan = row.plan;
+        plans.push(view);
     }
     Ok(PlansView { plans })
 }
 
-/// The hours of a plan: `hours` (or `hourly`) as an array of objects.
-pub(crate) fn plan_hours(plan: &Value) -> Vec<PlanHour> {
-    let hours = plan
-        .get("hours")
-        .or_else(|| plan.get("hourly"))
-        .and_then(Value::as_array);
-    hours
-        .into_iter()
-        .flatten()
-        .enumerate()
-        .map(|(index, h)| {
-            let cpu_instances =
-                number(h, &["cpu_instances", "cpu_hosts", "instances"]).or_else(|| {
-                    // A map or list of instance counts.
-                    let counts = h.get("cpu").or_else(|| h.get("cpu_instances"))?;
-                    let sum = match counts {
-                        Value::Object(o) => o.values().filter_map(Value::as_f64).sum(),
-                        Value::Array(a) => a
-                            .iter()
-                            .filter_map(|x| x.as_f64().or_else(|| number(x, &["count"])))
-                            .sum(),
-                        _ => return None,
-                    };
-                    Some(sum)
-                });
-            let classes = match h.get("classes") {
-                Some(Value::Object(o)) => o
-                    .iter()
-                    .map(|(name, c)| class_latency(name.clone(), c))
-                    .collect(),
-                Some(Value::Array(a)) => a
+/// The hours of a plan, with each class's simulated p99 E2E against its SLA (E2E, else TTFT).
+pub(crate) fn plan_hours(plan: &Plan) -> Vec<PlanHour> {
+    plan.hours
+        .iter()
+        .map(|h| {
+            let rps: f64 = h.classes.iter().map(|c| c.rps).sum();
+            let sent: f64 = h.classes.iter().map(|c| c.rps * c.gpu_share).sum();
+            PlanHour {
+                hour: h.hour,
+                cpu_instances: h.cpu_instances,
+                gpu_share: if rps > 0.0 { sent / rps } else { 0.0 },
+                cost_usd: h.cost,
+                classes: h
+                    .classes
                     .iter()
                     .map(|c| {
-                        let name = c
-                            .get("class")
-                            .or_else(|| c.get("name"))
-                            .and_then(Value::as_str)
-                            .unwrap_or("?")
-                            .to_owned();
-                        class_latency(name, c)
+                        let (p99_s, sla_s) = match (c.sla.e2e_p99_s, c.sla.ttft_p99_s) {
+                            (Some(e2e), _) => (c.e2e_p99_s, Some(e2e)),
+                            (None, Some(ttft)) => (c.ttft_p99_s, Some(ttft)),
+                            (None, None) => (c.e2e_p99_s, None),
+                        };
+                        ClassLatency {
+                            class: c.class.clone(),
+                            p99_ms: p99_s * 1000.0,
+                            sla_ms: sla_s.map(|s| s * 1000.0),
+                            met: c.meets_sla,
+                        }
                     })
                     .collect(),
-                _ => Vec::new(),
-            };
-            PlanHour {
-                hour: h
-                    .get("hour")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(index as i64),
-                cpu_instances,
-                gpu_share: number(h, &["gpu_share", "gpu_fraction"])
-                    .or_else(|| weighted_gpu_share(h)),
-                cost_usd: number(h, &["cost_usd", "cost_per_hour", "cost"]),
-                classes,
             }
         })
         .collect()
-}
-
-/// The share of an hour's requests sent to GPU: the classes' shares weighted by their rates.
-fn weighted_gpu_share(hour: &Value) -> Option<f64> {
-    let classes = hour.get("classes")?.as_array()?;
-    let (mut sent, mut total) = (0.0, 0.0);
-    for c in classes {
-        let rps = number(c, &["rps"])?;
-        sent += rps * number(c, &["gpu_share"])?;
-        total += rps;
-    }
-    (total > 0.0).then(|| sent / total)
-}
-
-fn class_latency(class: String, c: &Value) -> ClassLatency {
-    let ms = |ms_keys: &[&str], s_keys: &[&str]| {
-        number(c, ms_keys).or_else(|| number(c, s_keys).map(|s| s * 1000.0))
-    };
-    let p99_ms = ms(
-        &["p99_ms", "e2e_p99_ms", "simulated_p99_ms"],
-        &["p99_s", "e2e_p99_s"],
-    );
-    let sla_ms = ms(&["sla_ms", "sla_p99_ms"], &["sla_s", "sla_p99_s"]).or_else(|| {
-        // The planner's own shape: `sla.e2e_p99_s`, else `sla.ttft_p99_s`.
-        let sla = c.get("sla")?;
-        number(sla, &["e2e_p99_s"])
-            .or_else(|| number(sla, &["ttft_p99_s"]))
-            .map(|s| s * 1000.0)
-    });
-    let met = c
-        .get("met")
-        .or_else(|| c.get("meets_sla"))
-        .and_then(Value::as_bool)
-        .or_else(|| p99_ms.zip(sla_ms).map(|(p, s)| p <= s));
-    ClassLatency {
-        class,
-        p99_ms,
-        sla_ms,
-        met,
-    }
 }
 
 /// Every pilot, newest first.
@@ -563,173 +671,13 @@ pub(crate) struct PilotView {
     pub(crate) verdict: Option<String>,
     pub(crate) created_at: DateTime<Utc>,
     pub(crate) updated_at: DateTime<Utc>,
-    /// The report's top-level numbers and strings, as (key, text).
-    pub(crate) summary: Vec<(String, String)>,
-    /// The report's `evidence`, when it has one.
-    pub(crate) evidence: Option<Value>,
-    /// The report read as `strata pilot` writes it (schema version 1), when it is one.
-    pub(crate) detail: Option<PilotDetail>,
-    pub(crate) report: Option<Value>,
-}
-
-/// The parts of a `strata pilot` report (schema version 1) the page shows; missing keys read as empty.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotDetail {
-    pub(crate) verdict: String,
-    pub(crate) exit_code: Option<u8>,
-    pub(crate) summary: String,
+    /// The report, read as `strata pilot` writes it.
+    pub(crate) detail: Option<PilotReport>,
+    /// What went wrong, for a pilot that failed.
     pub(crate) error: Option<String>,
-    pub(crate) decision: PilotDecision,
-    pub(crate) quality: Vec<PilotGate>,
-    pub(crate) plan: Value,
-    pub(crate) replay: Option<PilotReplay>,
-    pub(crate) reproduce: Value,
-}
-
-/// The verdict's figures.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotDecision {
-    pub(crate) classes: Vec<PilotClass>,
-    pub(crate) monthly_cost_usd: Option<f64>,
-    pub(crate) monthly_baseline_usd: Option<f64>,
-    pub(crate) monthly_savings_usd: Option<f64>,
-    pub(crate) reasons: Vec<String>,
-}
-
-/// One class's finding.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotClass {
-    pub(crate) class: String,
-    pub(crate) migrate: bool,
-    pub(crate) cpu_share: Option<f64>,
-    pub(crate) attainment: Option<f64>,
-    pub(crate) attainment_2x: Option<f64>,
-    pub(crate) gpu_share_2x: Option<f64>,
-    pub(crate) reasons: Vec<String>,
-}
-
-/// One weight type's quality gate.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotGate {
-    pub(crate) weights: String,
-    pub(crate) passed: bool,
-    pub(crate) perplexity_increase: Option<f64>,
-    pub(crate) measured: PilotQuality,
-    pub(crate) reasons: Vec<String>,
-}
-
-/// A weight type's measured quality.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotQuality {
-    pub(crate) perplexity: Option<f64>,
-    pub(crate) reference_weights: String,
-    pub(crate) top1_agreement: Option<f64>,
-    pub(crate) task_pass_rate: Option<f64>,
-}
-
-/// The replay against its prediction.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotReplay {
-    pub(crate) duration_s: Option<f64>,
-    pub(crate) requests: usize,
-    pub(crate) errors: usize,
-    pub(crate) config: String,
-    pub(crate) with_gpu: bool,
-    pub(crate) load: Value,
-    /// The host's speed on the profiling shape: profiled, before and after the replay.
-    pub(crate) host_pace: Option<PilotHostPace>,
-    /// The engine's steps under a sample sent through the gateway before the replay, against the
-    /// profile's step model: the prediction's scale.
-    pub(crate) calibration: Option<PilotCalibration>,
-    /// The spread of the engine's pace the prediction is the mean over.
-    pub(crate) pace_spread: Option<PilotPaceSpread>,
-    /// Every request together (its `class` is empty).
-    pub(crate) all: Option<PilotReplayClass>,
-    pub(crate) classes: Vec<PilotReplayClass>,
-    pub(crate) worst_e2e_p99_error: Option<f64>,
-    pub(crate) observed_cost_usd: Option<f64>,
-    pub(crate) predicted_cost_usd: Option<f64>,
-}
-
-/// The host's pace around the replay (output tokens/s of the profiling shape).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotHostPace {
-    pub(crate) profiled_output_tokens_per_s: Option<f64>,
-    pub(crate) before_replay_output_tokens_per_s: Option<f64>,
-    pub(crate) after_replay_output_tokens_per_s: Option<f64>,
-    pub(crate) replay_over_profiled: Option<f64>,
-}
-
-/// The spread of paces the replay's prediction averages over.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotPaceSpread {
-    pub(crate) sigma: Option<f64>,
-    pub(crate) runs: usize,
-    pub(crate) block_s: Option<f64>,
-}
-
-/// The middle 80% of a prediction's runs, seconds.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotBand {
-    pub(crate) low: Option<f64>,
-    pub(crate) high: Option<f64>,
-}
-
-/// The calibration samples around the replay.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotCalibration {
-    pub(crate) duration_s: Option<f64>,
-    pub(crate) requests: usize,
-    pub(crate) samples: Vec<PilotCalibrationSample>,
-    pub(crate) decode_over_profiled: Option<f64>,
-    pub(crate) prompt_over_profiled: Option<f64>,
-    pub(crate) block_s: Option<f64>,
-    pub(crate) pace_spread: Option<f64>,
-}
-
-/// One calibration sample: when it ran against the replay (`before_replay`, `after_replay`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotCalibrationSample {
-    pub(crate) when: String,
-    pub(crate) requests: usize,
-}
-
-/// One class in the replay.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
-pub(crate) struct PilotReplayClass {
-    pub(crate) class: String,
-    pub(crate) requests: usize,
-    pub(crate) gpu_requests: usize,
-    pub(crate) observed_ttft_p99_s: Option<f64>,
-    pub(crate) predicted_ttft_p99_s: Option<f64>,
-    pub(crate) observed_e2e_p99_s: Option<f64>,
-    pub(crate) predicted_e2e_p99_s: Option<f64>,
-    pub(crate) predicted_ttft_p99_band_s: Option<PilotBand>,
-    pub(crate) predicted_e2e_p99_band_s: Option<PilotBand>,
-    pub(crate) e2e_p99_error: Option<f64>,
-    pub(crate) ttft_p99_error: Option<f64>,
-    pub(crate) observed_attainment: Option<f64>,
-    pub(crate) predicted_attainment: Option<f64>,
-}
-
-/// The structured report, when `report` carries `schema_version` 1.
-fn pilot_detail(report: Option<&Value>) -> Option<PilotDetail> {
-    let report = report?;
-    (report.get("schema_version").and_then(Value::as_u64) == Some(1))
-        .then(|| serde_json::from_value(report.clone()).ok())
-        .flatten()
+    /// Why the stored report reads as neither a report nor a failure, when it does not.
+    pub(crate) problem: Option<String>,
+    pub(crate) report: Option<Value>,
 }
 
 /// Builds the pilots page.
@@ -737,24 +685,18 @@ pub(crate) async fn pilots(store: &dyn Store) -> Result<PilotsView, DashboardErr
     let mut pilots = Vec::new();
     for workload in store.list_workloads().await? {
         for pilot in store.list_pilots_for_workload(workload.id).await? {
-            let summary = pilot
-                .report
-                .as_ref()
-                .and_then(Value::as_object)
-                .map(|o| {
-                    o.iter()
-                        .filter_map(|(k, v)| {
-                            let text = match v {
-                                Value::String(s) => s.clone(),
-                                Value::Number(n) => n.to_string(),
-                                Value::Bool(b) => b.to_string(),
-                                _ => return None,
-                            };
-                            Some((k.clone(), text))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            let (mut detail, mut error, mut problem) = (None, None, None);
+            if let Some(report) = &pilot.report {
+                match serde_json::from_value::<PilotReport>(report.clone()) {
+                    Ok(r) => detail = Some(r),
+                    Err(e) => match serde_json::from_value::<FailedReport>(report.clone()) {
+                        Ok(f) => error = Some(f.error),
+                        Err(_) => {
+                            problem = Some(format!("pilot {}: report: {e}", pilot.id));
+                        }
+                    },
+                }
+            }
             pilots.push(PilotView {
                 id: pilot.id.0,
                 workload: workload.name.clone(),
@@ -762,13 +704,9 @@ pub(crate) async fn pilots(store: &dyn Store) -> Result<PilotsView, DashboardErr
                 verdict: pilot.verdict,
                 created_at: pilot.created_at,
                 updated_at: pilot.updated_at,
-                summary,
-                evidence: pilot
-                    .report
-                    .as_ref()
-                    .and_then(|r| r.get("evidence"))
-                    .cloned(),
-                detail: pilot_detail(pilot.report.as_ref()),
+                detail,
+                error,
+                problem,
                 report: pilot.report,
             });
         }
@@ -782,6 +720,10 @@ pub(crate) async fn pilots(store: &dyn Store) -> Result<PilotsView, DashboardErr
 pub(crate) struct GatewayView {
     pub(crate) window_minutes: i64,
     pub(crate) generated_at: DateTime<Utc>,
+    /// The source shown (`live`, `pilot:WORKLOAD`), or `None` for every source.
+    pub(crate) source: Option<String>,
+    /// Requests by source within the window, whatever the filter.
+    pub(crate) sources: Vec<SourceCount>,
     pub(crate) requests: usize,
     /// Requests by pool and SLA class.
     pub(crate) traffic: Vec<TrafficRow>,
@@ -792,9 +734,18 @@ pub(crate) struct GatewayView {
     pub(crate) recent: Vec<GatewayDecisionRow>,
 }
 
+/// The requests of one source within the window.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct SourceCount {
+    pub(crate) source: String,
+    pub(crate) requests: usize,
+}
+
 /// Requests of one class sent to one pool.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct TrafficRow {
+    /// Where the traffic came from: `live`, or `pilot:WORKLOAD` for a pilot's replay.
+    pub(crate) source: String,
     pub(crate) pool: String,
     pub(crate) class: String,
     pub(crate) requests: usize,
@@ -829,50 +780,50 @@ pub(crate) struct BreakerState {
 /// Most decisions read for one gateway view.
 const MAX_DECISIONS: i64 = 20_000;
 
-/// Builds the gateway page for the last `window_minutes`, as of `now`.
+/// Builds the gateway page for the last `window_minutes`, as of `now`, of one source or of all.
 pub(crate) async fn gateway(
     store: &dyn Store,
     window_minutes: i64,
+    source: Option<&str>,
     now: DateTime<Utc>,
 ) -> Result<GatewayView, DashboardError> {
     let window = TimeWindow {
         start: now - Duration::minutes(window_minutes),
         end: now + Duration::seconds(1),
     };
-    let decisions = store.list_gateway_decisions(window, MAX_DECISIONS).await?;
+    let mut decisions = store.list_gateway_decisions(window, MAX_DECISIONS).await?;
+    let mut sources: BTreeMap<String, usize> = BTreeMap::new();
+    for d in &decisions {
+        *sources.entry(d.source.clone()).or_default() += 1;
+    }
+    if let Some(source) = source {
+        decisions.retain(|d| d.source == source);
+    }
     let workloads = store.list_workloads().await?;
     let mut slas: HashMap<String, f64> = HashMap::new();
     let mut budget = None;
-    for w in &workloads {
-        let classes = w.spec.get("class").or_else(|| w.spec.get("classes"));
-        for class in classes.and_then(Value::as_array).into_iter().flatten() {
-            let name = class.get("name").and_then(Value::as_str);
-            let bound = class.get("sla").and_then(|s| {
-                number(s, &["e2e_p99_ms"]).or_else(|| number(s, &["e2e_p99_s"]).map(|v| v * 1000.0))
-            });
-            if let (Some(name), Some(bound)) = (name, bound) {
-                slas.entry(name.to_owned()).or_insert(bound);
+    for row in &workloads {
+        let w = read_workload(row)?;
+        for class in &w.classes {
+            if let Some(bound) = class.sla.e2e_p99_s {
+                slas.entry(class.name.clone()).or_insert(bound * 1000.0);
             }
         }
         if budget.is_none() {
-            budget = w
-                .spec
-                .get("budget")
-                .and_then(|b| number(b, &["per_day", "per_day_usd", "daily_usd"]))
-                .map(|b| (b, w.name.clone()));
+            budget = w.budget.per_day.map(|b| (b, w.name.clone()));
         }
     }
 
-    let mut groups: BTreeMap<(String, String), Vec<&GatewayDecisionRow>> = BTreeMap::new();
+    let mut groups: BTreeMap<(String, String, String), Vec<&GatewayDecisionRow>> = BTreeMap::new();
     for d in &decisions {
         groups
-            .entry((d.pool.clone(), d.sla_class.clone()))
+            .entry((d.source.clone(), d.pool.clone(), d.sla_class.clone()))
             .or_default()
             .push(d);
     }
     let traffic = groups
         .into_iter()
-        .map(|((pool, class), ds)| {
+        .map(|((source, pool, class), ds)| {
             let mut latencies: Vec<f64> = ds.iter().filter_map(|d| d.observed_latency_ms).collect();
             latencies.sort_by(f64::total_cmp);
             let p99_latency_ms = percentile(&latencies, 0.99);
@@ -881,6 +832,7 @@ pub(crate) async fn gateway(
                 latencies.iter().filter(|l| **l <= bound).count() as f64 / latencies.len() as f64
             });
             TrafficRow {
+                source,
                 requests: ds.len(),
                 cost_usd: ds.iter().map(|d| d.cost_usd).sum(),
                 pool,
@@ -921,6 +873,11 @@ pub(crate) async fn gateway(
     Ok(GatewayView {
         window_minutes,
         generated_at: now,
+        source: source.map(str::to_owned),
+        sources: sources
+            .into_iter()
+            .map(|(source, requests)| SourceCount { source, requests })
+            .collect(),
         requests: decisions.len(),
         traffic,
         spend,
@@ -945,34 +902,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn load_curves_are_read_from_common_shapes() {
-        let points = load_points(&json!([
-            {"offered_rps": 2.0, "p99_ms": 900.0, "output_tokens_per_s": 300.0},
-            {"rate": 1.0, "e2e_p99_s": 0.5},
-            {"no_rate": 3.0}
-        ]));
-        assert_eq!(points.len(), 2);
-        assert_eq!(points[0].offered_requests_per_s, 1.0);
-        assert_eq!(points[0].p99_ms, Some(500.0));
-        assert_eq!(points[1].output_tokens_per_s, Some(300.0));
-        assert_eq!(load_points(&json!({"points": [{"rps": 1}]})).len(), 1);
-        assert!(load_points(&json!("nonsense")).is_empty());
-    }
-
-    #[test]
-    fn plan_hours_read_counts_shares_and_class_latencies() {
-        let hours = plan_hours(&json!({"hours": [
-            {"hour": 9, "cpu": {"c4-standard-8": 2, "c4-standard-16": 1}, "gpu_share": 0.25,
-             "cost_usd": 1.5, "classes": {"chat": {"p99_ms": 800.0, "sla_ms": 1000.0}}},
-            {"cpu_instances": 1, "classes": [{"name": "extract", "p99_s": 4.0, "sla_s": 3.0}]}
-        ]}));
-        assert_eq!(hours[0].hour, 9);
-        assert_eq!(hours[0].cpu_instances, Some(3.0));
-        assert_eq!(hours[0].classes[0].met, Some(true));
-        assert_eq!(hours[1].hour, 1);
-        assert_eq!(hours[1].classes[0].p99_ms, Some(4000.0));
-        assert_eq!(hours[1].classes[0].met, Some(false));
-        assert!(plan_hours(&json!({"other": 1})).is_empty());
+    fn load_curves_read_as_profiling_stores_them() {
+        let point = |rate: f64| StoredLoadPoint {
+            rate_rps: rate,
+            ttft_p99_ms: 100.0 * rate,
+            tpot_p99_ms: 20.0,
+            e2e_p99_ms: 900.0 * rate,
+            output_tokens_per_s: 30.0 * rate,
+            total_tokens_per_s: 90.0 * rate,
+            ttft_p50_ms: None,
+            tpot_p50_ms: Some(15.0),
+        };
+        let row = |curve: Value| CapacityResultRow {
+            id: strata_controller::store::CapacityResultId(7),
+            config_id: strata_controller::store::ConfigId(1),
+            hardware_id: HardwareId(1),
+            run_id: None,
+            sla_ttft_p99_ms: 1000.0,
+            sla_tpot_p99_ms: 50.0,
+            max_requests_per_s: 1.5,
+            load_curve: curve,
+            step_model: None,
+            created_at: Utc::now(),
+        };
+        let curve = serde_json::to_value(vec![point(2.0), point(0.5)]).unwrap();
+        let points = load_points(&row(curve)).unwrap();
+        assert_eq!(points, vec![point(0.5), point(2.0)]);
+        // A curve in another shape is named as such, not read as empty.
+        let problem =
+            load_points(&row(json!([{"offered_rps": 2.0, "p99_ms": 900.0}]))).unwrap_err();
+        assert!(
+            problem.starts_with("capacity result 7: load_curve:"),
+            "{problem}"
+        );
+        assert!(problem.contains("rate_rps"), "{problem}");
     }
 
     #[test]

@@ -96,6 +96,49 @@ impl Sink for StoreSink {
     }
 }
 
+/// A sink for traffic that is not live, such as a pilot's replay through its gateway: decisions are
+/// recorded under `source` (so that the dashboard shows them apart from live traffic), and no money is
+/// entered in the budget ledger or read from it (a replay spends nothing; live spend is not its budget).
+pub struct SourcedSink {
+    inner: Arc<dyn Sink>,
+    source: String,
+}
+
+impl SourcedSink {
+    /// Decisions written to `inner` under `source`.
+    pub fn new(inner: Arc<dyn Sink>, source: impl Into<String>) -> Self {
+        Self {
+            inner,
+            source: source.into(),
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for SourcedSink {
+    async fn decision(&self, row: &NewGatewayDecision) -> Result<(), String> {
+        let mut row = row.clone();
+        row.source.clone_from(&self.source);
+        self.inner.decision(&row).await
+    }
+
+    async fn ledger(&self, _: &NewLedgerEntry) -> Result<(), String> {
+        Ok(())
+    }
+
+    async fn spent(&self, _: TimeWindow) -> Result<f64, String> {
+        Ok(0.0)
+    }
+
+    async fn plan(&self, workload: &str) -> Result<Option<serde_json::Value>, String> {
+        self.inner.plan(workload).await
+    }
+
+    async fn service_curve(&self, selector: &ProfileSelector) -> Result<ServiceCurve, String> {
+        self.inner.service_curve(selector).await
+    }
+}
+
 /// A store opened on first use and retried on each use until it opens, so that a gateway started while
 /// the database is down still serves and catches up on its writes later.
 #[derive(Debug)]
@@ -443,6 +486,7 @@ impl Accounting {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strata_controller::store::LIVE_TRAFFIC;
 
     #[derive(Default)]
     struct Memory {
@@ -488,6 +532,7 @@ mod tests {
                 prompt_tokens: 1,
                 output_tokens: 2,
                 cost_usd: cost,
+                source: LIVE_TRAFFIC.to_owned(),
             },
         }
     }

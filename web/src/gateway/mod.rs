@@ -46,7 +46,7 @@ use axum::{
 use chrono::Utc;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use strata_controller::store::NewGatewayDecision;
+use strata_controller::store::{LIVE_TRAFFIC, NewGatewayDecision};
 
 pub use accounting::{LazyStore, StoreSink};
 use strata_planner::{
@@ -1275,6 +1275,7 @@ fn account(state: &GatewayState, table: &Table, done: &Done, seen: Seen) {
             prompt_tokens: prompt as i64,
             output_tokens: output as i64,
             cost_usd: cost,
+            source: LIVE_TRAFFIC.to_owned(),
         },
     });
 }

@@ -1,10 +1,252 @@
-//! Demo data for the dashboard's tests and bench, written through the `Store` API: two hosts' worth
-//! of configs with runs, capacity and quality results, prices, a workload with a plan and a pilot, and
-//! gateway traffic from the last few minutes.
+//! Demo data for the dashboard's tests and bench, written by the producers' own types: configs with
+//! runs, capacity results (profiling's `StoredLoadPoint`s) and quality results, the builtin catalog's
+//! prices, the example pilot workload with the plan `plan()` makes of the stored profiles, pilots, and
+//! gateway traffic (live and a pilot's replay) from the last few minutes.
 
-use chrono::{Duration, NaiveDate, Utc};
+use chrono::{Duration, Utc};
 use serde_json::json;
-use strata_controller::store::*;
+use strata_controller::{
+    pilot::{
+        Calibration, CalibrationSample, ClassComparison, Comparison, HostPace, PilotReport,
+        REPORT_SCHEMA_VERSION, ReplayReport, SampleTime, SimulationPair, plan_summary,
+    },
+    planning::{self, StoredLoadPoint},
+    store::*,
+};
+use strata_planner::{
+    catalog::Catalog,
+    pace::{Band, PaceSpread},
+    pilot::{
+        PairedTasks, PilotSpec, VerdictInput, WeightQuality, gate_quality, replay_load, verdict,
+    },
+    plan::{Plan, PlanInput, plan},
+    profile::ConfigProfile,
+    service::StepModel,
+    sim::{SimOptions, simulate},
+    workload::{Workload, WorkloadFile},
+};
+
+/// The workload of README's first command.
+pub(crate) const EXAMPLE_WORKLOAD: &str = include_str!("../../../examples/pilot-workload.toml");
+
+/// The example workload, validated.
+pub(crate) fn example_workload() -> Workload {
+    WorkloadFile::from_toml_str(EXAMPLE_WORKLOAD)
+        .and_then(|file| file.into_workload(None))
+        .expect("the example workload is valid")
+}
+
+/// The example workload's `[pilot]` settings.
+pub(crate) fn example_pilot_spec() -> PilotSpec {
+    WorkloadFile::from_toml_str(EXAMPLE_WORKLOAD)
+        .expect("the example workload parses")
+        .pilot
+        .expect("the example workload has a [pilot] table")
+}
+
+/// The example workload planned over the store's profiles and recorded, as the pilot and
+/// `strata plan` make it: the workload, the profiles, the plan and its id in the store.
+#[allow(dead_code)]
+pub(crate) async fn record_example_plan(
+    store: &dyn Store,
+) -> (Workload, Vec<ConfigProfile>, Plan, PlanId) {
+    let workload = example_workload();
+    let profiles = planning::profiles_from_store(store, None)
+        .await
+        .expect("profiles from the store");
+    let input =
+        PlanInput::new(workload.clone(), Catalog::builtin(), profiles.clone()).expect("plan input");
+    let plan = plan(&input).expect("a plan of the example workload");
+    let (_, row) = planning::record_plan(store, &workload, &plan)
+        .await
+        .expect("the plan is recorded");
+    (workload, profiles, plan, row.id)
+}
+
+/// A p99 comparison of `requests` replayed requests, observed against predicted (seconds).
+fn comparison(
+    requests: usize,
+    ttft: (f64, f64),
+    e2e: (f64, f64),
+    band: Option<Band>,
+) -> Comparison {
+    let error = |(observed, predicted): (f64, f64)| Some((predicted - observed) / observed);
+    Comparison {
+        requests,
+        observed_ttft_p99_s: ttft.0,
+        predicted_ttft_p99_s: ttft.1,
+        predicted_ttft_p99_band_s: None,
+        observed_e2e_p99_s: e2e.0,
+        predicted_e2e_p99_s: e2e.1,
+        predicted_e2e_p99_band_s: band,
+        e2e_p99_error: error(e2e),
+        ttft_p99_error: error(ttft),
+    }
+}
+
+/// The report `strata pilot` writes for `plan`, made with its own types: the planner's quality gates
+/// (q8_0 loses one of the 24 tasks f32 answers: not enough to tell; q4_0's perplexity fails), its
+/// simulations and verdict, and a replay with a calibration around it.
+#[allow(dead_code)]
+pub(crate) fn pilot_report(
+    workload: &Workload,
+    profiles: &[ConfigProfile],
+    plan: &Plan,
+    plan_id: PlanId,
+) -> PilotReport {
+    let spec = example_pilot_spec();
+    let quality = |weights: &str, perplexity: f64, top1: f64, tasks: Option<usize>| WeightQuality {
+        weights: weights.to_owned(),
+        reference_weights: "f32".to_owned(),
+        perplexity,
+        reference_perplexity: 12.0,
+        top1_agreement: top1,
+        task_pass_rate: tasks.map(|t| t as f64 / 24.0),
+        reference_task_pass_rate: tasks.map(|_| 22.0 / 24.0),
+        tasks: tasks.map(|t| {
+            PairedTasks::new(
+                (0..24).map(|i| i < t).collect(),
+                (0..24).map(|i| i < 22).collect(),
+            )
+        }),
+    };
+    let gates = vec![
+        gate_quality(&quality("q8_0", 12.05, 0.97, Some(21)), &spec.quality),
+        gate_quality(&quality("q4_0", 14.5, 0.81, None), &spec.quality),
+    ];
+    let planned = simulate(plan, workload, profiles, spec.seed, &SimOptions::default())
+        .expect("the plan simulates");
+    let double = simulate(
+        plan,
+        workload,
+        profiles,
+        spec.seed,
+        &SimOptions {
+            traffic_scale: 2.0,
+            ..SimOptions::default()
+        },
+    )
+    .expect("the plan simulates at twice the traffic");
+    let decision = verdict(&VerdictInput {
+        plan,
+        at_planned: &planned,
+        at_double: &double,
+        gates: &gates,
+        spec: &spec,
+        replay: &[],
+    });
+    let kind = serde_json::to_value(decision.kind).expect("a verdict kind");
+    let step_model = StepModel {
+        decode_s_by_batch: vec![(1.0, 0.02), (8.0, 0.05)],
+        prompt_token_s: 0.0004,
+        prompt_step_s: 0.003,
+        steps: 900,
+    };
+    let sample = |when, requests| CalibrationSample {
+        when,
+        duration_s: 40.0,
+        requests,
+        decode_over_profiled: Some(1.07),
+        prompt_over_profiled: Some(1.18),
+    };
+    let replay = ReplayReport {
+        load: replay_load(plan, false),
+        duration_s: 60.0,
+        requests: 91,
+        errors: 0,
+        config: "q8_0 t8 b8 kv128 numa=none".to_owned(),
+        with_gpu: false,
+        host_pace: Some(HostPace {
+            shape: "pilot-mix".to_owned(),
+            profiled_output_tokens_per_s: 61.6,
+            before_replay_output_tokens_per_s: 55.8,
+            after_replay_output_tokens_per_s: 61.4,
+            replay_over_profiled: 0.951,
+        }),
+        all: comparison(
+            91,
+            (0.95, 0.9),
+            (3.3, 3.0),
+            Some(Band {
+                low: 2.8,
+                high: 3.2,
+            }),
+        ),
+        classes: vec![
+            ClassComparison {
+                class: "chat".to_owned(),
+                p99: comparison(80, (0.91, 0.84), (3.1, 2.85), None),
+                gpu_requests: 0,
+                observed_attainment: 1.0,
+                predicted_attainment: 1.0,
+            },
+            ClassComparison {
+                class: "extract".to_owned(),
+                p99: comparison(11, (0.5, 0.5), (1.2, 1.1), None),
+                gpu_requests: 0,
+                observed_attainment: 1.0,
+                predicted_attainment: 1.0,
+            },
+        ],
+        worst_e2e_p99_error: Some(0.083),
+        observed_cost_usd: 0.0066,
+        predicted_cost_usd: 0.0066,
+        step_model: None,
+        all_with_replay_steps: None,
+        calibration: Some(Calibration {
+            duration_s: 80.0,
+            requests: 84,
+            samples: vec![
+                sample(SampleTime::BeforeReplay, 42),
+                sample(SampleTime::AfterReplay, 42),
+            ],
+            decode_over_profiled: Some(1.07),
+            prompt_over_profiled: Some(1.18),
+            block_s: 10.0,
+            block_decode_over_profiled: vec![1.05, 1.08, 1.09],
+            pace_spread: Some(0.024),
+            step_model,
+        }),
+        pace_spread: Some(PaceSpread {
+            sigma: 0.024,
+            runs: 15,
+            block_s: 10.0,
+        }),
+        all_as_profiled: None,
+    };
+    let now = Utc::now();
+    PilotReport {
+        schema_version: REPORT_SCHEMA_VERSION,
+        workload: workload.name.clone(),
+        verdict: kind.as_str().unwrap_or_default().to_owned(),
+        exit_code: decision.kind.exit_code(),
+        summary: decision.summary.clone(),
+        monthly_savings_usd: decision.monthly_savings_usd,
+        started_at: now - Duration::minutes(12),
+        finished_at: now - Duration::minutes(1),
+        reproduce: json!({"seed": spec.seed, "engine_version": "0.1.0", "hardware": {"fingerprint": "abc123"}}),
+        quality: gates,
+        configs: Vec::new(),
+        plan: Some(plan_summary(plan, plan_id.0)),
+        simulation: SimulationPair { planned, double },
+        replay: Some(replay),
+        decision,
+    }
+}
+
+/// A capacity curve point at `rate` requests/s.
+pub(crate) fn load_point(rate: f64, e2e_p99_ms: f64, output_tokens_per_s: f64) -> StoredLoadPoint {
+    StoredLoadPoint {
+        rate_rps: rate,
+        ttft_p99_ms: e2e_p99_ms / 6.0,
+        tpot_p99_ms: 30.0,
+        e2e_p99_ms,
+        output_tokens_per_s,
+        total_tokens_per_s: output_tokens_per_s * 3.0,
+        ttft_p50_ms: Some(e2e_p99_ms / 12.0),
+        tpot_p50_ms: Some(20.0),
+    }
+}
 
 /// Ids the tests look up.
 #[allow(dead_code)]
@@ -83,24 +325,6 @@ pub(crate) fn run(
     }
 }
 
-fn price(name: &str, accelerator: Option<&str>, on_demand: f64) -> NewCatalogPrice {
-    NewCatalogPrice {
-        provider: "gcp".to_owned(),
-        region: "us-central1".to_owned(),
-        instance_type: name.to_owned(),
-        vcpus: 8,
-        memory_gib: 32.0,
-        accelerator: accelerator.map(str::to_owned),
-        accelerator_count: i64::from(accelerator.is_some()),
-        on_demand_usd_per_hour: on_demand,
-        spot_usd_per_hour: Some(on_demand * 0.4),
-        committed_usd_per_hour: Some(on_demand * 0.63),
-        watts: Some(if accelerator.is_some() { 300.0 } else { 32.0 }),
-        source: "test list".to_owned(),
-        price_date: NaiveDate::from_ymd_opt(2026, 7, 30).expect("a date"),
-    }
-}
-
 /// Seeds the demo data.
 #[allow(dead_code)]
 pub(crate) async fn demo(store: &dyn Store) -> Seeded {
@@ -170,12 +394,13 @@ pub(crate) async fn demo(store: &dyn Store) -> Seeded {
             sla_ttft_p99_ms: 1000.0,
             sla_tpot_p99_ms: 50.0,
             max_requests_per_s: 2.25,
-            load_curve: json!([
-                {"offered_rps": 0.5, "p99_ms": 310.0, "output_tokens_per_s": 64.0},
-                {"offered_rps": 1.0, "p99_ms": 420.0, "output_tokens_per_s": 127.0},
-                {"offered_rps": 2.0, "p99_ms": 760.0, "output_tokens_per_s": 250.0},
-                {"offered_rps": 3.0, "p99_ms": 1900.0, "output_tokens_per_s": 290.0}
-            ]),
+            load_curve: serde_json::to_value(vec![
+                load_point(0.5, 3100.0, 64.0),
+                load_point(1.0, 4200.0, 127.0),
+                load_point(2.0, 7600.0, 250.0),
+                load_point(3.0, 19000.0, 290.0),
+            ])
+            .expect("a curve"),
             step_model: None,
         })
         .await
@@ -195,53 +420,14 @@ pub(crate) async fn demo(store: &dyn Store) -> Seeded {
             .await
             .unwrap();
     }
-    store
-        .insert_catalog_price(&price("c4-standard-8", None, 0.39534))
-        .await
-        .unwrap();
-    store
-        .insert_catalog_price(&price("g2-standard-8", Some("nvidia-l4"), 0.85))
-        .await
-        .unwrap();
-
+    planning::record_builtin_prices(store).await.unwrap();
+    let (example, profiles, plan, plan_id) = record_example_plan(store).await;
+    let report = pilot_report(&example, &profiles, &plan, plan_id);
     let workload = store
-        .insert_workload(&NewWorkload {
-            name: "smol-assistant".to_owned(),
-            spec: json!({
-                "name": "smol-assistant",
-                "class": [
-                    {"name": "chat", "sla": {"ttft_p99_s": 1.0, "e2e_p99_s": 6.0}},
-                    {"name": "extract", "sla": {"e2e_p99_s": 3.0}}
-                ],
-                "budget": {"per_day": 18.0}
-            }),
-        })
+        .find_workload_by_name(&plan.workload)
         .await
-        .unwrap();
-    let hours: Vec<_> = (0..24)
-        .map(|h| {
-            let busy = (8..18).contains(&h);
-            json!({
-                "hour": h,
-                "cpu": {"c4-standard-8": if busy { 3 } else { 1 }},
-                "gpu_share": if busy { 0.25 } else { 0.0 },
-                "cost_usd": if busy { 1.4 } else { 0.4 },
-                "classes": {
-                    "chat": {"p99_ms": if busy { 900.0 } else { 600.0 }, "sla_ms": 1000.0},
-                    "extract": {"p99_ms": if h == 12 { 3400.0 } else { 2100.0 }, "sla_ms": 3000.0}
-                }
-            })
-        })
-        .collect();
-    store
-        .insert_plan(&NewPlan {
-            workload_id: workload.id,
-            plan: json!({"hours": hours, "all_gpu_cost_usd": 40.8, "instance": "c4-standard-8"}),
-            total_cost_usd: 23.6,
-            total_output_tokens: 9_000_000,
-        })
-        .await
-        .unwrap();
+        .unwrap()
+        .expect("the plan's workload");
     let endpoint = store
         .insert_endpoint(&NewEndpoint {
             base_url: "http://gpu-l4.internal:8000".to_owned(),
@@ -274,18 +460,21 @@ pub(crate) async fn demo(store: &dyn Store) -> Seeded {
         })
         .await
         .unwrap();
-    let pilot = store.insert_pilot(workload.id).await.unwrap();
+    // A failed pilot, a pending one and a finished one, as `strata pilot` records them.
+    let failed = store.insert_pilot(workload.id).await.unwrap();
     store
         .update_pilot(
-            pilot.id,
+            failed.id,
             &PilotUpdate {
-                status: PilotStatus::Done,
-                verdict: Some("migrate chat and extract to CPU".to_owned()),
-                report: Some(json!({
-                    "savings_usd_per_month": 520.0,
-                    "risk": "extract p99 within 10% of its SLA at 12:00",
-                    "evidence": [{"config": "q8_0 t8", "p99_ms": 900.0, "sla_ms": 1000.0}]
-                })),
+                status: PilotStatus::Failed,
+                verdict: None,
+                report: Some(
+                    serde_json::to_value(strata_controller::pilot::FailedReport {
+                        schema_version: REPORT_SCHEMA_VERSION,
+                        error: "profiling q8_0 t8 b8: the engine exited".to_owned(),
+                    })
+                    .unwrap(),
+                ),
             },
         )
         .await
@@ -297,80 +486,15 @@ pub(crate) async fn demo(store: &dyn Store) -> Seeded {
             pilot.id,
             &PilotUpdate {
                 status: PilotStatus::Done,
-                verdict: Some("migrate chat; keep extract on GPU".to_owned()),
-                report: Some(json!({
-                    "schema_version": 1,
-                    "workload": "support",
-                    "verdict": "partial",
-                    "exit_code": 3,
-                    "summary": "migrate chat; keep extract on GPU",
-                    "monthly_savings_usd": 410.5,
-                    "decision": {
-                        "kind": "partial",
-                        "summary": "migrate chat; keep extract on GPU",
-                        "monthly_cost_usd": 300.0,
-                        "monthly_baseline_usd": 710.5,
-                        "monthly_savings_usd": 410.5,
-                        "reasons": [],
-                        "classes": [
-                            {"class": "chat", "migrate": true, "cpu_share": 1.0, "attainment": 0.998,
-                             "attainment_2x": 0.97, "gpu_share_2x": 0.2,
-                             "reasons": ["risk: at twice the traffic only 97.0% meet the SLA"]},
-                            {"class": "extract", "migrate": false, "cpu_share": 0.1, "attainment": 0.999,
-                             "attainment_2x": 0.99, "gpu_share_2x": 0.95,
-                             "reasons": ["the plan serves only 10% of it on CPU (50% needed)"]}
-                        ]
-                    },
-                    "quality": [
-                        {"weights": "q8_0", "passed": true, "perplexity_increase": 0.004,
-                         "measured": {"weights": "q8_0", "reference_weights": "f32", "perplexity": 12.05,
-                                      "reference_perplexity": 12.0, "top1_agreement": 0.97,
-                                      "task_pass_rate": 1.0, "reference_task_pass_rate": 1.0},
-                         "reasons": []},
-                        {"weights": "q4_0", "passed": false, "perplexity_increase": 0.21,
-                         "measured": {"weights": "q4_0", "reference_weights": "f32", "perplexity": 14.5,
-                                      "reference_perplexity": 12.0, "top1_agreement": 0.81},
-                         "reasons": ["perplexity 14.500 is 20.8% above f32's 12.000 (at most 10.0% allowed)"]}
-                    ],
-                    "plan": {"id": 1, "config": "m-q8_0-t8-b8-hw1", "instance_type": "c4-standard-8",
-                             "region": "us-central1", "peak_cpu_instances": 3, "gpu_share": 0.12,
-                             "cost_per_day_usd": 9.86},
-                    "replay": {
-                        "duration_s": 60.0, "requests": 91, "errors": 0, "config": "q8_0 t8 b8 kv128 numa=none",
-                        "with_gpu": false, "load": {"hour": 11, "rate_rps": 1.52},
-                        "worst_e2e_p99_error": 0.083,
-                        "host_pace": {"shape": "pilot-mix", "profiled_output_tokens_per_s": 61.6,
-                                      "before_replay_output_tokens_per_s": 55.8,
-                                      "after_replay_output_tokens_per_s": 61.4,
-                                      "replay_over_profiled": 0.951},
-                        "calibration": {"duration_s": 80.0, "requests": 84,
-                                        "samples": [{"when": "before_replay", "duration_s": 40.0, "requests": 42},
-                                                    {"when": "after_replay", "duration_s": 40.0, "requests": 42}],
-                                        "decode_over_profiled": 1.07, "prompt_over_profiled": 1.18,
-                                        "block_s": 10.0, "block_decode_over_profiled": [1.05, 1.08, 1.09],
-                                        "pace_spread": 0.024},
-                        "pace_spread": {"sigma": 0.024, "runs": 15, "block_s": 10.0},
-                        "all": {"requests": 91, "observed_e2e_p99_s": 3.3, "predicted_e2e_p99_s": 3.0,
-                                "predicted_e2e_p99_band_s": {"low": 2.8, "high": 3.2},
-                                "e2e_p99_error": -0.0909, "observed_ttft_p99_s": 0.95,
-                                "predicted_ttft_p99_s": 0.9, "ttft_p99_error": -0.0526}, "observed_cost_usd": 0.0066, "predicted_cost_usd": 0.0066,
-                        "classes": [
-                            {"class": "chat", "requests": 80, "gpu_requests": 0, "observed_ttft_p99_s": 0.91,
-                             "predicted_ttft_p99_s": 0.84, "observed_e2e_p99_s": 3.1, "predicted_e2e_p99_s": 2.85,
-                             "e2e_p99_error": -0.0806, "ttft_p99_error": -0.077, "observed_attainment": 1.0,
-                             "predicted_attainment": 1.0},
-                            {"class": "extract", "requests": 11, "gpu_requests": 0}
-                        ]
-                    },
-                    "reproduce": {"seed": 1, "engine_version": "0.1.0", "hardware": {"fingerprint": "abc123"}}
-                })),
+                verdict: Some(report.summary.clone()),
+                report: Some(serde_json::to_value(&report).unwrap()),
             },
         )
         .await
         .unwrap();
 
     let now = Utc::now();
-    for i in 0..40i64 {
+    for i in 0..48i64 {
         let (pool, class, reason, latency) = match i % 4 {
             0 => ("cpu-a", "chat", "cpu_meets_sla", 800.0 + i as f64),
             1 => (
@@ -400,6 +524,12 @@ pub(crate) async fn demo(store: &dyn Store) -> Seeded {
                 prompt_tokens: 300,
                 output_tokens: 120,
                 cost_usd: if pool == "cpu-a" { 0.0004 } else { 0.002 },
+                // The last 8 are a pilot's replay.
+                source: if i < 40 {
+                    LIVE_TRAFFIC.to_owned()
+                } else {
+                    pilot_replay_source(&plan.workload)
+                },
             })
             .await
             .unwrap();
@@ -461,10 +591,7 @@ pub(crate) async fn many_runs(store: &dyn Store, runs: usize) {
     for config in &configs[..wanted] {
         ids.push(store.insert_config(config).await.unwrap().id);
     }
-    store
-        .insert_catalog_price(&price("c4-standard-8", None, 0.39534))
-        .await
-        .unwrap();
+    planning::record_builtin_prices(store).await.unwrap();
     for i in 0..runs {
         let config = ids[i % ids.len()];
         let slow = 0.5 + (i % 97) as f64 / 40.0;
