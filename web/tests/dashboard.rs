@@ -124,17 +124,20 @@ async fn configs_page_shows_every_config_with_costs_and_the_pareto_chart() {
         ],
     );
     // The host has 16 hardware threads: configs are costed on c4-standard-16, q8_0's 8 threads
-    // carried over per core (x2): 300 tok/s x 2 on $0.79068/h = $0.37 per 1M.
+    // carried over per core (x2), at its output rate at its capacity (2.25 req/s, between the curve's
+    // 250 tok/s at 2 and 290 at 3: 260 tok/s): 260 tok/s x 2 on $0.79068/h.
+    let q8_usd = format!(
+        "${:.2}",
+        per_million(on_demand_price("c4-standard-16"), 520.0)
+    );
     assert_contains(
         &body,
         &[
             "CPU configs of host",
             "c4-standard-16 (16 vCPUs",
             "the type with its vCPUs",
-            &format!(
-                "${:.2}",
-                per_million(on_demand_price("c4-standard-16"), 600.0)
-            ),
+            "at its capacity within the SLA",
+            &q8_usd,
         ],
     );
     // Cheapest first: the GPU endpoint (2500 tok/s on the cheapest GPU type, g2-standard-4) leads.
@@ -144,7 +147,7 @@ async fn configs_page_shows_every_config_with_costs_and_the_pareto_chart() {
             per_million(on_demand_price("g2-standard-4"), 2500.0)
         ))
         .unwrap();
-    let q8 = body.find("$0.37").unwrap();
+    let q8 = body.find(&q8_usd).unwrap();
     assert!(gpu < q8);
     // The example workload's GPU baseline is a labelled point of its own.
     assert_contains(
@@ -226,10 +229,12 @@ async fn configs_api_filters_sorts_and_prices_by_query() {
     assert_eq!(spot["rows"][0]["instance"], "c4-standard-16");
     assert_eq!(spot["rows"][0]["scaling"]["rule"], "per_core");
     assert_eq!(spot["rows"][0]["scaling"]["factor"], 2.0);
+    assert_eq!(spot["rows"][0]["cost_basis"], "capacity");
+    assert_eq!(spot["rows"][0]["costed_output_tokens_per_s"], 260.0);
 
     // A chosen instance type costs every CPU config, scaled from the host by its vCPUs.
     let (_, chosen) = get_json(&app, "/api/configs?weights=q8_0&instance=c4-standard-8").await;
-    let expected = per_million(on_demand_price("c4-standard-8"), 300.0);
+    let expected = per_million(on_demand_price("c4-standard-8"), 260.0);
     assert!((cost(&chosen) - expected).abs() < 1e-9, "{chosen}");
     assert_eq!(chosen["pricing"]["cpu_instance"]["name"], "c4-standard-8");
 

@@ -21,6 +21,27 @@ fn ok(description: &str, schema: &str) -> Value {
     })
 }
 
+/// The schema of one config table row (apart: one `json!` of the whole document is too deep).
+fn config_row_schema() -> Value {
+    json!({"type": "object", "properties": {
+        "run_id": {"type": "integer"}, "run_count": {"type": "integer"}, "config_id": {"type": "integer"},
+        "hardware_id": {"type": "integer"}, "model_name": {"type": "string"}, "weight_type": {"type": "string"},
+        "threads": {"type": "integer"}, "max_batch": {"type": "integer"}, "numa_policy": {"type": "string"},
+        "cpu_model": {"type": "string"}, "output_tokens_per_s": {"type": "number"},
+        "ttft_p50_ms": {"type": "number"}, "ttft_p99_ms": {"type": "number"},
+        "tpot_p50_ms": {"type": "number"}, "tpot_p99_ms": {"type": "number"},
+        "e2e_p50_ms": {"type": "number"}, "e2e_p99_ms": {"type": "number"},
+        "capacity_requests_per_s": {"type": ["number", "null"]},
+        "perplexity": {"type": ["number", "null"]}, "perplexity_delta": {"type": ["number", "null"]},
+        "top1_agreement": {"type": ["number", "null"]},
+        "usd_per_million_output_tokens": {"type": ["number", "null"]},
+        "instance": {"type": ["string", "null"]},
+        "costed_output_tokens_per_s": {"type": "number", "description": "the host's output rate the row is costed at"},
+        "cost_basis": {"type": "string", "enum": ["capacity", "measured_run"]},
+        "scaling": {"type": ["object", "null"], "properties": {"rule": {"type": "string"}, "factor": {"type": "number"}}},
+        "gpu": {"type": "boolean"}, "pareto": {"type": "boolean"}}})
+}
+
 /// The document.
 pub(crate) fn document() -> Value {
     let mut run_responses = ok(
@@ -99,21 +120,7 @@ pub(crate) fn document() -> Value {
                     "instances": {"type": "array", "items": {"type": "object", "properties": {
                         "name": {"type": "string"}, "gpu": {"type": "boolean"}}}},
                     "rows": {"type": "array", "items": {"$ref": "#/components/schemas/ConfigRow"}}}},
-                "ConfigRow": {"type": "object", "properties": {
-                    "run_id": {"type": "integer"}, "run_count": {"type": "integer"}, "config_id": {"type": "integer"},
-                    "hardware_id": {"type": "integer"}, "model_name": {"type": "string"}, "weight_type": {"type": "string"},
-                    "threads": {"type": "integer"}, "max_batch": {"type": "integer"}, "numa_policy": {"type": "string"},
-                    "cpu_model": {"type": "string"}, "output_tokens_per_s": {"type": "number"},
-                    "ttft_p50_ms": {"type": "number"}, "ttft_p99_ms": {"type": "number"},
-                    "tpot_p50_ms": {"type": "number"}, "tpot_p99_ms": {"type": "number"},
-                    "e2e_p50_ms": {"type": "number"}, "e2e_p99_ms": {"type": "number"},
-                    "capacity_requests_per_s": {"type": ["number", "null"]},
-                    "perplexity": {"type": ["number", "null"]}, "perplexity_delta": {"type": ["number", "null"]},
-                    "top1_agreement": {"type": ["number", "null"]},
-                    "usd_per_million_output_tokens": {"type": ["number", "null"]},
-                    "instance": {"type": ["string", "null"]},
-                    "scaling": {"type": ["object", "null"], "properties": {"rule": {"type": "string"}, "factor": {"type": "number"}}},
-                    "gpu": {"type": "boolean"}, "pareto": {"type": "boolean"}}},
+                "ConfigRow": config_row_schema(),
                 "Run": {"type": "object", "required": ["run", "config", "model", "hardware", "load_curve", "quality"],
                     "properties": {"run": {"type": "object"}, "config": {"type": "object"}, "model": {"type": "object"},
                         "hardware": {"type": "object"}, "capacity": {"type": ["object", "null"]},

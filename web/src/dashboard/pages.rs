@@ -276,7 +276,7 @@ fn pricing_note(view: &ConfigsView) -> String {
         |i| format!("GPU endpoints on {}", describe(i)),
     );
     format!(
-        "$ per 1M output tokens at each run's measured output rate, carried from the host to the instance type by the planner's scaling rule: {cpu}; {gpu}. Site: PUE {}, ${}/kWh, ${}/h ops.",
+        "$ per 1M output tokens at each config's output rate at its capacity within the SLA (its latest run's rate when it has no capacity result), carried from the host to the instance type by the planner's scaling rule: {cpu}; {gpu}. Site: PUE {}, ${}/kWh, ${}/h ops.",
         p.site.pue, p.site.energy_price_per_kwh, p.site.ops_per_hour
     )
 }

@@ -15,7 +15,7 @@ use strata_controller::{
     pilot::{FailedReport, PilotReport},
     planning::{self, StoredLoadPoint},
     store::{
-        CapacityResultRow, ConfigRow, ConfigSort, ConfigSummaryQuery, ConfigSummaryRow,
+        CapacityResultRow, ConfigId, ConfigRow, ConfigSort, ConfigSummaryQuery, ConfigSummaryRow,
         GatewayDecisionRow, HardwareId, HardwareRow, ModelRow, PlanRow, ProfileRunId,
         ProfileRunRow, QualityResultRow, Store, TimeWindow, WorkloadRow,
     },
@@ -119,7 +119,11 @@ pub(crate) struct ConfigView {
     pub(crate) instance: Option<String>,
     /// How the host's measured rate carries over to that instance type (the planner's rule).
     pub(crate) scaling: Option<Scaling>,
-    /// $ per 1M output tokens at the run's measured output rate, scaled to the instance type.
+    /// The host's output tokens/s the row is costed at (before scaling to the instance type).
+    pub(crate) costed_output_tokens_per_s: f64,
+    /// Where that rate comes from.
+    pub(crate) cost_basis: CostBasis,
+    /// $ per 1M output tokens at that rate, scaled to the instance type.
     pub(crate) usd_per_million_output_tokens: Option<f64>,
     /// On the Pareto frontier of cost against E2E p99.
     pub(crate) pareto: bool,
@@ -131,6 +135,39 @@ impl ConfigView {
         let s = &self.summary;
         format!("{} t{} b{}", s.weight_type, s.threads, s.max_batch)
     }
+}
+
+/// The output rate a config is costed at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum CostBasis {
+    /// At its capacity within the SLA, on its newest capacity curve.
+    Capacity,
+    /// At its latest run's measured rate (no capacity result).
+    MeasuredRun,
+}
+
+/// Output tokens/s at `rps` requests/s on a curve sorted by rate: linear between points, from the
+/// origin below the first, the last point's above it; `None` for an empty curve or a rate not above 0.
+pub(crate) fn output_rate_at(points: &[StoredLoadPoint], rps: f64) -> Option<f64> {
+    if !(rps.is_finite() && rps > 0.0) {
+        return None;
+    }
+    let mut below = (0.0, 0.0);
+    for p in points {
+        if p.rate_rps >= rps {
+            let (r0, t0) = below;
+            let span = p.rate_rps - r0;
+            let t = if span > 0.0 {
+                t0 + (p.output_tokens_per_s - t0) * (rps - r0) / span
+            } else {
+                p.output_tokens_per_s
+            };
+            return t.is_finite().then_some(t);
+        }
+        below = (p.rate_rps, p.output_tokens_per_s);
+    }
+    points.last().map(|p| p.output_tokens_per_s)
 }
 
 /// The GPU baseline of a workload as a point on the cost-latency chart.
@@ -230,6 +267,25 @@ pub(crate) async fn configs(
             slot.insert(store.get_hardware(s.hardware_id).await?);
         }
     }
+    // Each row is costed at its output rate at its capacity within the SLA, read off its newest
+    // capacity curve on its host (DESIGN's cost), else at its latest run's measured rate.
+    let mut at_capacity: HashMap<(ConfigId, HardwareId), f64> = HashMap::new();
+    for s in summaries
+        .iter()
+        .filter(|s| s.capacity_requests_per_s.is_some())
+    {
+        let newest = store
+            .list_capacity_results_for_config(s.config_id)
+            .await?
+            .into_iter()
+            .find(|c| c.hardware_id == s.hardware_id);
+        if let Some(c) = newest
+            && let Ok(points) = load_points(&c)
+            && let Some(rate) = output_rate_at(&points, c.max_requests_per_s)
+        {
+            at_capacity.insert((s.config_id, s.hardware_id), rate);
+        }
+    }
     let host_vcpus = |h: &HardwareRow| u32::try_from(h.threads).unwrap_or(1).max(1);
     let host_instances: BTreeMap<HardwareId, &InstanceType> = hosts
         .values()
@@ -263,9 +319,13 @@ pub(crate) async fn configs(
                     (i, scaling)
                 })
             };
+            let capacity_rate = at_capacity
+                .get(&(summary.config_id, summary.hardware_id))
+                .copied();
+            let costed_rate = capacity_rate.unwrap_or(summary.output_tokens_per_s);
             let usd = priced.and_then(|(i, scaling)| {
                 let hourly = CostInputs::for_instance(i, params.price, site)?.hourly_cost();
-                dollars_per_million_tokens(hourly, summary.output_tokens_per_s * scaling?.factor)
+                dollars_per_million_tokens(hourly, costed_rate * scaling?.factor)
             });
             let perplexity_delta = summary
                 .perplexity
@@ -277,6 +337,12 @@ pub(crate) async fn configs(
                 perplexity_delta,
                 instance: priced.map(|(i, _)| i.name.clone()),
                 scaling: priced.and_then(|(_, s)| s),
+                costed_output_tokens_per_s: costed_rate,
+                cost_basis: if capacity_rate.is_some() {
+                    CostBasis::Capacity
+                } else {
+                    CostBasis::MeasuredRun
+                },
                 usd_per_million_output_tokens: usd,
                 pareto: false,
             }
@@ -936,6 +1002,27 @@ mod tests {
             "{problem}"
         );
         assert!(problem.contains("rate_rps"), "{problem}");
+    }
+
+    #[test]
+    fn the_output_rate_at_capacity_is_read_off_the_curve() {
+        let point = |rate: f64, tokens: f64| StoredLoadPoint {
+            rate_rps: rate,
+            ttft_p99_ms: 1.0,
+            tpot_p99_ms: 1.0,
+            e2e_p99_ms: 1.0,
+            output_tokens_per_s: tokens,
+            total_tokens_per_s: tokens,
+            ttft_p50_ms: None,
+            tpot_p50_ms: None,
+        };
+        let curve = [point(1.0, 100.0), point(2.0, 250.0), point(3.0, 290.0)];
+        assert_eq!(output_rate_at(&curve, 2.25), Some(260.0));
+        assert_eq!(output_rate_at(&curve, 2.0), Some(250.0));
+        assert_eq!(output_rate_at(&curve, 0.5), Some(50.0));
+        assert_eq!(output_rate_at(&curve, 9.0), Some(290.0));
+        assert_eq!(output_rate_at(&curve, 0.0), None);
+        assert_eq!(output_rate_at(&[], 1.0), None);
     }
 
     #[test]

@@ -569,4 +569,36 @@ mod tests {
             "the store's total, not counted twice"
         );
     }
+
+    #[tokio::test]
+    async fn a_sourced_sink_stamps_decisions_and_leaves_the_ledger_alone() {
+        let a = Accounting::new(100, 100, Duration::from_millis(1));
+        for pool in ["cpu", "gpu"] {
+            a.push(record(pool, 0.5));
+        }
+        let store = Arc::new(Memory::default());
+        let replay = SourcedSink::new(store.clone(), "pilot:support");
+        let rows = a.take_batch();
+        a.write_batch(&replay, rows).await.expect("written");
+        let decisions = store.decisions.lock().unwrap().clone();
+        assert_eq!(decisions.len(), 2);
+        assert!(decisions.iter().all(|d| d.source == "pilot:support"));
+        assert!(
+            store.ledger.lock().unwrap().is_empty(),
+            "a replay spends nothing"
+        );
+        // Live spend is not the replay's budget.
+        store
+            .ledger(&NewLedgerEntry {
+                recorded_at: Utc::now(),
+                pool: "gpu".into(),
+                amount_usd: 9.0,
+                tokens: 1,
+                note: None,
+            })
+            .await
+            .expect("live spend");
+        let today = TimeWindow::day(Utc::now().date_naive());
+        assert_eq!(replay.spent(today).await, Ok(0.0));
+    }
 }

@@ -6,11 +6,13 @@
 use chrono::{Duration, Utc};
 use serde_json::json;
 use strata_controller::{
+    loadgen::{Arrival, Lengths, Sla},
     pilot::{
         Calibration, CalibrationSample, ClassComparison, Comparison, HostPace, PilotReport,
         REPORT_SCHEMA_VERSION, ReplayReport, SampleTime, SimulationPair, plan_summary,
     },
     planning::{self, StoredLoadPoint},
+    profile::{self, NamedShape},
     store::*,
 };
 use strata_planner::{
@@ -293,7 +295,18 @@ pub(crate) fn run(
         hardware_id,
         started_at,
         finished_at: started_at + Duration::seconds(60),
-        workload_shape: json!({"arrivals": "poisson", "rate": 2.0, "prompt_tokens": 256, "output_tokens": 128}),
+        workload_shape: profile::shape_json(
+            &NamedShape {
+                name: "poisson-2".to_owned(),
+                prompt_tokens: Lengths::Fixed(256),
+                output_tokens: Lengths::Fixed(128),
+                arrival: Arrival::Poisson { rate: 2.0 },
+                requests: 120,
+                duration_s: None,
+                warmup: 2,
+            },
+            &Sla::default(),
+        ),
         request_count: 120,
         error_count: 0,
         ttft_p50_ms: 90.0 * slow,
