@@ -242,21 +242,25 @@ fn perplexity(model: &LoadedModel, tokens: &[u32], context: usize) -> f64 {
     (nll / count as f64).exp()
 }
 
-fn perplexity_within_one_percent(weights: WeightType, reference_ppl: f64) {
-    let model = load(Some(weights));
+/// `model`'s perplexity on the reference text, by llama-perplexity's method, within 1% of llama.cpp's.
+fn assert_perplexity_within_one_percent(model: &LoadedModel, label: &str, reference_ppl: f64) {
     let text =
         std::fs::read_to_string(common::reference_dir().join("perplexity-text.txt")).expect("text");
     let tokens = model.tokenizer.encode(&text).expect("encodes");
-    let ppl = perplexity(&model, &tokens, 128);
+    let ppl = perplexity(model, &tokens, 128);
     let error = (ppl - reference_ppl).abs() / reference_ppl;
     eprintln!(
-        "{weights}: perplexity {ppl:.4}, llama.cpp {reference_ppl:.4}, relative error {:.3}%",
+        "{label}: perplexity {ppl:.4}, llama.cpp {reference_ppl:.4}, relative error {:.3}%",
         error * 100.0
     );
     assert!(
         error < 0.01,
-        "{weights}: perplexity {ppl:.4} is not within 1% of llama.cpp's {reference_ppl:.4}"
+        "{label}: perplexity {ppl:.4} is not within 1% of llama.cpp's {reference_ppl:.4}"
     );
+}
+
+fn perplexity_within_one_percent(weights: WeightType, reference_ppl: f64) {
+    assert_perplexity_within_one_percent(&load(Some(weights)), &weights.to_string(), reference_ppl);
 }
 
 #[test]

@@ -17,7 +17,7 @@ use strata_engine::{
     model::{LoadOptions, Logits},
 };
 
-use super::{argmax, ids, log_softmax, perplexity};
+use super::{argmax, assert_perplexity_within_one_percent, ids, log_softmax};
 use crate::common;
 
 const ENV_GEMMA_GGUF: &str = "STRATA_GEMMA_GGUF";
@@ -149,23 +149,6 @@ fn reproduces_the_greedy_reference(path: &Path, mix: &str) {
     );
 }
 
-fn perplexity_within_one_percent(path: &Path, mix: &str, reference_ppl: f64) {
-    let model = load(path);
-    let text =
-        std::fs::read_to_string(common::reference_dir().join("perplexity-text.txt")).expect("text");
-    let tokens = model.tokenizer.encode(&text).expect("encodes");
-    let ppl = perplexity(&model, &tokens, 128);
-    let error = (ppl - reference_ppl).abs() / reference_ppl;
-    eprintln!(
-        "gemma {mix}: perplexity {ppl:.4}, llama.cpp {reference_ppl:.4}, relative error {:.3}%",
-        error * 100.0
-    );
-    assert!(
-        error < 0.01,
-        "gemma {mix}: perplexity {ppl:.4} is not within 1% of llama.cpp's {reference_ppl:.4}"
-    );
-}
-
 #[test]
 #[ignore = "top-5 log-probabilities differ from llama.cpp's by up to 1.1 (Q4_K_M) and 0.9 (Q5_K_M), \
             and greedy tokens part at gaps of 0.08-0.11, also with f32 weights and an f32 cache"]
@@ -196,13 +179,13 @@ fn gemma_q5_k_m_requantization_equals_llama_quantize_bit_for_bit() {
 #[test]
 fn gemma_perplexity_matches_llama_cpp_q4_k_m() {
     if let Some(path) = q4_k_m_path() {
-        perplexity_within_one_percent(&path, "Q4_K_M", 15.5155);
+        assert_perplexity_within_one_percent(&load(&path), "gemma Q4_K_M", 15.5155);
     }
 }
 
 #[test]
 fn gemma_perplexity_matches_llama_cpp_q5_k_m() {
     if let Some(path) = q5_k_m_path() {
-        perplexity_within_one_percent(&path, "Q5_K_M", 16.5333);
+        assert_perplexity_within_one_percent(&load(&path), "gemma Q5_K_M", 16.5333);
     }
 }

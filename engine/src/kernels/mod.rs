@@ -348,47 +348,22 @@ fn tiled_matmul(
         n_tokens,
         split,
     };
+    macro_rules! tiled {
+        ($v:expr, $a:expr, $gemm:ident) => {
+            product.run($v, $a, out, transposed, |w, x, out, layout| {
+                k.$gemm(w, x, nb, out, layout)
+            })
+        };
+    }
     match (&w.data, converted) {
-        (WeightData::Q8_0(v), Converted::Q8_0(a)) => {
-            product.run(v, a, out, transposed, |w, x, out, layout| {
-                k.gemm_q8_0_q8_0(w, x, nb, out, layout)
-            })
-        }
-        (WeightData::Q4_0(v), Converted::Q8_0(a)) => {
-            product.run(v, a, out, transposed, |w, x, out, layout| {
-                k.gemm_q4_0_q8_0(w, x, nb, out, layout)
-            })
-        }
-        (WeightData::Q4_1(v), Converted::Q8_1(a)) => {
-            product.run(v, a, out, transposed, |w, x, out, layout| {
-                k.gemm_q4_1_q8_1(w, x, nb, out, layout)
-            })
-        }
-        (WeightData::Q5_0(v), Converted::Q8_0(a)) => {
-            product.run(v, a, out, transposed, |w, x, out, layout| {
-                k.gemm_q5_0_q8_0(w, x, nb, out, layout)
-            })
-        }
-        (WeightData::Q5_1(v), Converted::Q8_1(a)) => {
-            product.run(v, a, out, transposed, |w, x, out, layout| {
-                k.gemm_q5_1_q8_1(w, x, nb, out, layout)
-            })
-        }
-        (WeightData::Q4K(v), Converted::Q8K(a)) => {
-            product.run(v, a, out, transposed, |w, x, out, layout| {
-                k.gemm_q4_k_q8_k(w, x, nb, out, layout)
-            })
-        }
-        (WeightData::Q5K(v), Converted::Q8K(a)) => {
-            product.run(v, a, out, transposed, |w, x, out, layout| {
-                k.gemm_q5_k_q8_k(w, x, nb, out, layout)
-            })
-        }
-        (WeightData::Q6K(v), Converted::Q8K(a)) => {
-            product.run(v, a, out, transposed, |w, x, out, layout| {
-                k.gemm_q6_k_q8_k(w, x, nb, out, layout)
-            })
-        }
+        (WeightData::Q8_0(v), Converted::Q8_0(a)) => tiled!(v, a, gemm_q8_0_q8_0),
+        (WeightData::Q4_0(v), Converted::Q8_0(a)) => tiled!(v, a, gemm_q4_0_q8_0),
+        (WeightData::Q4_1(v), Converted::Q8_1(a)) => tiled!(v, a, gemm_q4_1_q8_1),
+        (WeightData::Q5_0(v), Converted::Q8_0(a)) => tiled!(v, a, gemm_q5_0_q8_0),
+        (WeightData::Q5_1(v), Converted::Q8_1(a)) => tiled!(v, a, gemm_q5_1_q8_1),
+        (WeightData::Q4K(v), Converted::Q8K(a)) => tiled!(v, a, gemm_q4_k_q8_k),
+        (WeightData::Q5K(v), Converted::Q8K(a)) => tiled!(v, a, gemm_q5_k_q8_k),
+        (WeightData::Q6K(v), Converted::Q8K(a)) => tiled!(v, a, gemm_q6_k_q8_k),
         _ => return false,
     }
     true
