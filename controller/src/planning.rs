@@ -18,7 +18,7 @@ use strata_planner::{
     workload::Workload,
 };
 
-use crate::loadgen::Lengths;
+use crate::loadgen::{Arrival, Lengths};
 use crate::store::{
     CapacityResultRow, CatalogPriceRow, ConfigRow, HardwareId, HardwareRow, ModelRow,
     NewCatalogPrice, NewPlan, NewWorkload, PlanRow, ProfileRunRow, Store, StoreError, WorkloadRow,
@@ -135,12 +135,18 @@ impl StoredLoadPoint {
         }
     }
 
-    /// The operating point a single profiling run measured. The rate is the offered one from the run's
-    /// `workload_shape` (`rate_rps` or `rate`) when recorded, else the completed requests/s.
+    /// The operating point a single profiling run measured. The rate is the offered one when the run's
+    /// `workload_shape` records Poisson arrivals (the profiler's [`Arrival`]), else the completed
+    /// requests/s (a closed loop offers no rate of its own).
     pub fn from_run(run: &ProfileRunRow) -> Self {
-        let offered = ["rate_rps", "rate"]
-            .iter()
-            .find_map(|key| run.workload_shape.get(key).and_then(Value::as_f64));
+        let arrival = run
+            .workload_shape
+            .get("arrival")
+            .and_then(|arrival| Arrival::deserialize(arrival).ok());
+        let offered = match arrival {
+            Some(Arrival::Poisson { rate }) => Some(rate),
+            Some(Arrival::Closed { .. }) | None => None,
+        };
         Self {
             rate_rps: offered.unwrap_or(run.requests_per_s),
             ttft_p99_ms: run.ttft_p99_ms,
@@ -700,7 +706,18 @@ mod tests {
             hardware_id,
             started_at,
             finished_at: started_at + chrono::Duration::seconds(60),
-            workload_shape: json!({ "arrivals": "poisson", "rate_rps": rate }),
+            workload_shape: crate::profile::shape_json(
+                &crate::profile::NamedShape {
+                    name: "steady".into(),
+                    prompt_tokens: Lengths::Fixed(200),
+                    output_tokens: Lengths::Fixed(100),
+                    arrival: Arrival::Poisson { rate },
+                    requests: 60,
+                    duration_s: None,
+                    warmup: 0,
+                },
+                &crate::loadgen::Sla::default(),
+            ),
             request_count: 60,
             error_count: 0,
             ttft_p50_ms: 100.0,
@@ -931,14 +948,14 @@ mod tests {
             vec![(0.25, 0.25), (1.0, 0.3)],
             "sorted, newest result, seconds"
         );
-        // Means from the curve: 62.5 output tok/s over 1.25 req/s; (562.5 - 62.5) prompt tok/s likewise.
+        // Means from the newest run's shape, as the profiler records it: 100 output, 200 prompt tokens.
         assert!(
-            (p.mean_output_tokens - 50.0).abs() < 1e-9,
+            (p.mean_output_tokens - 100.0).abs() < 1e-9,
             "{}",
             p.mean_output_tokens
         );
         assert!(
-            (p.mean_prompt_tokens - 400.0).abs() < 1e-9,
+            (p.mean_prompt_tokens - 200.0).abs() < 1e-9,
             "{}",
             p.mean_prompt_tokens
         );
