@@ -191,8 +191,8 @@ impl SynthShape {
 /// same seed gives the same bytes.
 ///
 /// # Errors
-/// When the vocabulary is under 512 tokens, or the type rules refuse a tensor (they do not for the
-/// shapes of [`SHAPES`]).
+/// When the vocabulary is under 512 tokens, the type rules refuse a tensor, or a row is not whole
+/// blocks of its type (neither happens for the shapes of [`SHAPES`]).
 pub fn synth(
     shape: &SynthShape,
     ftype: FileType,
@@ -223,32 +223,24 @@ pub fn synth(
     let mut rng = SplitMix64(seed);
     for tensor in &plan {
         let bytes = if tensor.dims.len() == 1 {
-            ones(tensor.to, tensor.dims[0] as usize)
+            quant::quantize_bytes(tensor.to, &vec![1.0; tensor.dims[0] as usize])?
         } else {
-            random_blocks(&mut rng, tensor.to, &tensor.dims)
+            random_blocks(&mut rng, tensor.to, &tensor.dims)?
         };
         w.tensor(&tensor.name, &tensor.dims, tensor.to, bytes);
     }
     Ok((w, plan))
 }
 
-/// A norm's weights: all ones.
-fn ones(kind: GgmlType, len: usize) -> Vec<u8> {
-    quant::quantize_bytes(kind, &vec![1.0; len]).unwrap_or_else(|_| {
-        // Norms are 1-D and stay F32 under every rule, which takes any length.
-        vec![0; len * 4]
-    })
-}
-
 /// Random blocks of `kind` for a matrix of `dims`, scaled so that values are about
 /// `1 / sqrt(columns)`.
-fn random_blocks(rng: &mut SplitMix64, kind: GgmlType, dims: &[u64]) -> Vec<u8> {
+fn random_blocks(rng: &mut SplitMix64, kind: GgmlType, dims: &[u64]) -> Result<Vec<u8>> {
     let columns = dims[0] as usize;
     let elements: usize = dims.iter().map(|&d| d as usize).product();
     let target = 1.0 / (columns as f32).sqrt();
     if kind.block_size() == 1 {
         let values: Vec<f32> = (0..elements).map(|_| rng.uniform() * target).collect();
-        return quant::quantize_bytes(kind, &values).expect("float types take any length");
+        return quant::quantize_bytes(kind, &values);
     }
     let mut bytes = vec![0u8; elements / kind.block_size() * kind.block_bytes()];
     for chunk in bytes.chunks_mut(8) {
@@ -262,7 +254,7 @@ fn random_blocks(rng: &mut SplitMix64, kind: GgmlType, dims: &[u64]) -> Vec<u8> 
             block[at..at + 2].copy_from_slice(&f16::from_f32(value).to_le_bytes());
         }
     }
-    bytes
+    Ok(bytes)
 }
 
 /// The block scale (`d`) and minimum (`m` or `dmin`) that give random quantized values of `kind`
