@@ -116,6 +116,11 @@ impl GgmlType {
         }
     }
 
+    /// Whether values are stored in blocks with scales (not as floats).
+    pub fn is_quantized(self) -> bool {
+        self.block_size() > 1
+    }
+
     /// Bytes per block.
     pub fn block_bytes(self) -> usize {
         match self {

@@ -120,7 +120,7 @@ impl WeightType {
 
     /// Whether values are stored in blocks with scales (not as floats).
     pub fn is_quantized(self) -> bool {
-        self.block_size() > 1
+        self.file_type().is_quantized()
     }
 
     /// The row-length granularity the type needs.
@@ -465,24 +465,6 @@ impl WeightBuilder {
 }
 
 impl Weight {
-    /// Builds a matrix from file bytes of type `kind`, converting to `target` (or keeping the file's
-    /// type when `target` is `None`).
-    ///
-    /// The caller has checked that `bytes` holds `rows * cols` elements of `kind` and that `cols` is a
-    /// multiple of the block sizes involved.
-    pub fn from_bytes(
-        kind: GgmlType,
-        bytes: &[u8],
-        rows: usize,
-        cols: usize,
-        target: Option<WeightType>,
-    ) -> Self {
-        let target = target.unwrap_or(WeightType::of_file_type(kind));
-        let mut builder = WeightBuilder::new(target, rows, cols);
-        builder.push_rows(kind, bytes);
-        builder.finish()
-    }
-
     /// Builds a matrix of type `target` from row-major f32 values.
     ///
     /// The caller has checked that `cols` is a multiple of `target`'s block size.

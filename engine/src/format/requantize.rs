@@ -406,7 +406,7 @@ impl TypeRules<'_> {
             return Ok(current);
         }
         let default = self.ftype.default_type();
-        if !is_quantized(default) {
+        if !default.is_quantized() {
             return Ok(default);
         }
         let chosen = self.mix_rules(name, dims[0], default)?;
@@ -499,10 +499,6 @@ impl TypeRules<'_> {
 }
 
 /// ggml types that are blocks of quantized values.
-fn is_quantized(kind: GgmlType) -> bool {
-    !matches!(kind, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
-}
-
 /// llama.cpp's `tensor_type_fallback`: a row that is not whole blocks of the chosen type takes the
 /// 32-wide type of about as many bits, and F16 when even that does not fit.
 pub fn fallback(columns: u64, chosen: GgmlType) -> GgmlType {

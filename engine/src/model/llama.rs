@@ -1005,10 +1005,14 @@ impl Loader<'_> {
         let held = |raw: &RawTensor<'_>| target.unwrap_or(WeightType::of_file_type(raw.kind));
         let first = held(&raws[0]);
         if raws.iter().any(|raw| held(raw) != first) {
-            drop(raws);
             let weights = parts
                 .iter()
-                .map(|(name, rows)| self.matrix(name, *rows, cols, target))
+                .zip(raws)
+                .map(|((name, rows), raw)| {
+                    let mut builder = WeightBuilder::new(held(&raw), *rows, cols);
+                    self.copy_into(name, raw, &mut builder)?;
+                    Ok(builder.finish())
+                })
                 .collect::<Result<Vec<_>>>()?;
             return Ok(Stacked::apart(weights));
         }
