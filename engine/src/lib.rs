@@ -8,6 +8,7 @@ pub mod chat;
 pub mod error;
 pub mod format;
 pub mod generate;
+pub mod heap;
 pub mod kernels;
 pub mod loader;
 pub mod model;

@@ -56,7 +56,10 @@ impl LoadedModel {
         let config = LlamaConfig::from_gguf(&file)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
         file.release_tokenizer_metadata();
+        crate::heap::release_free_pages();
         let model = Llama::load(config, &file, options)?;
+        drop(file);
+        crate::heap::release_free_pages();
         Ok(Self {
             model,
             tokenizer,

@@ -29,7 +29,7 @@ pub struct Tokenizer {
     /// Special tokens split out of text as llama.cpp does (GGUF files); without them `inner`'s own
     /// added tokens do it (Hugging Face files).
     specials: Option<SpecialTokens>,
-    token_bytes: Vec<Vec<u8>>,
+    token_bytes: Pieces,
     hidden: Vec<bool>,
     bos: Option<u32>,
     eos: Option<u32>,
@@ -296,6 +296,40 @@ impl Tokenizer {
         self.inner
             .to_string(true)
             .map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+}
+
+/// Every token's bytes in one buffer (a 262,144-token vocabulary in a few MiB, not one allocation
+/// per token).
+#[derive(Debug, Default)]
+struct Pieces {
+    bytes: Vec<u8>,
+    /// Where each token's bytes end in `bytes`.
+    ends: Vec<usize>,
+}
+
+impl Pieces {
+    fn get(&self, id: usize) -> Option<&[u8]> {
+        let end = *self.ends.get(id)?;
+        let start = id.checked_sub(1).map_or(0, |prev| self.ends[prev]);
+        self.bytes.get(start..end)
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+}
+
+impl FromIterator<Vec<u8>> for Pieces {
+    fn from_iter<I: IntoIterator<Item = Vec<u8>>>(pieces: I) -> Self {
+        let mut out = Self::default();
+        for piece in pieces {
+            out.bytes.extend_from_slice(&piece);
+            out.ends.push(out.bytes.len());
+        }
+        out.bytes.shrink_to_fit();
+        out.ends.shrink_to_fit();
+        out
     }
 }
 
@@ -820,6 +854,17 @@ mod tests {
         assert_eq!(table.len(), 256);
         assert_eq!(byte_level_bytes("Ġthe"), b" the");
         assert_eq!(byte_level_bytes("Ċ"), b"\n");
+    }
+
+    #[test]
+    fn pieces_give_back_each_token_bytes() {
+        let list: Vec<Vec<u8>> = vec![b"ab".to_vec(), vec![], b"c".to_vec(), vec![0xff, 0]];
+        let pieces: Pieces = list.iter().cloned().collect();
+        assert_eq!(pieces.len(), 4);
+        for (id, want) in list.iter().enumerate() {
+            assert_eq!(pieces.get(id), Some(want.as_slice()), "token {id}");
+        }
+        assert_eq!(pieces.get(4), None);
     }
 
     #[test]

@@ -150,8 +150,10 @@ fn reproduces_the_greedy_reference(path: &Path, mix: &str) {
 }
 
 #[test]
-#[ignore = "top-5 log-probabilities differ from llama.cpp's by up to 1.1 (Q4_K_M) and 0.9 (Q5_K_M), \
-            and greedy tokens part at gaps of 0.08-0.11, also with f32 weights and an f32 cache"]
+#[ignore = "top-5 log-probabilities differ from llama.cpp's by 0.1-0.5 (at most 1.1): this model \
+            amplifies last-bit differences (llama.cpp's own flash-attention-off path differs from \
+            its flash path by up to 0.8 on the same file), and our residual stream matches \
+            llama.cpp's to 1e-7 through layer 11 but not bit for bit"]
 fn gemma_q4_k_m_reproduces_the_greedy_reference() {
     if let Some(path) = q4_k_m_path() {
         reproduces_the_greedy_reference(&path, "Q4_K_M");
@@ -159,8 +161,10 @@ fn gemma_q4_k_m_reproduces_the_greedy_reference() {
 }
 
 #[test]
-#[ignore = "top-5 log-probabilities differ from llama.cpp's by up to 1.1 (Q4_K_M) and 0.9 (Q5_K_M), \
-            and greedy tokens part at gaps of 0.08-0.11, also with f32 weights and an f32 cache"]
+#[ignore = "top-5 log-probabilities differ from llama.cpp's by 0.1-0.5 (at most 1.1): this model \
+            amplifies last-bit differences (llama.cpp's own flash-attention-off path differs from \
+            its flash path by up to 0.8 on the same file), and our residual stream matches \
+            llama.cpp's to 1e-7 through layer 11 but not bit for bit"]
 fn gemma_q5_k_m_reproduces_the_greedy_reference() {
     if let Some(path) = q5_k_m_path() {
         reproduces_the_greedy_reference(&path, "Q5_K_M");
