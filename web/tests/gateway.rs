@@ -893,6 +893,69 @@ async fn active_health_checks_open_the_breaker_of_a_failing_endpoint() {
     gw.shutdown().await;
 }
 
+/// The CPU pool's `endpoints_up` in the gateway's `/health`.
+async fn cpu_endpoints_up(c: &reqwest::Client, base: &str) -> u64 {
+    let health: Value = c
+        .get(format!("{base}/health"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let pools = health["pools"].as_array().expect("pools");
+    let cpu = pools.iter().find(|p| p["name"] == "cpu").expect("cpu pool");
+    cpu["endpoints_up"].as_u64().expect("endpoints_up")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_endpoint_stays_down_across_open_windows_and_gets_no_live_request() {
+    let bad = MockServer::start(Mode::Fail, Duration::ZERO);
+    let good = MockServer::start(Mode::Fast, Duration::ZERO);
+    // Short open windows, so that many of them pass while the test runs.
+    let toml = config(&[&bad.url, &good.url], &[], 8, "")
+        .replace("open_ms = 60000", "open_ms = 50")
+        .replace(
+            "[health]\ninterval_ms = 0",
+            "[health]\ninterval_ms = 20\ntimeout_ms = 200",
+        );
+    let gw = Gateway::start(&toml, None).await;
+    let c = client();
+    let mut up = 2;
+    for _ in 0..100 {
+        up = cpu_endpoints_up(&c, &gw.base).await;
+        if up == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(up, 1, "the failing endpoint's checks opened its breaker");
+    let bad_hits = bad.mock.hits.load(Ordering::Relaxed);
+    let good_hits = good.mock.hits.load(Ordering::Relaxed);
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    let (mut samples, mut sent) = (0, 0usize);
+    while std::time::Instant::now() < until {
+        assert_eq!(
+            cpu_endpoints_up(&c, &gw.base).await,
+            1,
+            "sample {samples}: the failing endpoint is reported down"
+        );
+        samples += 1;
+        let (status, _, body) = send(&c, &gw.base, "lax", &chat(&format!("r{sent}"), false)).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        sent += 1;
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    assert!(samples > 20, "only {samples} samples");
+    assert_eq!(
+        bad.mock.hits.load(Ordering::Relaxed) - bad_hits,
+        0,
+        "no live request went to the failing endpoint"
+    );
+    assert_eq!(good.mock.hits.load(Ordering::Relaxed) - good_hits, sent);
+    gw.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_sharing_a_store_see_each_others_spend() {
     let cpu = MockServer::start(Mode::Fast, Duration::ZERO);

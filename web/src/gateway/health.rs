@@ -2,8 +2,12 @@
 //! probe when the open time is over -> closed on success, open again with a doubled wait on failure), and
 //! live load figures (in-flight count, EWMA of TTFT and of time per output token) for the router.
 //!
+//! Who probes an open breaker depends on the gateway: with active health checks ([`check_loop`]) the
+//! first check after the open time is the probe, and live traffic never goes to an endpoint until a
+//! probe has succeeded; without them, the first live request after the open time is the probe.
+//!
 //! The breaker takes the current [`Instant`] as an argument, so its tests drive a fake clock and never
-//! sleep. Active health checks ([`check_loop`]) feed the same breaker as real traffic.
+//! sleep.
 
 use std::{
     sync::{
@@ -46,12 +50,22 @@ impl BreakerState {
     }
 }
 
+/// What sends the probe that may close an open breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prober {
+    /// The first live request after the open time.
+    Traffic,
+    /// The first active health check after the open time; live requests wait for its success.
+    HealthChecks,
+}
+
 /// A consecutive-failures circuit breaker.
 #[derive(Debug, Clone)]
 pub struct Breaker {
     state: BreakerState,
     threshold: u32,
     base_wait: Duration,
+    prober: Prober,
 }
 
 impl Breaker {
@@ -64,7 +78,13 @@ impl Breaker {
             state: BreakerState::Closed { failures: 0 },
             threshold: threshold.max(1),
             base_wait: wait,
+            prober: Prober::Traffic,
         }
+    }
+
+    /// The same breaker, probed by `prober`.
+    pub fn probed_by(self, prober: Prober) -> Self {
+        Self { prober, ..self }
     }
 
     /// The current state.
@@ -77,7 +97,9 @@ impl Breaker {
     pub fn try_acquire(&mut self, now: Instant) -> bool {
         match self.state {
             BreakerState::Closed { .. } => true,
-            BreakerState::Open { until, wait } if now >= until => {
+            BreakerState::Open { until, wait }
+                if self.prober == Prober::Traffic && now >= until =>
+            {
                 self.state = BreakerState::HalfOpen { wait };
                 true
             }
@@ -89,8 +111,26 @@ impl Breaker {
     pub fn is_available(&self, now: Instant) -> bool {
         match self.state {
             BreakerState::Closed { .. } => true,
-            BreakerState::Open { until, .. } => now >= until,
+            BreakerState::Open { until, .. } => self.prober == Prober::Traffic && now >= until,
             BreakerState::HalfOpen { .. } => false,
+        }
+    }
+
+    /// Records an active health check's outcome at `now`: on a closed breaker it counts like a
+    /// request; on an open one whose wait is over it is the probe (success closes, failure re-opens
+    /// with a doubled wait); before that, and while another probe is out, it changes nothing.
+    pub fn on_check(&mut self, ok: bool, now: Instant) {
+        match self.state {
+            BreakerState::Open { until, wait } if now >= until => {
+                self.state = BreakerState::HalfOpen { wait };
+            }
+            BreakerState::Open { .. } | BreakerState::HalfOpen { .. } => return,
+            BreakerState::Closed { .. } => {}
+        }
+        if ok {
+            self.on_success();
+        } else {
+            self.on_failure(now);
         }
     }
 
@@ -232,6 +272,11 @@ impl EndpointHealth {
         self.breaker().on_failure(now);
     }
 
+    /// Records an active health check's outcome (see [`Breaker::on_check`]).
+    pub fn on_check(&self, ok: bool, now: Instant) {
+        self.breaker().on_check(ok, now);
+    }
+
     /// The breaker's state.
     pub fn breaker_state(&self) -> BreakerState {
         self.breaker().state()
@@ -291,16 +336,7 @@ pub async fn check_loop(state: Arc<super::GatewayState>) {
                         req = req.bearer_auth(k);
                     }
                     let ok = matches!(req.send().await, Ok(r) if r.status().is_success());
-                    let now = Instant::now();
-                    // A passing check closes an open breaker only once it is due for a probe (the check
-                    // is then the probe); a failing check counts like a failed request.
-                    if ok {
-                        if e.health.try_acquire(now) {
-                            e.health.on_success();
-                        }
-                    } else {
-                        e.health.on_failure(now);
-                    }
+                    e.health.on_check(ok, Instant::now());
                 }
             });
         futures_util::future::join_all(checks).await;
@@ -342,6 +378,72 @@ mod tests {
         assert!(b.try_acquire(t2));
         b.on_success();
         assert_eq!(b.state(), BreakerState::Closed { failures: 0 });
+    }
+
+    #[test]
+    fn a_dead_endpoint_probed_by_checks_stays_unavailable_and_gets_only_probes() {
+        let base = Duration::from_secs(1);
+        let t0 = Instant::now();
+        let mut b = Breaker::new(3, base).probed_by(Prober::HealthChecks);
+        let check_every = Duration::from_millis(500);
+        let mut now = t0;
+        for _ in 0..3 {
+            b.on_check(false, now);
+            now += check_every;
+        }
+        assert!(matches!(b.state(), BreakerState::Open { .. }));
+        let mut probes = Vec::new();
+        // Two minutes of failing checks: many open windows pass, none lets traffic through.
+        while now < t0 + Duration::from_secs(120) {
+            assert!(!b.is_available(now), "unavailable at {:?}", now - t0);
+            assert!(!b.try_acquire(now), "no live request at {:?}", now - t0);
+            let before = b.state();
+            b.on_check(false, now);
+            if b.state() != before {
+                probes.push(now - t0);
+            }
+            now += check_every;
+        }
+        assert!(probes.len() >= 8, "probes at {probes:?}");
+        let gaps: Vec<Duration> = probes.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(
+            gaps.windows(2).all(|g| g[1] >= g[0]),
+            "waits grow: {gaps:?}"
+        );
+        assert!(
+            gaps.iter()
+                .all(|&g| g <= base * Breaker::MAX_BACKOFF + check_every)
+        );
+        // The first passing check after the wait closes it; traffic flows again.
+        let due = match b.state() {
+            BreakerState::Open { until, .. } => until,
+            other => panic!("open, not {other:?}"),
+        };
+        b.on_check(true, due - Duration::from_millis(1));
+        assert!(
+            !b.is_available(due),
+            "a check before the wait is not the probe"
+        );
+        b.on_check(true, due);
+        assert!(b.is_available(due) && b.try_acquire(due));
+    }
+
+    #[test]
+    fn checks_count_as_requests_on_a_closed_breaker_and_wait_out_a_live_probe() {
+        let t0 = Instant::now();
+        let mut b = Breaker::new(2, Duration::from_secs(1));
+        b.on_check(false, t0);
+        b.on_check(true, t0);
+        b.on_check(false, t0);
+        assert_eq!(b.state(), BreakerState::Closed { failures: 1 });
+        b.on_check(false, t0);
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(b.try_acquire(t1), "traffic probes when checks do not");
+        b.on_check(true, t1);
+        assert!(
+            matches!(b.state(), BreakerState::HalfOpen { .. }),
+            "a check does not settle a live probe"
+        );
     }
 
     #[test]

@@ -61,7 +61,7 @@ use tokio::sync::Semaphore;
 use crate::{openai_error::ApiError, server::constant_time_eq};
 use accounting::{Accounting, Record, Sink};
 use config::{ApiKeyConfig, EndpointConfig, Env, GatewayConfig, PoolConfig};
-use health::{Breaker, EndpointHealth};
+use health::{Breaker, EndpointHealth, Prober};
 use upstream::{ErrorSource, Relay, StreamEnd, StreamSummary, UpstreamError};
 
 /// The request header that names the SLA class.
@@ -251,6 +251,12 @@ impl GatewayState {
         old: Option<&Table>,
     ) -> Result<Table, GatewayError> {
         let mut pools = Vec::new();
+        // With active checks the checker probes open breakers; without, live traffic must.
+        let prober = if config.health_interval.is_zero() {
+            Prober::Traffic
+        } else {
+            Prober::HealthChecks
+        };
         for p in &config.pools {
             let endpoints = p
                 .endpoints
@@ -267,10 +273,10 @@ impl GatewayState {
                         Arc::new(Endpoint {
                             id: self.endpoint_ids.fetch_add(1, Ordering::Relaxed),
                             config: e.clone(),
-                            health: EndpointHealth::new(Breaker::new(
-                                config.breaker_failures,
-                                config.breaker_open,
-                            )),
+                            health: EndpointHealth::new(
+                                Breaker::new(config.breaker_failures, config.breaker_open)
+                                    .probed_by(prober),
+                            ),
                         })
                     })
                 })
