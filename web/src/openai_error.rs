@@ -76,6 +76,20 @@ impl ApiError {
         }
     }
 
+    /// A request body that could not be read within `limit` bytes: 413 when it is larger, 400 when
+    /// its framing is malformed or the client stopped sending it.
+    pub fn unreadable_body(error: axum::Error, limit: usize) -> Self {
+        let inner = error.into_inner();
+        if inner
+            .downcast_ref::<http_body_util::LengthLimitError>()
+            .is_some()
+        {
+            return Self::too_large(limit);
+        }
+        tracing::debug!(error = %inner, "a request body could not be read");
+        Self::invalid(format!("The request body could not be read: {inner}"))
+    }
+
     /// 429: over capacity right now; retry later.
     pub fn overloaded(message: impl Into<String>) -> Self {
         Self {

@@ -956,6 +956,44 @@ async fn a_failing_endpoint_stays_down_across_open_windows_and_gets_no_live_requ
     gw.shutdown().await;
 }
 
+/// Sends `request` as raw bytes to `base` and returns the status line of the answer.
+async fn raw_status(base: &str, request: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connects");
+    stream.write_all(request).await.expect("sends");
+    let mut answer = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut answer))
+        .await
+        .expect("answers in time")
+        .expect("reads");
+    let text = String::from_utf8_lossy(&answer[..n]).into_owned();
+    text.lines().next().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_body_framing_is_a_bad_request_and_an_oversized_body_too_large() {
+    let cpu = MockServer::start(Mode::Fast, Duration::ZERO);
+    let gw = Gateway::start(&config(&[&cpu.url], &[], 8, ""), None).await;
+    let head =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n";
+    let bad_chunk = format!("{head}Transfer-Encoding: chunked\r\n\r\nzz\r\n{{}}\r\n0\r\n\r\n");
+    let status = raw_status(&gw.base, bad_chunk.as_bytes()).await;
+    assert!(status.starts_with("HTTP/1.1 400"), "{status}");
+    let big = "x".repeat(70_000);
+    let oversized = format!(
+        "{head}Content-Length: {}\r\nConnection: close\r\n\r\n{big}",
+        big.len()
+    );
+    let status = raw_status(&gw.base, oversized.as_bytes()).await;
+    assert!(status.starts_with("HTTP/1.1 413"), "{status}");
+    let (status, _, body) = send(&client(), &gw.base, "lax", &chat("after", false)).await;
+    assert_eq!(status, StatusCode::OK, "still serves: {body}");
+    gw.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_sharing_a_store_see_each_others_spend() {
     let cpu = MockServer::start(Mode::Fast, Duration::ZERO);

@@ -1137,7 +1137,7 @@ async fn read_body(table: &Table, body: Body) -> Result<Bytes, ApiError> {
     let limit = table.config.max_body_bytes;
     to_bytes(body, limit)
         .await
-        .map_err(|_| ApiError::too_large(limit))
+        .map_err(|e| ApiError::unreadable_body(e, limit))
 }
 
 async fn dry_run(

@@ -1,8 +1,12 @@
-//! The OpenAI request bodies this server accepts, and their translation into engine requests. Fields
-//! the API defines but the engine does not use are accepted and ignored, unknown fields too; a field
-//! of the wrong type, or a value out of range, is refused naming the field.
+//! The OpenAI request bodies this server accepts, and their translation into engine requests. A field
+//! that would constrain the output in a way the engine does not implement (`tools`, `tool_choice`,
+//! `functions`, `function_call`, `response_format` other than text, `logit_bias`) is refused naming
+//! it; other fields the engine does not use (`user`, `metadata`, ...) and unknown fields are
+//! ignored; `null` means unset for every optional field; a field of the wrong type, or a value out of
+//! range, is refused naming the field.
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
 use strata_engine::sampling::SamplingParams;
 
 use crate::openai_error::ApiError;
@@ -24,11 +28,74 @@ impl OneOrMany {
     }
 }
 
+/// `null` reads as the field's default, as OpenAI clients send nulls for unset fields.
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
 /// `stream_options`.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub(crate) struct StreamOptions {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(crate) include_usage: bool,
+}
+
+/// Fields of OpenAI's API that constrain the output in ways the engine does not implement. Present
+/// and not empty, they are refused naming the field, so that no caller believes a constraint held.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub(crate) struct Unimplemented {
+    tools: Option<Value>,
+    tool_choice: Option<Value>,
+    functions: Option<Value>,
+    function_call: Option<Value>,
+    response_format: Option<Value>,
+    logit_bias: Option<Value>,
+}
+
+impl Unimplemented {
+    fn check(&self) -> Result<(), ApiError> {
+        let refuse = |field: &str, what: &str| {
+            Err(ApiError::invalid_param(
+                field,
+                format!("{field} is not supported by this server ({what})"),
+            ))
+        };
+        let empty = |v: &Option<Value>| match v {
+            None => true,
+            Some(Value::Array(a)) => a.is_empty(),
+            Some(Value::Object(o)) => o.is_empty(),
+            Some(_) => false,
+        };
+        if !empty(&self.tools) || !empty(&self.functions) {
+            let field = if empty(&self.tools) {
+                "functions"
+            } else {
+                "tools"
+            };
+            return refuse(field, "no tool calling");
+        }
+        for (field, value) in [
+            ("tool_choice", &self.tool_choice),
+            ("function_call", &self.function_call),
+        ] {
+            if value.as_ref().is_some_and(|v| v != "none" && v != "auto") {
+                return refuse(field, "no tool calling");
+            }
+        }
+        if let Some(format) = &self.response_format
+            && format.get("type").and_then(Value::as_str) != Some("text")
+        {
+            return refuse("response_format", "only {\"type\": \"text\"}");
+        }
+        if !empty(&self.logit_bias) {
+            return refuse("logit_bias", "no logit bias");
+        }
+        Ok(())
+    }
 }
 
 /// The sampling fields shared by both endpoints.
@@ -49,8 +116,10 @@ pub(crate) struct Sampling {
     pub(crate) repetition_penalty: Option<f32>,
     /// Not in OpenAI's API: generate exactly `max_tokens`, past end-of-turn tokens (as vLLM and
     /// llama.cpp accept it), for load tests that need fixed output lengths.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(crate) ignore_eos: bool,
+    #[serde(flatten)]
+    pub(crate) unimplemented: Unimplemented,
 }
 
 /// A chat message's content: text, or a list of parts of which the text ones are used.
@@ -85,10 +154,10 @@ pub(crate) struct ChatRequest {
     pub(crate) messages: Vec<Message>,
     pub(crate) max_tokens: Option<u32>,
     pub(crate) max_completion_tokens: Option<u32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(crate) stream: bool,
     pub(crate) stream_options: Option<StreamOptions>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(crate) logprobs: bool,
     pub(crate) top_logprobs: Option<u32>,
     #[serde(flatten)]
@@ -110,11 +179,11 @@ pub(crate) struct CompletionRequest {
     pub(crate) model: String,
     pub(crate) prompt: Prompt,
     pub(crate) max_tokens: Option<u32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(crate) stream: bool,
     pub(crate) stream_options: Option<StreamOptions>,
     pub(crate) logprobs: Option<u32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     pub(crate) echo: bool,
     pub(crate) suffix: Option<String>,
     pub(crate) best_of: Option<u32>,
@@ -147,6 +216,7 @@ pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Ap
 impl Sampling {
     /// Engine sampling parameters for this request; `max_tokens` as resolved by the endpoint.
     pub(crate) fn to_params(&self, max_tokens: usize) -> Result<SamplingParams, ApiError> {
+        self.unimplemented.check()?;
         if let Some(n) = self.n
             && n != 1
         {
@@ -369,6 +439,63 @@ mod tests {
         assert_eq!(params.seed, 5);
         let messages = r.template_messages().expect("valid");
         assert_eq!(messages[0].content, "hi");
+    }
+
+    #[test]
+    fn constraints_the_engine_lacks_are_refused_naming_the_field() {
+        let m = r#""model":"m","messages":[{"role":"user","content":"x"}]"#;
+        let refused = |extra: &str| {
+            let r: ChatRequest = parse(format!("{{{m},{extra}}}").as_bytes()).expect("parses");
+            r.sampling.to_params(16).expect_err("refused").param
+        };
+        for (extra, field) in [
+            (
+                r#""tools":[{"type":"function","function":{"name":"f"}}]"#,
+                "tools",
+            ),
+            (r#""functions":[{"name":"f"}]"#, "functions"),
+            (r#""tool_choice":"required""#, "tool_choice"),
+            (r#""function_call":{"name":"f"}"#, "function_call"),
+            (
+                r#""response_format":{"type":"json_schema","json_schema":{}}"#,
+                "response_format",
+            ),
+            (
+                r#""response_format":{"type":"json_object"}"#,
+                "response_format",
+            ),
+            (r#""logit_bias":{"50256":-100}"#, "logit_bias"),
+            (r#""logit_bias":"x""#, "logit_bias"),
+        ] {
+            assert_eq!(refused(extra).as_deref(), Some(field), "{extra}");
+        }
+        for extra in [
+            r#""tools":[]"#,
+            r#""tools":null,"tool_choice":null,"logit_bias":null,"response_format":null"#,
+            r#""tool_choice":"none""#,
+            r#""response_format":{"type":"text"}"#,
+            r#""logit_bias":{}"#,
+        ] {
+            let r: ChatRequest = parse(format!("{{{m},{extra}}}").as_bytes()).expect("parses");
+            r.sampling.to_params(16).expect(extra);
+        }
+    }
+
+    #[test]
+    fn null_means_unset_for_optional_fields() {
+        let r: ChatRequest = parse(
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream":null,
+                "logprobs":null,"top_logprobs":null,"stream_options":{"include_usage":null},
+                "ignore_eos":null,"temperature":null,"stop":null,"max_tokens":null}"#,
+        )
+        .expect("parses");
+        assert!(!r.stream && !r.logprobs && !r.sampling.ignore_eos);
+        assert_eq!(r.logprobs().expect("valid"), None);
+        r.sampling.to_params(16).expect("valid");
+        let c: CompletionRequest =
+            parse(br#"{"model":"m","prompt":"x","stream":null,"echo":null,"logprobs":null}"#)
+                .expect("parses");
+        assert!(!c.stream && !c.echo);
     }
 
     #[test]

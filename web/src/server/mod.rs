@@ -267,7 +267,7 @@ async fn read_body(state: &ServerState, body: Body) -> Result<axum::body::Bytes,
     let limit = state.options.max_body_bytes;
     to_bytes(body, limit)
         .await
-        .map_err(|_| ApiError::too_large(limit))
+        .map_err(|e| ApiError::unreadable_body(e, limit))
 }
 
 fn check_model(state: &ServerState, model: &str) -> Result<(), ApiError> {
