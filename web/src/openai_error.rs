@@ -90,6 +90,15 @@ impl ApiError {
         Self::invalid(format!("The request body could not be read: {inner}"))
     }
 
+    /// 405: the path exists but not for this method (the answer of every router's method
+    /// fallback).
+    pub async fn method_not_allowed() -> Self {
+        Self {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            ..Self::invalid("This path does not accept this method")
+        }
+    }
+
     /// 429: over capacity right now; retry later.
     pub fn overloaded(message: impl Into<String>) -> Self {
         Self {

@@ -315,6 +315,12 @@ async fn bad_query_values_are_400_with_the_reason() {
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _, _) = get(&app, "/nowhere").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, json) = get_json(&app, "/api/nowhere").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        json["error"]["code"], "not_found",
+        "an unknown API path answers JSON"
+    );
 }
 
 #[tokio::test]

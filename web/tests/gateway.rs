@@ -974,7 +974,7 @@ async fn raw_status(base: &str, request: &[u8]) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_body_framing_is_a_bad_request_and_an_oversized_body_too_large() {
+async fn malformed_framing_oversized_bodies_and_wrong_methods_get_openai_errors() {
     let cpu = MockServer::start(Mode::Fast, Duration::ZERO);
     let gw = Gateway::start(&config(&[&cpu.url], &[], 8, ""), None).await;
     let head =
@@ -989,7 +989,16 @@ async fn malformed_body_framing_is_a_bad_request_and_an_oversized_body_too_large
     );
     let status = raw_status(&gw.base, oversized.as_bytes()).await;
     assert!(status.starts_with("HTTP/1.1 413"), "{status}");
-    let (status, _, body) = send(&client(), &gw.base, "lax", &chat("after", false)).await;
+    let c = client();
+    let wrong_method = c
+        .get(format!("{}/v1/chat/completions", gw.base))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(wrong_method.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let body: Value = wrong_method.json().await.expect("a JSON error body");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    let (status, _, body) = send(&c, &gw.base, "lax", &chat("after", false)).await;
     assert_eq!(status, StatusCode::OK, "still serves: {body}");
     gw.shutdown().await;
 }

@@ -53,11 +53,21 @@ pub(crate) fn error_page(status: StatusCode, message: &str) -> String {
 }
 
 /// Any path the dashboard does not serve.
-pub(crate) async fn not_found() -> PageError {
+pub(crate) async fn not_found(uri: axum::http::Uri) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if uri.path().starts_with("/api/") {
+        return super::error::ApiError(DashboardError::NotFound(
+            "no such API path: the dashboard's API has /api/configs, /api/runs/ID, /api/plans, \
+             /api/pilots, /api/gateway and /api/openapi.json"
+                .to_owned(),
+        ))
+        .into_response();
+    }
     PageError(DashboardError::NotFound(
         "no such page: the dashboard has /configs, /runs/ID, /plans, /pilots and /gateway"
             .to_owned(),
     ))
+    .into_response()
 }
 
 /// A sortable column heading.

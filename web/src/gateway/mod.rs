@@ -429,6 +429,7 @@ pub fn router(state: Arc<GatewayState>) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(metrics_text))
         .fallback(not_found)
+        .method_not_allowed_fallback(ApiError::method_not_allowed)
         .layer(middleware::from_fn_with_state(
             config.max_header_bytes,
             limit_headers,

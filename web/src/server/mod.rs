@@ -137,6 +137,7 @@ pub fn router(engine: Arc<Engine>, options: ServerOptions) -> Result<Router, Ser
         .route("/metrics", get(metrics_text))
         .route("/steps", get(step_times))
         .fallback(not_found)
+        .method_not_allowed_fallback(ApiError::method_not_allowed)
         .with_state(state))
 }
 
