@@ -540,15 +540,46 @@ impl GatewayConfig {
     /// # Errors
     /// A [`ConfigError`] naming the key at fault.
     pub fn from_toml(text: &str, env: &dyn Source) -> Result<Self, ConfigError> {
-        let file: GatewayConfigFile = toml::from_str(text).map_err(|e| {
-            let key = e.span().and_then(|s| text.get(..s.start)).map_or_else(
-                || "(file)".to_owned(),
-                |before| format!("line {}", before.lines().count().max(1)),
-            );
+        let line = |e: &toml::de::Error| {
+            e.span()
+                .and_then(|s| text.get(..s.start))
+                .map(|before| before.lines().count().max(1))
+        };
+        let deserializer = toml::Deserializer::parse(text).map_err(|e| {
+            let key = line(&e).map_or_else(|| "(file)".to_owned(), |n| format!("line {n}"));
             err(key, e.message().to_owned())
         })?;
+        let file: GatewayConfigFile =
+            serde_path_to_error::deserialize(deserializer).map_err(|e| {
+                let path = e.path().to_string();
+                let e = e.into_inner();
+                let key = match (path.as_str(), line(&e)) {
+                    (".", Some(n)) => format!("line {n}"),
+                    (".", None) => "(file)".to_owned(),
+                    (path, Some(n)) => format!("{path} (line {n})"),
+                    (path, None) => path.to_owned(),
+                };
+                err(key, e.message().to_owned())
+            })?;
         file.validate(env)
     }
+}
+
+/// An endpoint's base URL, read by a real URL parser: `http://` (this build has no TLS), a host,
+/// and a port in range when one is given.
+fn check_endpoint_url(key: &str, url: &str) -> Result<(), ConfigError> {
+    let parsed = reqwest::Url::parse(url)
+        .map_err(|e| err(key.to_owned(), format!("`{url}` is not a URL: {e}")))?;
+    if parsed.scheme() != "http" {
+        return Err(err(
+            key.to_owned(),
+            format!("`{url}` must use http:// (this build has no TLS)"),
+        ));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(err(key.to_owned(), format!("`{url}` has no host")));
+    }
+    Ok(())
 }
 
 /// A CPU service model the router can use: `slots >= 1`, a positive prefill rate and copy count, and TPOT
@@ -736,16 +767,9 @@ impl GatewayConfigFile {
             for (j, e) in p.endpoints.iter().enumerate() {
                 let ekey = format!("{key}.endpoint[{j}]");
                 let url = e.url.trim_end_matches('/').to_owned();
-                let Some(rest) = url.strip_prefix("http://") else {
-                    return Err(err(
-                        format!("{ekey}.url"),
-                        format!("`{url}` must start with http:// (this build has no TLS)"),
-                    ));
-                };
+                check_endpoint_url(&format!("{ekey}.url"), &url)?;
+                let rest = url.strip_prefix("http://").unwrap_or(&url);
                 let host_port = rest.split('/').next().unwrap_or("");
-                if host_port.is_empty() {
-                    return Err(err(format!("{ekey}.url"), format!("`{url}` has no host")));
-                }
                 let name = e.name.clone().unwrap_or_else(|| host_port.to_owned());
                 if endpoint_names.contains(&name) {
                     return Err(err(
@@ -950,6 +974,35 @@ url = "http://127.0.0.1:8000"
         assert_eq!(e.key, "budget.action[0].class");
         let e = parse("bogus = 1\n").unwrap_err();
         assert!(e.problem.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn type_errors_name_the_key_path_and_urls_are_parsed() {
+        let gpu = "[[pool]]\nname = \"gpu\"\nkind = \"gpu\"\nmodels = [\"m\"]\n\
+                   price_per_million_tokens_usd = 1.0\nttft_p99_ms = 100\ntpot_p99_ms = 10\n";
+        let e = parse("[retry]\nattempts = \"sixteen\"\n").unwrap_err();
+        assert!(e.key.starts_with("retry.attempts (line "), "{e}");
+        assert!(e.problem.contains("invalid type"), "{e}");
+        let e = parse(&format!(
+            "{gpu}max_concurrency = \"sixteen\"\n[[pool.endpoint]]\nurl = \"http://x\"\n"
+        ))
+        .unwrap_err();
+        assert!(e.key.starts_with("pool[1].max_concurrency"), "{e}");
+        for (url, says) in [
+            ("http://exa mple.com:99999999/", "is not a URL"),
+            ("http://x:99999999/", "is not a URL"),
+            ("http://", "is not a URL"),
+            ("https://x", "must use http://"),
+            ("x:80", "must use http://"),
+        ] {
+            let e = parse(&format!("{gpu}[[pool.endpoint]]\nurl = \"{url}\"\n")).unwrap_err();
+            assert_eq!(e.key, "pool[1].endpoint[0].url", "{url}");
+            assert!(e.problem.contains(says), "{url}: {e}");
+        }
+        parse(&format!(
+            "{gpu}[[pool.endpoint]]\nurl = \"http://gpu.example:8443/base/\"\n"
+        ))
+        .expect("a URL with a port and a path");
     }
 
     #[test]
