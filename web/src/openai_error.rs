@@ -8,6 +8,20 @@ use axum::{
 };
 use serde::Serialize;
 
+/// Characters of a client's value repeated in an error message; the rest is cut.
+const ECHO_CHARS: usize = 64;
+
+/// A client's `value` as an error message repeats it: control and non-ASCII characters escaped,
+/// cut to [`ECHO_CHARS`] characters with the full length noted.
+pub fn echo(value: &str) -> String {
+    let escaped: String = value.chars().flat_map(char::escape_default).collect();
+    if escaped.chars().count() <= ECHO_CHARS {
+        return escaped;
+    }
+    let cut: String = escaped.chars().take(ECHO_CHARS).collect();
+    format!("{cut}... ({} bytes)", value.len())
+}
+
 /// An error answer: status, OpenAI error body, and for overload a `Retry-After`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
@@ -53,7 +67,8 @@ impl ApiError {
             param: Some("model".into()),
             code: Some("model_not_found"),
             ..Self::invalid(format!(
-                "The model `{model}` does not exist; this server serves `{served}`"
+                "The model `{}` does not exist; this server serves `{served}`",
+                echo(model)
             ))
         }
     }
@@ -176,3 +191,19 @@ impl std::fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn echoed_values_are_escaped_and_cut() {
+        assert_eq!(echo("lax"), "lax");
+        assert_eq!(echo("tïght\n"), "t\\u{ef}ght\\n");
+        let long = "x".repeat(30_000);
+        let e = echo(&long);
+        assert!(e.starts_with(&"x".repeat(ECHO_CHARS)), "{e}");
+        assert!(e.ends_with("... (30000 bytes)"), "{e}");
+        assert!(e.len() < 100);
+    }
+}

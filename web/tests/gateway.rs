@@ -976,7 +976,8 @@ async fn raw_status(base: &str, request: &[u8]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_framing_oversized_bodies_and_wrong_methods_get_openai_errors() {
     let cpu = MockServer::start(Mode::Fast, Duration::ZERO);
-    let gw = Gateway::start(&config(&[&cpu.url], &[], 8, ""), None).await;
+    let gpu = MockServer::start(Mode::Fast, Duration::ZERO);
+    let gw = Gateway::start(&config(&[&cpu.url], &[&gpu.url], 8, ""), None).await;
     let head =
         "POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n";
     let bad_chunk = format!("{head}Transfer-Encoding: chunked\r\n\r\nzz\r\n{{}}\r\n0\r\n\r\n");
@@ -998,6 +999,19 @@ async fn malformed_framing_oversized_bodies_and_wrong_methods_get_openai_errors(
     assert_eq!(wrong_method.status(), StatusCode::METHOD_NOT_ALLOWED);
     let body: Value = wrong_method.json().await.expect("a JSON error body");
     assert_eq!(body["error"]["type"], "invalid_request_error");
+    let flood = "x".repeat(30_000);
+    let (status, _, body) = send(&c, &gw.base, &flood, &chat("flood", false)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body.len() < 1_000,
+        "the class is not echoed whole: {} bytes",
+        body.len()
+    );
+    let mut other = chat("other", false);
+    other["model"] = json!("nope");
+    let (status, _, body) = send(&c, &gw.base, "lax", &other).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body.contains("serves `m`\""), "each model once: {body}");
     let (status, _, body) = send(&c, &gw.base, "lax", &chat("after", false)).await;
     assert_eq!(status, StatusCode::OK, "still serves: {body}");
     gw.shutdown().await;

@@ -26,6 +26,9 @@ impl FileBytes {
             source,
         };
         let file = File::open(path).map_err(io)?;
+        if file.metadata().map_err(io)?.is_dir() {
+            return Err(Error::model(path, "is a directory, not a model file"));
+        }
         // SAFETY: the map is read-only and private to this process. Model files are not expected to
         // change while loaded; if another process truncates the file, reads fault rather than corrupt
         // memory safety of Rust values, since every byte is read as plain integers/floats.
@@ -76,4 +79,18 @@ fn page_size() -> usize {
         }
     }
     4096
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_is_named_as_one() {
+        let dir = std::env::temp_dir();
+        let Err(e) = FileBytes::map(&dir) else {
+            panic!("a directory maps");
+        };
+        assert!(e.to_string().contains("is a directory"), "{e}");
+    }
 }

@@ -817,7 +817,8 @@ fn prepare(
     let config = &table.config;
     let class = match headers.get(SLA_HEADER) {
         Some(v) => {
-            let name = v.to_str().unwrap_or("").trim();
+            let name = String::from_utf8_lossy(v.as_bytes());
+            let name = name.trim();
             config
                 .classes
                 .iter()
@@ -825,7 +826,8 @@ fn prepare(
                 .ok_or_else(|| {
                     let known: Vec<&str> = config.classes.iter().map(|c| c.name.as_str()).collect();
                     ApiError::invalid(format!(
-                        "{SLA_HEADER}: unknown SLA class `{name}`; known: {}",
+                        "{SLA_HEADER}: unknown SLA class `{}`; known: {}",
+                        crate::openai_error::echo(name),
                         known.join(", ")
                     ))
                 })?
@@ -841,11 +843,12 @@ fn prepare(
         .model
         .ok_or_else(|| ApiError::invalid_param("model", "`model` is required"))?;
     if !table.pools.iter().any(|p| p.config.models.contains(&model)) {
-        let all: Vec<&str> = table
-            .pools
-            .iter()
-            .flat_map(|p| p.config.models.iter().map(String::as_str))
-            .collect();
+        let mut all: Vec<&str> = Vec::new();
+        for model in table.pools.iter().flat_map(|p| &p.config.models) {
+            if !all.contains(&model.as_str()) {
+                all.push(model);
+            }
+        }
         return Err(ApiError::model_not_found(&model, &all.join(", ")));
     }
     let client_usage = peek
