@@ -14,11 +14,11 @@ const ECHO_CHARS: usize = 64;
 /// A client's `value` as an error message repeats it: control and non-ASCII characters escaped,
 /// cut to [`ECHO_CHARS`] characters with the full length noted.
 pub fn echo(value: &str) -> String {
-    let escaped: String = value.chars().flat_map(char::escape_default).collect();
-    if escaped.chars().count() <= ECHO_CHARS {
-        return escaped;
+    let mut escaped = value.chars().flat_map(char::escape_default);
+    let cut: String = escaped.by_ref().take(ECHO_CHARS).collect();
+    if escaped.next().is_none() {
+        return cut;
     }
-    let cut: String = escaped.chars().take(ECHO_CHARS).collect();
     format!("{cut}... ({} bytes)", value.len())
 }
 

@@ -565,9 +565,9 @@ impl GatewayConfig {
     }
 }
 
-/// An endpoint's base URL, read by a real URL parser: `http://` (this build has no TLS), a host,
-/// and a port in range when one is given.
-fn check_endpoint_url(key: &str, url: &str) -> Result<(), ConfigError> {
+/// The `host[:port]` of an endpoint's base URL as written, once a URL parser has read it: `http://`
+/// (this build has no TLS), a host, and a port in range when one is given.
+fn endpoint_authority<'a>(key: &str, url: &'a str) -> Result<&'a str, ConfigError> {
     let parsed = reqwest::Url::parse(url)
         .map_err(|e| err(key.to_owned(), format!("`{url}` is not a URL: {e}")))?;
     if parsed.scheme() != "http" {
@@ -579,7 +579,8 @@ fn check_endpoint_url(key: &str, url: &str) -> Result<(), ConfigError> {
     if parsed.host_str().is_none_or(str::is_empty) {
         return Err(err(key.to_owned(), format!("`{url}` has no host")));
     }
-    Ok(())
+    let rest = url.get("http://".len()..).unwrap_or_default();
+    Ok(rest.split('/').next().unwrap_or_default())
 }
 
 /// A CPU service model the router can use: `slots >= 1`, a positive prefill rate and copy count, and TPOT
@@ -767,9 +768,7 @@ impl GatewayConfigFile {
             for (j, e) in p.endpoints.iter().enumerate() {
                 let ekey = format!("{key}.endpoint[{j}]");
                 let url = e.url.trim_end_matches('/').to_owned();
-                check_endpoint_url(&format!("{ekey}.url"), &url)?;
-                let rest = url.strip_prefix("http://").unwrap_or(&url);
-                let host_port = rest.split('/').next().unwrap_or("");
+                let host_port = endpoint_authority(&format!("{ekey}.url"), &url)?;
                 let name = e.name.clone().unwrap_or_else(|| host_port.to_owned());
                 if endpoint_names.contains(&name) {
                     return Err(err(

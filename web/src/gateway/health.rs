@@ -92,14 +92,17 @@ impl Breaker {
         self.state
     }
 
+    /// Whether a live request at `now` is the probe of a breaker open `until`.
+    fn traffic_probes(&self, until: Instant, now: Instant) -> bool {
+        self.prober == Prober::Traffic && now >= until
+    }
+
     /// True when a request may be sent at `now`. An open breaker whose wait is over turns half-open and
     /// lets this one request through as the probe; a half-open breaker lets nothing else through.
     pub fn try_acquire(&mut self, now: Instant) -> bool {
         match self.state {
             BreakerState::Closed { .. } => true,
-            BreakerState::Open { until, wait }
-                if self.prober == Prober::Traffic && now >= until =>
-            {
+            BreakerState::Open { until, wait } if self.traffic_probes(until, now) => {
                 self.state = BreakerState::HalfOpen { wait };
                 true
             }
@@ -111,7 +114,7 @@ impl Breaker {
     pub fn is_available(&self, now: Instant) -> bool {
         match self.state {
             BreakerState::Closed { .. } => true,
-            BreakerState::Open { until, .. } => self.prober == Prober::Traffic && now >= until,
+            BreakerState::Open { until, .. } => self.traffic_probes(until, now),
             BreakerState::HalfOpen { .. } => false,
         }
     }
