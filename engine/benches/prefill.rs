@@ -8,7 +8,9 @@
 //!   over the rayon pool (`RAYON_NUM_THREADS` sets its size).
 //!
 //! Shapes (SmolLM2-135M): the 1536 x 576 MLP up projection and the 576 x 1536 down projection, against
-//! 64 and 512 tokens. `Throughput::Elements` counts multiply-adds (`rows x cols x tokens`).
+//! 64 and 512 tokens; for the K-quants (whose rows are whole 256-value super-blocks), Llama 3.2 1B's
+//! 2048 x 2048 attention projection against 128 tokens (one parallel task's share of a prompt).
+//! `Throughput::Elements` counts multiply-adds (`rows x cols x tokens`).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -19,7 +21,7 @@ use criterion::{
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use strata_engine::{
     kernels::{self, MatmulScratch, OutLayout, cpu, dispatch::KernelTable},
-    quant::{self, BlockQ8_0, BlockQ8_1, QK},
+    quant::{self, BlockQ8_0, BlockQ8_1, BlockQ8K, QK, QK_K},
     weights::{Weight, WeightData, WeightType},
 };
 
@@ -27,6 +29,8 @@ use strata_engine::{
 const SHAPES: [(usize, usize); 2] = [(1536, 576), (576, 1536)];
 /// Tokens per product.
 const TOKENS: [usize; 2] = [64, 512];
+/// `(rows, cols, tokens)` of the K-quant products.
+const K_SHAPES: [(usize, usize, usize); 2] = [(2048, 2048, 128), (2048, 8192, 128)];
 
 fn random(n: usize, seed: u64) -> Vec<f32> {
     let mut rng = StdRng::seed_from_u64(seed);
@@ -116,11 +120,7 @@ fn prefill(c: &mut Criterion) {
             let name = format!("{rows}x{cols}/{tokens}");
             for kind in [WeightType::Q8_0, WeightType::Q4_1, WeightType::Q4_0] {
                 let w = Weight::from_f32(values.clone(), rows, cols, kind);
-                let mut g = c.benchmark_group(format!("prefill_{kind}"));
-                g.throughput(Throughput::Elements((rows * cols * tokens) as u64))
-                    .sample_size(10)
-                    .warm_up_time(Duration::from_millis(300))
-                    .measurement_time(Duration::from_secs(2));
+                let mut g = group(c, kind, rows * cols * tokens);
                 match &w.data {
                     WeightData::Q8_0(v) => bench_kernels(
                         &mut g,
@@ -158,5 +158,62 @@ fn prefill(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, prefill);
+/// A benchmark group counting multiply-adds, with short runs.
+fn group<'a>(c: &'a mut Criterion, kind: WeightType, macs: usize) -> BenchmarkGroup<'a, WallTime> {
+    let mut g = c.benchmark_group(format!("prefill_{kind}"));
+    g.throughput(Throughput::Elements(macs as u64))
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(2));
+    g
+}
+
+fn prefill_k_quants(c: &mut Criterion) {
+    for (rows, cols, tokens) in K_SHAPES {
+        let values = random(rows * cols, 1);
+        let nb = cols / QK_K;
+        let x = random(tokens * cols, 2);
+        let mut a8k = vec![BlockQ8K::default(); tokens * nb];
+        quant::quantize_activations_q8_k(&x, &mut a8k);
+        let name = format!("{rows}x{cols}/{tokens}");
+        for kind in [WeightType::Q4K, WeightType::Q5K, WeightType::Q6K] {
+            let w = Weight::from_f32(values.clone(), rows, cols, kind);
+            let mut g = group(c, kind, rows * cols * tokens);
+            match &w.data {
+                WeightData::Q4K(v) => bench_kernels(
+                    &mut g,
+                    &name,
+                    (v, &a8k, nb),
+                    &Kernels {
+                        tiled: KernelTable::gemm_q4_k_q8_k,
+                        four: KernelTable::vec_dot_q4_k_q8_k_x4,
+                    },
+                ),
+                WeightData::Q5K(v) => bench_kernels(
+                    &mut g,
+                    &name,
+                    (v, &a8k, nb),
+                    &Kernels {
+                        tiled: KernelTable::gemm_q5_k_q8_k,
+                        four: KernelTable::vec_dot_q5_k_q8_k_x4,
+                    },
+                ),
+                WeightData::Q6K(v) => bench_kernels(
+                    &mut g,
+                    &name,
+                    (v, &a8k, nb),
+                    &Kernels {
+                        tiled: KernelTable::gemm_q6_k_q8_k,
+                        four: KernelTable::vec_dot_q6_k_q8_k_x4,
+                    },
+                ),
+                _ => unreachable!("K-quant types only"),
+            }
+            bench_matmul(&mut g, &name, &w, &x);
+            g.finish();
+        }
+    }
+}
+
+criterion_group!(benches, prefill, prefill_k_quants);
 criterion_main!(benches);

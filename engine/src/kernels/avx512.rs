@@ -28,6 +28,10 @@
 #![cfg(target_arch = "x86_64")]
 #![allow(unsafe_code)]
 
+mod k_tiles;
+
+pub(crate) use self::k_tiles::{gemm_q4_k_q8_k, gemm_q5_k_q8_k, gemm_q6_k_q8_k};
+
 use std::{arch::x86_64::*, cell::RefCell};
 
 use half::f16;
@@ -1371,7 +1375,7 @@ pub(crate) unsafe fn gemm_q4_1_q8_1(
     });
 }
 
-/// The tiled forms of the 5-bit and K-quant types: this tier's single-row and four-row dots over
+/// The tiled forms of the 5-bit types: this tier's single-row and four-row dots over
 /// every row and token (see [`gemm_by_row_dots`]).
 macro_rules! gemm_by_dots {
     ($($name:ident: $w:ty, $a:ty => $dot:ident, $dot_x4:ident;)*) => {$(
@@ -1389,9 +1393,6 @@ macro_rules! gemm_by_dots {
 gemm_by_dots! {
     gemm_q5_0_q8_0: BlockQ5_0, BlockQ8_0 => vec_dot_q5_0_q8_0, vec_dot_q5_0_q8_0_x4;
     gemm_q5_1_q8_1: BlockQ5_1, BlockQ8_1 => vec_dot_q5_1_q8_1, vec_dot_q5_1_q8_1_x4;
-    gemm_q4_k_q8_k: BlockQ4K, BlockQ8K => vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4;
-    gemm_q5_k_q8_k: BlockQ5K, BlockQ8K => vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_x4;
-    gemm_q6_k_q8_k: BlockQ6K, BlockQ8K => vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_x4;
 }
 
 #[cfg(test)]

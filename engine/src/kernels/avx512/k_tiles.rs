@@ -1,0 +1,476 @@
+//! Tiled K-quant products (prefill) on the AVX-512 tier: register tiles of four weight rows by four
+//! tokens, with the bits of the single-row dots.
+//!
+//! A call unpacks its tokens once, four at a time, into [`TokensK`] (values, block sums and the scales
+//! each tile needs), and each tile of rows once into [`RowsK`] (values as unsigned bytes, Q5_K's fifth
+//! and Q6_K's high bits included; scales and minimums as i16; the f16 scales as f32), so the inner loop
+//! is `vpmaddubsw` + `vpdpwssd` on loads alone. Per (row, token, super-block) it forms the single-row
+//! dot's integers exactly (an integer sum does not depend on its order) and then takes the single-row
+//! dot's float steps lane for lane: eight lanes of `fma(d * d_y, sums, acc)` (Q6_K: its `-32` offset
+//! subtracted from the sums first) and, for Q4_K and Q5_K, the minimums' term (Q4_K: four lanes of
+//! `fma(-dmin * d_y, products, acc)`; Q5_K: one `fma` of their exact sum), two (row, token) pairs per
+//! 16-lane vector, and ends with the same horizontal sums.
+
+use std::{arch::x86_64::*, cell::RefCell};
+
+use super::{avx2, broadcast_u8x32, f16_to_f32, hsum_float_8, load_i8x64, load_u8x64, spread_i16};
+use crate::{
+    kernels::tiles::{OutLayout, store_tile, tile_rows},
+    quant::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K},
+};
+
+/// Weight rows per tile.
+const ROWS: usize = 4;
+/// Tokens per tile.
+const TOKENS: usize = 4;
+/// 64-value groups (two sub-blocks) per super-block.
+const GROUPS: usize = QK_K / 64;
+
+/// One super-block of a tile of tokens.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct TokensK {
+    qs: [[[i8; 64]; GROUPS]; TOKENS],
+    /// Per token, the sums of its eight 32-value sub-blocks.
+    sub_sums: [[i16; 8]; TOKENS],
+    /// Per token, the sums of its sixteen 16-value sub-blocks.
+    bsums: [[i16; 16]; TOKENS],
+    /// Lane `r * TOKENS + t`: token `t`'s scale (for every row `r`).
+    d: [f32; ROWS * TOKENS],
+    /// Lanes `4t..4t + 4`: minus token `t`'s scale.
+    neg_d: [f32; TOKENS * 4],
+}
+
+impl Default for TokensK {
+    fn default() -> Self {
+        Self {
+            qs: [[[0; 64]; GROUPS]; TOKENS],
+            sub_sums: [[0; 8]; TOKENS],
+            bsums: [[0; 16]; TOKENS],
+            d: [0.0; ROWS * TOKENS],
+            neg_d: [0.0; TOKENS * 4],
+        }
+    }
+}
+
+/// One super-block of a tile of rows.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct RowsK {
+    /// Per row and 64-value group: sub-block `2g` in bytes 0..32, `2g + 1` in bytes 32..64.
+    q: [[[u8; 64]; GROUPS]; ROWS],
+    /// Per row and group, the scales of its four 128-bit lanes of products in i16 0..4.
+    group_scales: [[[i16; 8]; GROUPS]; ROWS],
+    /// Q4_K and Q5_K: the eight sub-block minimums.
+    mins: [[i16; 8]; ROWS],
+    /// Q6_K: the sixteen sub-block scales.
+    scales: [[i16; 16]; ROWS],
+    /// Lane `r * TOKENS + t`: row `r`'s `d` (for every token `t`).
+    d: [f32; ROWS * TOKENS],
+    dmin: [f32; ROWS],
+}
+
+impl Default for RowsK {
+    fn default() -> Self {
+        Self {
+            q: [[[0; 64]; GROUPS]; ROWS],
+            group_scales: [[[0; 8]; GROUPS]; ROWS],
+            mins: [[0; 8]; ROWS],
+            scales: [[0; 16]; ROWS],
+            d: [0.0; ROWS * TOKENS],
+            dmin: [0.0; ROWS],
+        }
+    }
+}
+
+/// Per-thread buffers: allocated on a thread's first product, then reused.
+#[derive(Default)]
+struct Scratch {
+    tokens: Vec<TokensK>,
+    rows: Vec<RowsK>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// What a type adds to its scaled sums, as its single-row dot does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Terms {
+    /// Q4_K: the minimums' products in four lanes, each accumulated, summed at the end
+    /// (`hsum_float_4`).
+    FourLaneMinimums,
+    /// Q5_K: the exact sum of the minimums' products, accumulated as one scalar.
+    SummedMinimums,
+    /// Q6_K: no minimums; `32 * sum(scale * block sum)` subtracted from the int32 sums.
+    Offset32,
+}
+
+/// A K-quant weight block as the tile kernel reads it.
+trait KBlock {
+    const TERMS: Terms;
+    /// Unpacks one block, row `r` of `out`.
+    ///
+    /// # Safety
+    /// The CPU must support the tier's features.
+    unsafe fn unpack(&self, out: &mut RowsK, r: usize);
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn store_u8x64(out: &mut [u8; 64], v: __m512i) {
+    // SAFETY: `out` is 64 writable bytes; `storeu` has no alignment requirement.
+    unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), v) }
+}
+
+/// The values of a Q4_K/Q5_K block, fifth bits (`qh`, Q5_K) added, as the single-row dot forms them.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn k4_values(qs: &[u8; QK_K / 2], qh: Option<&[u8; QK_K / 8]>, out: &mut [[u8; 64]; GROUPS]) {
+    let low4 = _mm512_set1_epi8(0x0f);
+    let sixteen = _mm512_set1_epi8(0x10);
+    let nibble_shift = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
+    let (q4, _) = qs.as_chunks::<32>();
+    let high = match qh {
+        Some(h) => broadcast_u8x32(h),
+        None => _mm512_setzero_si512(),
+    };
+    let mut bit = _mm512_inserti64x4::<1>(_mm512_set1_epi8(1), _mm256_set1_epi8(2));
+    for (g, o) in out.iter_mut().enumerate() {
+        let bits = _mm512_srlv_epi64(broadcast_u8x32(&q4[g]), nibble_shift);
+        let mut q = _mm512_and_si512(bits, low4);
+        if qh.is_some() {
+            q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(high, bit), q, sixteen);
+            bit = _mm512_slli_epi16::<2>(bit);
+        }
+        store_u8x64(o, q);
+    }
+}
+
+/// Unpacks the common parts of a Q4_K/Q5_K block into row `r` of `out`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn unpack_k4(
+    (d, dmin, packed): (half::f16, half::f16, &[u8; 12]),
+    (qs, qh): (&[u8; QK_K / 2], Option<&[u8; QK_K / 8]>),
+    out: &mut RowsK,
+    r: usize,
+) {
+    k4_values(qs, qh, &mut out.q[r]);
+    let (scales, mins) = avx2::scales_mins_k4(packed);
+    let scales = scales.to_le_bytes().map(i16::from);
+    for (g, lanes) in out.group_scales[r].iter_mut().enumerate() {
+        let (low, high) = (scales[2 * g], scales[2 * g + 1]);
+        *lanes = [low, low, high, high, 0, 0, 0, 0];
+    }
+    out.mins[r] = mins.to_le_bytes().map(i16::from);
+    out.d[r * TOKENS..(r + 1) * TOKENS].fill(f16_to_f32(d));
+    out.dmin[r] = f16_to_f32(dmin);
+}
+
+impl KBlock for BlockQ4K {
+    const TERMS: Terms = Terms::FourLaneMinimums;
+    unsafe fn unpack(&self, out: &mut RowsK, r: usize) {
+        // SAFETY: the caller's CPU has the tier's features (this function's contract).
+        unsafe { unpack_k4((self.d, self.dmin, &self.scales), (&self.qs, None), out, r) }
+    }
+}
+
+impl KBlock for BlockQ5K {
+    const TERMS: Terms = Terms::SummedMinimums;
+    unsafe fn unpack(&self, out: &mut RowsK, r: usize) {
+        let bits = (&self.qs, Some(&self.qh));
+        // SAFETY: as for Q4_K.
+        unsafe { unpack_k4((self.d, self.dmin, &self.scales), bits, out, r) }
+    }
+}
+
+/// The unsigned 6-bit values of a Q6_K block in natural order, as the single-row dot forms them.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn q6_k_values(x: &BlockQ6K, out: &mut [[u8; 64]; GROUPS]) {
+    /// `(a & b) | c` for `vpternlogd`.
+    const A_AND_B_OR_C: i32 = 0xea;
+    let low4 = _mm512_set1_epi8(0x0f);
+    let high2 = _mm512_set1_epi8(0x30);
+    let first_pairs = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4);
+    let second_pairs = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
+    let (ql, _) = x.ql.as_chunks::<64>();
+    let (qh, _) = x.qh.as_chunks::<32>();
+    for j in 0..QK_K / 128 {
+        let (l, h) = (load_u8x64(&ql[j]), broadcast_u8x32(&qh[j]));
+        let h_first = _mm512_and_si512(_mm512_sllv_epi64(h, first_pairs), high2);
+        let h_second = _mm512_and_si512(_mm512_srlv_epi64(h, second_pairs), high2);
+        let first = _mm512_ternarylogic_epi32::<A_AND_B_OR_C>(l, low4, h_first);
+        let second =
+            _mm512_ternarylogic_epi32::<A_AND_B_OR_C>(_mm512_srli_epi16::<4>(l), low4, h_second);
+        store_u8x64(&mut out[2 * j], first);
+        store_u8x64(&mut out[2 * j + 1], second);
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn unpack_q6_k(x: &BlockQ6K, out: &mut RowsK, r: usize) {
+    q6_k_values(x, &mut out.q[r]);
+    let scales = x.scales.map(i16::from);
+    for (g, lanes) in out.group_scales[r].iter_mut().enumerate() {
+        let four = &scales[4 * g..4 * g + 4];
+        *lanes = [four[0], four[1], four[2], four[3], 0, 0, 0, 0];
+    }
+    out.scales[r] = scales;
+    out.d[r * TOKENS..(r + 1) * TOKENS].fill(f16_to_f32(x.d));
+}
+
+impl KBlock for BlockQ6K {
+    const TERMS: Terms = Terms::Offset32;
+    unsafe fn unpack(&self, out: &mut RowsK, r: usize) {
+        // SAFETY: as for Q4_K.
+        unsafe { unpack_q6_k(self, out, r) }
+    }
+}
+
+/// Unpacks a tile of rows (`nb` super-blocks each) into `out`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn pack_rows<W: KBlock>(rows: &[&[W]; ROWS], out: &mut Vec<RowsK>) {
+    let nb = rows.iter().map(|r| r.len()).min().unwrap_or(0);
+    out.clear();
+    out.resize(nb, RowsK::default());
+    for (i, p) in out.iter_mut().enumerate() {
+        for (r, row) in rows.iter().enumerate() {
+            // SAFETY: this function's target features are the tier's.
+            unsafe { row[i].unpack(p, r) };
+        }
+    }
+}
+
+/// Unpacks `x` (tokens of `nb` super-blocks) into `out`, `nb` entries per tile of tokens; the last
+/// tile is padded with zero tokens.
+fn pack_tokens(x: &[BlockQ8K], nb: usize, out: &mut Vec<TokensK>) {
+    let tokens = x.len() / nb;
+    out.clear();
+    out.resize(tokens.div_ceil(TOKENS) * nb, TokensK::default());
+    for (t, blocks) in x.chunks_exact(nb).enumerate() {
+        let (tile, lane) = (t / TOKENS, t % TOKENS);
+        for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
+            let (groups, _) = b.qs.as_chunks::<64>();
+            p.qs[lane].copy_from_slice(groups);
+            p.bsums[lane] = b.bsums;
+            // The single-row dot's `sub_block_sums`: wrapping i16 sums of pairs of 16-value sums.
+            p.sub_sums[lane] =
+                std::array::from_fn(|k| b.bsums[2 * k].wrapping_add(b.bsums[2 * k + 1]));
+            for r in 0..ROWS {
+                p.d[r * TOKENS + lane] = b.d;
+            }
+            p.neg_d[4 * lane..4 * lane + 4].fill(-b.d);
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn load_f32x16(v: &[f32; 16]) -> __m512 {
+    // SAFETY: `v` is 16 readable f32; `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_ps(v.as_ptr()) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn load_i16x8(v: &[i16; 8]) -> __m128i {
+    // SAFETY: `v` is 16 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm_loadu_si128(v.as_ptr().cast()) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn load_i16x32(v: &[[i16; 8]; 4]) -> __m512i {
+    // SAFETY: `v` is 64 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+}
+
+/// Q6_K's offsets (`avx2::q6_k_offset`) of row `r` for tokens `2h` (lanes 0..8) and `2h + 1` (lanes
+/// 8..16).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn q6_k_offsets(w: &RowsK, y: &TokensK, r: usize, h: usize) -> __m512i {
+    // SAFETY: `w.scales[r]` is 32 readable bytes and `y.bsums[2h..2h + 2]` 64; unaligned loads.
+    let (scales, bsums) = unsafe {
+        (
+            _mm512_broadcast_i64x4(_mm256_loadu_si256(w.scales[r].as_ptr().cast())),
+            _mm512_loadu_si512(y.bsums[2 * h..].as_ptr().cast()),
+        )
+    };
+    _mm512_slli_epi32::<5>(_mm512_madd_epi16(bsums, scales))
+}
+
+/// Every int32 lane of each group of four replaced by the group's exact sum.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn sum_groups_of_four(v: __m512i) -> __m512i {
+    let pairs = _mm512_add_epi32(v, _mm512_shuffle_epi32::<0b10_11_00_01>(v));
+    _mm512_add_epi32(pairs, _mm512_shuffle_epi32::<0b01_00_11_10>(pairs))
+}
+
+/// The results of one tile: rows `rows` (super-blocks `nb` = `rows.len()`) against one tile of
+/// tokens, `out[r][t]` for row `r` and token `t`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_tile(rows: &[RowsK], tokens: &[TokensK], terms: Terms) -> [[f32; TOKENS]; ROWS] {
+    let n = rows.len().min(tokens.len());
+    // `acc[2r + h]`: lanes 0..8 for (row r, token 2h), 8..16 for (row r, token 2h + 1).
+    let mut acc = [_mm512_setzero_ps(); ROWS * TOKENS / 2];
+    // `acc_m[r]`: lanes `4t..4t + 4` for (row r, token t).
+    let mut acc_m = [_mm512_setzero_ps(); ROWS];
+    let pick = |a: i32, b: i32| _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+    let picks: [__m512i; ROWS * TOKENS / 2] = std::array::from_fn(|k| {
+        let first = 2 * k as i32;
+        pick(first, first + 1)
+    });
+    for (w, y) in rows[..n].iter().zip(&tokens[..n]) {
+        let mut sums = [[_mm512_setzero_si512(); TOKENS]; ROWS];
+        for g in 0..GROUPS {
+            let qy: [__m512i; TOKENS] = std::array::from_fn(|t| load_i8x64(&y.qs[t][g]));
+            for (r, row_sums) in sums.iter_mut().enumerate() {
+                let q = load_u8x64(&w.q[r][g]);
+                let lanes = _mm512_broadcast_i32x4(load_i16x8(&w.group_scales[r][g]));
+                let sc = spread_i16(lanes, [0, 1, 2, 3]);
+                for (sum, &y) in row_sums.iter_mut().zip(&qy) {
+                    *sum = _mm512_dpwssd_epi32(*sum, _mm512_maddubs_epi16(q, y), sc);
+                }
+            }
+        }
+        let products = _mm512_mul_ps(load_f32x16(&w.d), load_f32x16(&y.d));
+        for r in 0..ROWS {
+            for h in 0..TOKENS / 2 {
+                let (a, b) = (sums[r][2 * h], sums[r][2 * h + 1]);
+                let low = _mm512_shuffle_i64x2::<0b01_00_01_00>(a, b);
+                let high = _mm512_shuffle_i64x2::<0b11_10_11_10>(a, b);
+                let mut folded = _mm512_add_epi32(low, high);
+                if terms == Terms::Offset32 {
+                    folded = _mm512_sub_epi32(folded, q6_k_offsets(w, y, r, h));
+                }
+                let k = r * TOKENS / 2 + h;
+                let scale = _mm512_permutexvar_ps(picks[k], products);
+                acc[k] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(folded), acc[k]);
+            }
+            if terms != Terms::Offset32 {
+                let mins = _mm512_broadcast_i32x4(load_i16x8(&w.mins[r]));
+                let mut prod = _mm512_madd_epi16(mins, load_i16x32(&y.sub_sums));
+                if terms == Terms::SummedMinimums {
+                    prod = sum_groups_of_four(prod);
+                }
+                let dmin = _mm512_mul_ps(_mm512_set1_ps(w.dmin[r]), load_f32x16(&y.neg_d));
+                acc_m[r] = _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(prod), acc_m[r]);
+            }
+        }
+    }
+    finish(&acc, &acc_m, terms)
+}
+
+/// The single-row dots' last steps for every pair of a tile.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn finish(
+    acc: &[__m512; ROWS * TOKENS / 2],
+    acc_m: &[__m512; ROWS],
+    terms: Terms,
+) -> [[f32; TOKENS]; ROWS] {
+    let mut out = [[0f32; TOKENS]; ROWS];
+    for (r, row) in out.iter_mut().enumerate() {
+        let mut m = [0f32; 16];
+        // SAFETY: `m` has room for 16 f32; unaligned store.
+        unsafe { _mm512_storeu_ps(m.as_mut_ptr(), acc_m[r]) };
+        for (t, o) in row.iter_mut().enumerate() {
+            let v = acc[r * TOKENS / 2 + t / 2];
+            let eight = if t % 2 == 0 {
+                _mm512_castps512_ps256(v)
+            } else {
+                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)))
+            };
+            let lanes = &m[4 * t..4 * t + 4];
+            *o = match terms {
+                Terms::FourLaneMinimums => {
+                    // SAFETY: `lanes` is 4 readable f32; unaligned load.
+                    let four = unsafe { _mm_loadu_ps(lanes.as_ptr()) };
+                    hsum_float_8(eight) + avx2::hsum_float_4(four)
+                }
+                Terms::SummedMinimums => hsum_float_8(eight) + lanes[0],
+                Terms::Offset32 => hsum_float_8(eight),
+            };
+        }
+    }
+    out
+}
+
+/// Every row of `w` against every token of `x` (`nb` super-blocks each), into `out` as `layout`
+/// places them, with the single-row dots' bits. A tile of rows goes across every tile of tokens
+/// before the next, so its unpacked blocks stay in cache while the tokens stream past.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn gemm<W: KBlock>(w: &[W], x: &[BlockQ8K], nb: usize, out: &mut [f32], layout: OutLayout) {
+    let Some(tokens) = x.len().checked_div(nb) else {
+        return;
+    };
+    let rows = w.len() / nb;
+    if rows == 0 || tokens == 0 {
+        return;
+    }
+    SCRATCH.with_borrow_mut(|s| {
+        pack_tokens(x, nb, &mut s.tokens);
+        for first_row in (0..rows).step_by(ROWS) {
+            let tile = tile_rows::<ROWS, _>(w, nb, first_row);
+            pack_rows(&tile, &mut s.rows);
+            for (j, entries) in s.tokens.chunks_exact(nb).enumerate() {
+                let first_token = j * TOKENS;
+                let values = dot_tile(&s.rows, entries, W::TERMS);
+                let real = (rows - first_row, tokens - first_token);
+                store_tile(out, layout, (first_row, first_token), real, values);
+            }
+        }
+    });
+}
+
+/// [`super::vec_dot_q4_k_q8_k`] of every row of `w` against every token of `x` (`nb` super-blocks
+/// each), into `out` as `layout` places them, with the same bits.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn gemm_q4_k_q8_k(
+    w: &[BlockQ4K],
+    x: &[BlockQ8K],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    gemm(w, x, nb, out, layout);
+}
+
+/// [`super::vec_dot_q5_k_q8_k`] of every row of `w` against every token of `x`, as
+/// [`gemm_q4_k_q8_k`].
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn gemm_q5_k_q8_k(
+    w: &[BlockQ5K],
+    x: &[BlockQ8K],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    gemm(w, x, nb, out, layout);
+}
+
+/// [`super::vec_dot_q6_k_q8_k`] of every row of `w` against every token of `x`, as
+/// [`gemm_q4_k_q8_k`].
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn gemm_q6_k_q8_k(
+    w: &[BlockQ6K],
+    x: &[BlockQ8K],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    gemm(w, x, nb, out, layout);
+}
