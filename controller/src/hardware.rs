@@ -253,14 +253,18 @@ fn mem_total() -> Option<i64> {
 /// (about a second in all), on all hardware threads.
 pub fn measure(hw: &mut NewHardware) {
     let threads = hw.threads.max(1) as usize;
-    hw.bandwidth_gb_per_s = Some(memory_bandwidth(threads));
+    hw.bandwidth_gb_per_s = Some(read_bandwidth_gb_per_s(threads));
     let (int8, f32) = peak_throughput(threads);
     hw.peak_int8_gops = Some(int8);
     hw.peak_f32_gops = Some(f32);
 }
 
-/// Read bandwidth in GB/s: each thread sums its share of a 512 MiB array, best of three passes.
-fn memory_bandwidth(threads: usize) -> f64 {
+/// Read bandwidth in GB/s as decode uses it: `threads` threads each stream their share of a 512 MiB
+/// array (far larger than any cache) once, reading only; the best of three passes. Bandwidth on a
+/// shared host moves with its neighbours, so a share of it is only meaningful against a figure taken
+/// in the same minute.
+pub fn read_bandwidth_gb_per_s(threads: usize) -> f64 {
+    let threads = threads.max(1);
     let len: usize = (512 << 20) / 8;
     let data: Vec<u64> = (0..len as u64).collect();
     let chunk = len.div_ceil(threads);

@@ -3,6 +3,7 @@
 use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
+use strata_controller::hardware;
 use strata_engine::{
     bench::{self, BenchSpec},
     loader::LoadedModel,
@@ -70,6 +71,33 @@ struct Record {
     stddev: f64,
     samples: Vec<f64>,
     peak_rss_bytes: Option<u64>,
+    /// Generation tests: what decode moved against the read bandwidth measured right after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decode: Option<DecodeShare>,
+}
+
+/// Decode against the memory's read bandwidth: at batch 1 every weight a token needs is read once.
+#[derive(Debug, Serialize)]
+struct DecodeShare {
+    /// Weight bytes one token reads.
+    bytes_per_token: usize,
+    /// Read bandwidth with the test's thread count, measured right after the test.
+    read_bandwidth_gb_per_s: f64,
+    /// `bytes_per_token x tokens/s / read bandwidth`.
+    share: f64,
+}
+
+impl DecodeShare {
+    /// Measures the read bandwidth now and relates `tokens_per_sec` of `bytes_per_token` to it.
+    fn measure(bytes_per_token: usize, tokens_per_sec: f64, threads: usize) -> Self {
+        let read_bandwidth_gb_per_s = hardware::read_bandwidth_gb_per_s(threads);
+        let moved = bytes_per_token as f64 * tokens_per_sec / 1e9;
+        Self {
+            bytes_per_token,
+            read_bandwidth_gb_per_s,
+            share: moved / read_bandwidth_gb_per_s,
+        }
+    }
 }
 
 impl BenchArgs {
@@ -91,10 +119,11 @@ impl BenchArgs {
             self.weights.iter().copied().map(Some).collect()
         };
         if !self.json {
-            println!("| model | weights | threads | test | tokens/s |");
-            println!("|---|---|---|---|---|");
+            println!("| model | weights | threads | test | tokens/s | decode / read bandwidth |");
+            println!("|---|---|---|---|---|---|");
         }
         let mut records = Vec::new();
+        let mut peak = PeakRss::default();
         for &w in &weights {
             for &threads in &self.threads {
                 let loaded = LoadedModel::open(
@@ -106,7 +135,13 @@ impl BenchArgs {
                     },
                 )
                 .with_context(|| format!("loading {}", path.display()))?;
+                let bytes_per_token = loaded.model.decode_bytes_per_token();
                 for result in bench::run(&loaded, &spec)? {
+                    let decode = result.test.starts_with("tg").then(|| {
+                        peak.around_probe(|| {
+                            DecodeShare::measure(bytes_per_token, result.tokens_per_sec, threads)
+                        })
+                    });
                     let record = Record {
                         model: name.clone(),
                         weights: loaded.model.weight_type(),
@@ -117,17 +152,24 @@ impl BenchArgs {
                         tokens_per_sec: result.tokens_per_sec,
                         stddev: result.stddev,
                         samples: result.samples,
-                        peak_rss_bytes: peak_rss_bytes(),
+                        peak_rss_bytes: peak.bytes(),
+                        decode,
                     };
                     if !self.json {
                         println!(
-                            "| {} | {} | {} | {} | {:.2} ± {:.2} |",
+                            "| {} | {} | {} | {} | {:.2} ± {:.2} | {} |",
                             record.model,
                             record.weights,
                             record.threads,
                             record.test,
                             record.tokens_per_sec,
-                            record.stddev
+                            record.stddev,
+                            record.decode.as_ref().map_or_else(String::new, |d| format!(
+                                "{:.0}% of {:.1} GB/s ({:.0} MB a token)",
+                                100.0 * d.share,
+                                d.read_bandwidth_gb_per_s,
+                                d.bytes_per_token as f64 / 1e6
+                            ))
                         );
                     }
                     records.push(record);
@@ -136,7 +178,7 @@ impl BenchArgs {
         }
         if self.json {
             println!("{}", serde_json::to_string_pretty(&records)?);
-        } else if let Some(rss) = peak_rss_bytes() {
+        } else if let Some(rss) = peak.bytes() {
             println!("\npeak RSS: {:.1} MiB", rss as f64 / (1024.0 * 1024.0));
         }
         Ok(())
@@ -150,6 +192,31 @@ fn parse_kv(s: &str) -> Result<KvType, String> {
         other => Err(format!(
             "unknown cache type {other:?} (expected f16 or f32)"
         )),
+    }
+}
+
+/// The process's peak resident set over the tests, without the bandwidth probes' buffers.
+#[derive(Default)]
+struct PeakRss {
+    /// The highest peak seen before a probe.
+    before_probes: Option<u64>,
+}
+
+impl PeakRss {
+    /// Runs `probe`, keeping the peak before it and resetting the OS's peak after it (its buffer is
+    /// freed by then), where the OS allows that.
+    fn around_probe<T>(&mut self, probe: impl FnOnce() -> T) -> T {
+        self.before_probes = self.bytes();
+        let value = probe();
+        if let Err(err) = std::fs::write("/proc/self/clear_refs", "5") {
+            tracing::debug!(%err, "cannot reset the peak resident set; it includes the bandwidth probe");
+        }
+        value
+    }
+
+    /// The peak so far.
+    fn bytes(&self) -> Option<u64> {
+        self.before_probes.max(peak_rss_bytes())
     }
 }
 

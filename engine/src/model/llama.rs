@@ -422,6 +422,18 @@ impl Llama {
         layers + self.embedding.byte_size() + self.output.as_ref().map_or(0, Weight::byte_size)
     }
 
+    /// Bytes of weights one decoded token reads: every layer's matrices and norms and the output
+    /// head (the embedding itself when tied), but not the embedding table, of which a token reads
+    /// one row.
+    pub fn decode_bytes_per_token(&self) -> usize {
+        let head = self.output.as_ref().unwrap_or(&self.embedding).byte_size();
+        self.weight_bytes()
+            - self.embedding.byte_size()
+            - self.output.as_ref().map_or(0, Weight::byte_size)
+            + head
+            + 4 * self.output_norm.len()
+    }
+
     /// A key/value cache in f16 (llama.cpp's default) sized for `capacity` positions.
     pub fn new_cache(&self, capacity: usize) -> KvCache {
         self.new_cache_with(capacity, KvType::default())
