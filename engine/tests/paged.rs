@@ -404,3 +404,30 @@ fn a_sliding_window_forgets_tokens_beyond_its_reach() {
         );
     }
 }
+
+/// A long prompt's feed-forward steps take a fixed number of tokens at a time; a prompt fed in
+/// pieces cut elsewhere gives every position the same logits, bit for bit.
+#[test]
+fn a_long_prompt_in_one_pass_equals_it_in_pieces() {
+    for kind in [WeightType::Q8_0, WeightType::F32] {
+        let shape = TinyLlama {
+            context_length: 512,
+            ..TinyLlama::default()
+        };
+        let model = load(shape.writer(7, kind).to_bytes(), 2);
+        let p = prompt(300, 5);
+        let mut cache = model.new_cache_with(p.len(), KvType::F16);
+        let whole = model
+            .forward(&p, &mut cache, Logits::All)
+            .expect("one pass");
+        let mut cache = model.new_cache_with(p.len(), KvType::F16);
+        let mut pieces = Vec::new();
+        for piece in [&p[..100], &p[100..]] {
+            let logits = model
+                .forward(piece, &mut cache, Logits::All)
+                .expect("a piece");
+            pieces.extend(logits);
+        }
+        assert_eq!(bits(&whole), bits(&pieces), "{kind}");
+    }
+}

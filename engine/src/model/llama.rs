@@ -301,10 +301,11 @@ impl Buffers {
             (&mut self.v, kv),
             (&mut self.att, q),
             (&mut self.proj, d),
-            (&mut self.gate, f),
-            (&mut self.up, f),
         ] {
             buffer.resize(n * width, 0.0);
+        }
+        for buffer in [&mut self.gate, &mut self.up] {
+            buffer.resize(n.min(FFN_TOKENS) * f, 0.0);
         }
     }
 }
@@ -846,43 +847,28 @@ impl Llama {
         }
     }
 
+    /// The feed-forward block over the pass's tokens, [`FFN_TOKENS`] at a time: its widest
+    /// activations (gate and up) are then held for that many tokens, not for a whole prompt; every
+    /// token's result is the same whichever tokens share its product.
     fn ffn_block(&self, split: Split<'_>, layer: &Layer, b: &mut Buffers, n: usize) {
         let c = &self.config;
+        let (d, f) = (c.dim, c.ffn_dim);
         rms_norm(split, &b.x, &layer.ffn_norm, c.rms_eps, &mut b.xb);
-        layer.gate_up.matmul(
-            split,
-            &b.xb,
-            n,
-            &mut [&mut b.gate, &mut b.up],
-            &mut b.combined,
-            &mut b.scratch,
-        );
-        let width = c.ffn_dim * ELEMENTWISE_TOKENS;
-        let up = &b.up;
-        let activation = c.activation;
-        split.chunks_mut(&mut b.gate, width, |task, gate| {
-            let up = &up[task * width..];
-            match activation {
-                Activation::Silu => {
-                    for (g, &u) in gate.iter_mut().zip(up) {
-                        *g = silu(*g) * u;
-                    }
-                }
-                Activation::GeluTanh => {
-                    for (g, &u) in gate.iter_mut().zip(up) {
-                        *g = gelu_gate(*g, u);
-                    }
-                }
-            }
-        });
-        matmul(
-            split,
-            &layer.w_down,
-            &b.gate,
-            n,
-            &mut b.proj,
-            &mut b.scratch,
-        );
+        for first in (0..n).step_by(FFN_TOKENS) {
+            let m = FFN_TOKENS.min(n - first);
+            let (gate, up) = (&mut b.gate[..m * f], &mut b.up[..m * f]);
+            layer.gate_up.matmul(
+                split,
+                &b.xb[first * d..(first + m) * d],
+                m,
+                &mut [&mut *gate, &mut *up],
+                &mut b.combined,
+                &mut b.scratch,
+            );
+            gated_activation(split, c.activation, f, gate, up);
+            let proj = &mut b.proj[first * d..(first + m) * d];
+            matmul(split, &layer.w_down, gate, m, proj, &mut b.scratch);
+        }
         self.add_block_output(split, layer.post_ffn_norm.as_deref(), b);
     }
 
@@ -1209,6 +1195,36 @@ fn check_len(
 const ELEMENTWISE_TOKENS: usize = 16;
 /// Most tokens of a pass that runs on a team: decode steps, whose element-wise steps are one task.
 const TEAM_TOKENS: usize = ELEMENTWISE_TOKENS;
+
+/// Tokens of a pass per feed-forward step ([`Llama::ffn_block`]): enough to give every thread whole
+/// tiled tasks, few enough that the gate and up activations of a long prompt stay small.
+const FFN_TOKENS: usize = 128;
+
+/// `gate = activation(gate) * up`, element by element, for tokens of `width` values.
+fn gated_activation(
+    split: Split<'_>,
+    activation: Activation,
+    width: usize,
+    gate: &mut [f32],
+    up: &[f32],
+) {
+    let width = width * ELEMENTWISE_TOKENS;
+    split.chunks_mut(gate, width, |task, gate| {
+        let up = &up[task * width..];
+        match activation {
+            Activation::Silu => {
+                for (g, &u) in gate.iter_mut().zip(up) {
+                    *g = silu(*g) * u;
+                }
+            }
+            Activation::GeluTanh => {
+                for (g, &u) in gate.iter_mut().zip(up) {
+                    *g = gelu_gate(*g, u);
+                }
+            }
+        }
+    });
+}
 
 /// A product of the pass's loops on `split` with the process's kernel tier.
 fn matmul(
