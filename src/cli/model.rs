@@ -75,17 +75,22 @@ pub(crate) enum ModelCommand {
     /// Write a GGUF file with random weights at the real shapes and llama-quantize's tensor types of
     /// a deployed model, for speed and memory measurements.
     Synth {
-        /// The shape: llama-3.2-1b or llama-3.1-8b.
+        /// The shape: llama-3.2-1b, llama-3.2-3b, llama-3.1-8b, qwen2.5-7b, gemma-3-1b or
+        /// gemma-3-4b (the options below change its parts).
         #[arg(value_parser = |s: &str| s.parse::<SynthShape>())]
         shape: SynthShape,
-        /// The file type (as for `quantize`), e.g. q4_k_m.
-        #[arg(value_parser = |s: &str| s.parse::<FileType>())]
+        /// The file type (as for `quantize`), e.g. q4_k_m, q5_k_m, q8_0, q4_0, f16.
+        #[arg(long = "type", value_name = "TYPE", default_value = "q4_k_m",
+              value_parser = |s: &str| s.parse::<FileType>())]
         file_type: FileType,
-        /// The GGUF file to write (replaced when it exists).
-        output: PathBuf,
+        /// The GGUF file to write (replaced when it exists) [default: SHAPE-TYPE.synthetic.gguf].
+        #[arg(long = "out", value_name = "FILE")]
+        output: Option<PathBuf>,
         /// Seed of the random weights.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        #[command(flatten)]
+        parts: Box<ShapeParts>,
     },
     /// Print a GGUF file's format version, metadata (arrays summarized), tensor table and totals.
     Inspect {
@@ -95,6 +100,48 @@ pub(crate) enum ModelCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Changes to a synthetic shape's parts, each left as the shape has it when not given.
+#[derive(Debug, Args)]
+pub(crate) struct ShapeParts {
+    /// Transformer blocks.
+    #[arg(long, value_name = "N")]
+    layers: Option<usize>,
+    /// Hidden width.
+    #[arg(long, value_name = "N")]
+    width: Option<usize>,
+    /// Feed-forward width.
+    #[arg(long, value_name = "N")]
+    ffn: Option<usize>,
+    /// Query heads.
+    #[arg(long, value_name = "N")]
+    heads: Option<usize>,
+    /// Key/value heads.
+    #[arg(long, value_name = "N")]
+    kv_heads: Option<usize>,
+    /// Width of one head.
+    #[arg(long, value_name = "N")]
+    head_dim: Option<usize>,
+    /// Vocabulary size.
+    #[arg(long, value_name = "N")]
+    vocab: Option<usize>,
+}
+
+impl ShapeParts {
+    /// `shape` with the given parts replaced.
+    fn apply(&self, shape: SynthShape) -> SynthShape {
+        SynthShape {
+            n_layers: self.layers.unwrap_or(shape.n_layers),
+            dim: self.width.unwrap_or(shape.dim),
+            ffn_dim: self.ffn.unwrap_or(shape.ffn_dim),
+            n_heads: self.heads.unwrap_or(shape.n_heads),
+            n_kv_heads: self.kv_heads.unwrap_or(shape.n_kv_heads),
+            head_dim: self.head_dim.unwrap_or(shape.head_dim),
+            vocab: self.vocab.unwrap_or(shape.vocab),
+            ..shape
+        }
+    }
 }
 
 /// Where the cache is.
@@ -149,7 +196,17 @@ impl ModelCommand {
                 file_type,
                 output,
                 seed,
-            } => synthesize(&shape, file_type, &output, seed)?,
+                parts,
+            } => {
+                let output = output.unwrap_or_else(|| {
+                    PathBuf::from(format!(
+                        "{}-{}.synthetic.gguf",
+                        shape.name,
+                        file_type.name()
+                    ))
+                });
+                synthesize(&parts.apply(shape), file_type, &output, seed)?
+            }
             ModelCommand::Inspect { path, json } => inspect(&path, json)?,
         }
         Ok(())

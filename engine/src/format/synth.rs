@@ -1,5 +1,6 @@
 //! GGUF files with random weights at the real shapes and tensor types of deployed models (Llama 3.2
-//! 1B, Llama 3.1 8B, ...), for measuring speed and memory where the real weights cannot be had.
+//! 1B and 3B, Llama 3.1 8B, Qwen 2.5 7B, Gemma 3 1B and 4B), for measuring speed and memory where the
+//! real weights cannot be had. Each file says so in its metadata ([`SYNTHETIC_KEY`]).
 //!
 //! Each tensor gets the type llama-quantize's rules give it in the chosen mix (Q4_K_M puts
 //! `attn_v` and half of `ffn_down` in Q6_K, the output head in Q6_K, ...), and random blocks of
@@ -28,12 +29,18 @@ const TOKEN_TYPE_NORMAL: i32 = 1;
 const TOKEN_TYPE_CONTROL: i32 = 3;
 /// Llama 3's special tokens: the last 256 ids (from 128000 in its 128256-token vocabulary).
 const SPECIAL_TOKENS: usize = 256;
+/// The metadata key (a bool, true) that marks a file's weights as random: its speed is real, its
+/// outputs are not.
+pub const SYNTHETIC_KEY: &str = "strata.synthetic";
 
 /// The hyperparameters of a model shape.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SynthShape {
     /// The name on the command line (`llama-3.2-1b`).
     pub name: &'static str,
+    /// `general.architecture`: `llama`, `qwen2` (biased Q/K/V) or `gemma3` (Q/K norms, post-norms,
+    /// sliding-window layers).
+    pub architecture: &'static str,
     /// Transformer blocks.
     pub n_layers: usize,
     /// Hidden width.
@@ -42,36 +49,87 @@ pub struct SynthShape {
     pub n_heads: usize,
     /// Key/value heads.
     pub n_kv_heads: usize,
+    /// Width of one head.
+    pub head_dim: usize,
     /// Feed-forward width.
     pub ffn_dim: usize,
     /// Vocabulary size (at least 512: 256 byte tokens and 256 special ones).
     pub vocab: usize,
     /// Whether the output head reuses the embedding.
     pub tied_embeddings: bool,
+    /// RoPE base (of the global layers, for Gemma 3).
+    pub rope_base: f32,
+    /// Gemma 3: the sliding window and the period of the layer pattern (every `period`-th layer is
+    /// global).
+    pub sliding_window: Option<(usize, usize)>,
+}
+
+/// A Llama-architecture shape with Llama 3's vocabulary and RoPE base.
+const fn llama(
+    name: &'static str,
+    (n_layers, dim, ffn_dim): (usize, usize, usize),
+    (n_heads, n_kv_heads, head_dim): (usize, usize, usize),
+    tied_embeddings: bool,
+) -> SynthShape {
+    SynthShape {
+        name,
+        architecture: "llama",
+        n_layers,
+        dim,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        ffn_dim,
+        vocab: 128_256,
+        tied_embeddings,
+        rope_base: 500_000.0,
+        sliding_window: None,
+    }
+}
+
+/// A Gemma 3 shape: tied head, 256-wide heads, five sliding-window layers to one global.
+const fn gemma3(
+    name: &'static str,
+    (n_layers, dim, ffn_dim, vocab): (usize, usize, usize, usize),
+    (n_heads, n_kv_heads, window): (usize, usize, usize),
+) -> SynthShape {
+    SynthShape {
+        name,
+        architecture: "gemma3",
+        n_layers,
+        dim,
+        n_heads,
+        n_kv_heads,
+        head_dim: 256,
+        ffn_dim,
+        vocab,
+        tied_embeddings: true,
+        rope_base: 1_000_000.0,
+        sliding_window: Some((window, 6)),
+    }
 }
 
 /// The shapes `strata model synth` writes.
-pub const SHAPES: [SynthShape; 2] = [
+pub const SHAPES: [SynthShape; 6] = [
+    llama("llama-3.2-1b", (16, 2048, 8192), (32, 8, 64), true),
+    llama("llama-3.2-3b", (28, 3072, 8192), (24, 8, 128), true),
+    llama("llama-3.1-8b", (32, 4096, 14_336), (32, 8, 128), false),
     SynthShape {
-        name: "llama-3.2-1b",
-        n_layers: 16,
-        dim: 2048,
-        n_heads: 32,
-        n_kv_heads: 8,
-        ffn_dim: 8192,
-        vocab: 128_256,
-        tied_embeddings: true,
-    },
-    SynthShape {
-        name: "llama-3.1-8b",
-        n_layers: 32,
-        dim: 4096,
-        n_heads: 32,
-        n_kv_heads: 8,
-        ffn_dim: 14_336,
-        vocab: 128_256,
+        name: "qwen2.5-7b",
+        architecture: "qwen2",
+        n_layers: 28,
+        dim: 3584,
+        n_heads: 28,
+        n_kv_heads: 4,
+        head_dim: 128,
+        ffn_dim: 18_944,
+        vocab: 152_064,
         tied_embeddings: false,
+        rope_base: 1_000_000.0,
+        sliding_window: None,
     },
+    gemma3("gemma-3-1b", (26, 1152, 6912, 262_144), (4, 1, 512)),
+    gemma3("gemma-3-4b", (34, 2560, 10_240, 262_208), (8, 4, 1024)),
 ];
 
 impl fmt::Display for SynthShape {
@@ -95,20 +153,70 @@ impl FromStr for SynthShape {
 }
 
 impl SynthShape {
+    /// Refuses a shape no model has: a part of zero, query heads that are not whole groups of the
+    /// key/value heads, or a width that is not whole 32-value blocks.
+    fn check(&self) -> Result<()> {
+        let refuse = |what: String| Err(Error::model(Path::new(self.name), what));
+        let parts = [
+            ("layers", self.n_layers),
+            ("width", self.dim),
+            ("feed-forward width", self.ffn_dim),
+            ("query heads", self.n_heads),
+            ("key/value heads", self.n_kv_heads),
+            ("head width", self.head_dim),
+        ];
+        if let Some((name, _)) = parts.iter().find(|(_, v)| *v == 0) {
+            return refuse(format!("{name} must be at least 1"));
+        }
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return refuse(format!(
+                "{} query heads are not whole groups of {} key/value heads",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        let widths = [
+            ("width", self.dim),
+            ("feed-forward width", self.ffn_dim),
+            ("head width", self.head_dim),
+        ];
+        if let Some((name, v)) = widths.iter().find(|(_, v)| !v.is_multiple_of(32)) {
+            return refuse(format!("a {name} of {v} is not whole blocks of 32 values"));
+        }
+        Ok(())
+    }
+
     /// The matrices and vectors of the model as (name, dims fastest-varying first), in file order.
     fn tensors(&self) -> Vec<(String, Vec<u64>)> {
         let (d, f, v) = (self.dim as u64, self.ffn_dim as u64, self.vocab as u64);
-        let head = d / self.n_heads as u64;
-        let kv = head * self.n_kv_heads as u64;
+        let head = self.head_dim as u64;
+        let (q, kv) = (head * self.n_heads as u64, head * self.n_kv_heads as u64);
+        let gemma = self.architecture == "gemma3";
         let mut out = vec![("token_embd.weight".to_owned(), vec![d, v])];
         for i in 0..self.n_layers {
             let name = |suffix: &str| format!("blk.{i}.{suffix}");
             out.extend([
                 (name("attn_norm.weight"), vec![d]),
-                (name("attn_q.weight"), vec![d, d]),
+                (name("attn_q.weight"), vec![d, q]),
                 (name("attn_k.weight"), vec![d, kv]),
                 (name("attn_v.weight"), vec![d, kv]),
-                (name("attn_output.weight"), vec![d, d]),
+            ]);
+            if self.architecture == "qwen2" {
+                out.extend([
+                    (name("attn_q.bias"), vec![q]),
+                    (name("attn_k.bias"), vec![kv]),
+                    (name("attn_v.bias"), vec![kv]),
+                ]);
+            }
+            out.push((name("attn_output.weight"), vec![q, d]));
+            if gemma {
+                out.extend([
+                    (name("attn_q_norm.weight"), vec![head]),
+                    (name("attn_k_norm.weight"), vec![head]),
+                    (name("post_attention_norm.weight"), vec![d]),
+                    (name("post_ffw_norm.weight"), vec![d]),
+                ]);
+            }
+            out.extend([
                 (name("ffn_norm.weight"), vec![d]),
                 (name("ffn_gate.weight"), vec![d, f]),
                 (name("ffn_up.weight"), vec![d, f]),
@@ -124,27 +232,31 @@ impl SynthShape {
 
     fn write_metadata(&self, w: &mut GgufWriter, ftype: FileType) {
         let u32_of = |v: usize| MetaValue::U32(v as u32);
-        w.metadata("general.architecture", MetaValue::String("llama".into()))
+        let arch = self.architecture;
+        let key = |k: &str| format!("{arch}.{k}");
+        let eps = if arch == "llama" { 1e-5 } else { 1e-6 };
+        w.metadata("general.architecture", MetaValue::String(arch.into()))
             .metadata(
                 "general.name",
                 MetaValue::String(format!("synthetic {} {}", self.name, ftype.name())),
             )
-            .metadata("llama.context_length", u32_of(131_072))
-            .metadata("llama.embedding_length", u32_of(self.dim))
-            .metadata("llama.block_count", u32_of(self.n_layers))
-            .metadata("llama.feed_forward_length", u32_of(self.ffn_dim))
-            .metadata("llama.attention.head_count", u32_of(self.n_heads))
-            .metadata("llama.attention.head_count_kv", u32_of(self.n_kv_heads))
-            .metadata(
-                "llama.rope.dimension_count",
-                u32_of(self.dim / self.n_heads),
-            )
-            .metadata("llama.rope.freq_base", MetaValue::F32(500_000.0))
-            .metadata(
-                "llama.attention.layer_norm_rms_epsilon",
-                MetaValue::F32(1e-5),
-            )
-            .metadata("llama.vocab_size", u32_of(self.vocab));
+            .metadata(SYNTHETIC_KEY, MetaValue::Bool(true))
+            .metadata(key("context_length"), u32_of(131_072))
+            .metadata(key("embedding_length"), u32_of(self.dim))
+            .metadata(key("block_count"), u32_of(self.n_layers))
+            .metadata(key("feed_forward_length"), u32_of(self.ffn_dim))
+            .metadata(key("attention.head_count"), u32_of(self.n_heads))
+            .metadata(key("attention.head_count_kv"), u32_of(self.n_kv_heads))
+            .metadata(key("attention.key_length"), u32_of(self.head_dim))
+            .metadata(key("attention.value_length"), u32_of(self.head_dim))
+            .metadata(key("rope.dimension_count"), u32_of(self.head_dim))
+            .metadata(key("rope.freq_base"), MetaValue::F32(self.rope_base))
+            .metadata(key("attention.layer_norm_rms_epsilon"), MetaValue::F32(eps))
+            .metadata(key("vocab_size"), u32_of(self.vocab));
+        if let Some((size, period)) = self.sliding_window {
+            w.metadata(key("attention.sliding_window"), u32_of(size))
+                .metadata(key("attention.sliding_window_pattern"), u32_of(period));
+        }
         self.write_tokenizer(w);
         w.metadata("general.quantization_version", MetaValue::U32(2))
             .metadata("general.file_type", MetaValue::U32(ftype.id()));
@@ -198,6 +310,7 @@ pub fn synth(
     ftype: FileType,
     seed: u64,
 ) -> Result<(GgufWriter, Vec<TensorPlan>)> {
+    shape.check()?;
     if shape.vocab < 2 * SPECIAL_TOKENS {
         return Err(Error::model(
             Path::new(shape.name),
@@ -223,7 +336,13 @@ pub fn synth(
     let mut rng = SplitMix64(seed);
     for tensor in &plan {
         let bytes = if tensor.dims.len() == 1 {
-            quant::quantize_bytes(tensor.to, &vec![1.0; tensor.dims[0] as usize])?
+            // Norm weights of one, biases of zero.
+            let value = if tensor.name.ends_with(".bias") {
+                0.0
+            } else {
+                1.0
+            };
+            quant::quantize_bytes(tensor.to, &vec![value; tensor.dims[0] as usize])?
         } else {
             random_blocks(&mut rng, tensor.to, &tensor.dims)?
         };
@@ -337,6 +456,78 @@ mod tests {
         let spread = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max)
             - logits.iter().copied().fold(f32::INFINITY, f32::min);
         assert!(spread > 0.0, "logits differ between tokens");
+    }
+
+    /// Every shape, cut to two layers, a small vocabulary and narrow matrices, loads and runs to
+    /// finite logits in its own architecture, and is marked synthetic.
+    #[test]
+    fn every_shape_cut_small_loads_and_runs() {
+        for full in SHAPES {
+            let shape = SynthShape {
+                n_layers: 2,
+                vocab: 1024,
+                ffn_dim: 512,
+                dim: 256 * full.n_kv_heads.min(2),
+                n_heads: 2 * full.n_kv_heads.min(2),
+                n_kv_heads: full.n_kv_heads.min(2),
+                head_dim: full.head_dim.min(128),
+                ..full
+            };
+            let (writer, _) = synth(&shape, FileType::Q4KM, 3).expect("synthesizes");
+            let file =
+                GgufFile::from_bytes(Path::new("synth.gguf"), writer.to_bytes()).expect("parses");
+            assert_eq!(
+                file.meta(SYNTHETIC_KEY).and_then(|v| v.as_bool()),
+                Some(true),
+                "{}",
+                full.name
+            );
+            let config = LlamaConfig::from_gguf(&file).expect(full.name);
+            let tokenizer = Tokenizer::from_gguf(&file).expect("tokenizer");
+            let ids = tokenizer.encode("some text").expect("encodes");
+            let options = LoadOptions {
+                weights: None,
+                threads: 1,
+                placement: Default::default(),
+            };
+            let model = Llama::load(config, &file, options).expect(full.name);
+            let mut cache = model.new_cache(32);
+            let logits = model.forward(&ids, &mut cache, Logits::Last).expect("runs");
+            assert!(logits.iter().all(|v| v.is_finite()), "{}", full.name);
+        }
+    }
+
+    #[test]
+    fn impossible_shapes_are_refused_with_the_part_named() {
+        let cases = [
+            (
+                SynthShape {
+                    n_layers: 0,
+                    ..SHAPES[0]
+                },
+                "layers must be at least 1",
+            ),
+            (
+                SynthShape {
+                    n_heads: 30,
+                    ..SHAPES[0]
+                },
+                "30 query heads",
+            ),
+            (
+                SynthShape {
+                    dim: 1000,
+                    ..SHAPES[0]
+                },
+                "width of 1000",
+            ),
+        ];
+        for (shape, want) in cases {
+            let Err(err) = synth(&shape, FileType::Q8_0, 1) else {
+                panic!("{want}: accepted");
+            };
+            assert!(err.to_string().contains(want), "{err}");
+        }
     }
 
     #[test]
