@@ -453,7 +453,11 @@ fn profile_of(
         prompt_token_weight: 0.2,
         prefill_tokens_per_s: None,
         step_model: None,
-        provenance: Provenance::Measured,
+        provenance: if model.synthetic {
+            Provenance::SyntheticWeights
+        } else {
+            Provenance::Measured
+        },
     })
 }
 
@@ -758,6 +762,7 @@ mod tests {
                 sha256: "ab12".to_owned(),
                 size_bytes: 98_362_432,
                 parameters: Some(134_515_008),
+                synthetic: false,
             })
             .await
             .unwrap();

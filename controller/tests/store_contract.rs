@@ -224,6 +224,7 @@ fn new_model(name: &str, sha256: &str) -> NewModel {
         sha256: sha256.to_owned(),
         size_bytes: 270_000_000,
         parameters: Some(135_000_000),
+        synthetic: false,
     }
 }
 
@@ -408,8 +409,10 @@ async fn models_round_trip(store: Arc<dyn Store>) {
 
     let mut unsized_model = new_model("a-first-by-name", "cd34");
     unsized_model.parameters = None;
+    unsized_model.synthetic = true;
     let first = store.insert_model(&unsized_model).await.unwrap();
-    assert_eq!(first.parameters, None);
+    assert_eq!((first.parameters, first.synthetic), (None, true));
+    assert!(!row.synthetic);
     assert_eq!(store.list_models().await.unwrap(), vec![first, row]);
 }
 

@@ -19,12 +19,32 @@ pub enum Provenance {
         /// How the estimate was made.
         basis: String,
     },
+    /// Measured by a profiling run on a file with random weights at a real model's shapes
+    /// (`strata model synth`): its speed is real, its outputs are not.
+    SyntheticWeights,
 }
 
 impl Provenance {
+    /// What every figure with this provenance is labelled with where it shows.
+    pub const SYNTHETIC_LABEL: &'static str = "synthetic weights: speed measured, quality not";
+
     /// True for [`Provenance::Estimated`].
     pub fn is_estimate(&self) -> bool {
         matches!(self, Provenance::Estimated { .. })
+    }
+
+    /// True for [`Provenance::SyntheticWeights`].
+    pub fn is_synthetic(&self) -> bool {
+        matches!(self, Provenance::SyntheticWeights)
+    }
+
+    /// The label a figure of this provenance carries.
+    pub fn label(&self) -> String {
+        match self {
+            Provenance::Measured => "measured".to_string(),
+            Provenance::Estimated { basis } => format!("ESTIMATE ({basis})"),
+            Provenance::SyntheticWeights => Self::SYNTHETIC_LABEL.to_string(),
+        }
     }
 }
 

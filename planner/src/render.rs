@@ -30,10 +30,7 @@ impl Plan {
 
     fn write_table(&self, s: &mut String) -> std::fmt::Result {
         let c = &self.chosen;
-        let label = match &c.provenance {
-            Provenance::Measured => "measured".to_string(),
-            Provenance::Estimated { basis } => format!("ESTIMATE ({basis})"),
-        };
+        let label = c.provenance.label();
         writeln!(s, "plan for workload `{}`", self.workload)?;
         writeln!(
             s,
@@ -255,10 +252,11 @@ impl Plan {
                     opt_money(c.dollars_per_million_output),
                     opt_money(c.dollars_per_million_total),
                     c.day_cost,
-                    if c.provenance.is_estimate() {
-                        " (estimate)"
-                    } else {
-                        ""
+                    match &c.provenance {
+                        Provenance::Measured => String::new(),
+                        Provenance::Estimated { .. } => " (estimate)".to_string(),
+                        Provenance::SyntheticWeights =>
+                            format!(" ({})", Provenance::SYNTHETIC_LABEL),
                     },
                     if c.infeasible_classes.is_empty() {
                         String::new()

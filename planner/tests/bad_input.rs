@@ -124,3 +124,38 @@ fn every_candidate_is_priced() {
         "the example curves are labelled estimates"
     );
 }
+
+/// Profiles measured on random weights are labelled as such and never planned beside real models'.
+#[test]
+fn synthetic_weights_are_labelled_and_never_mixed_with_real_profiles() {
+    use strata_planner::profile::{ConfigProfile, Provenance};
+    let example = common::example_input();
+    let mut profiles = ConfigProfile::list_from_json_str(common::PROFILES).expect("profiles");
+    for p in &mut profiles {
+        p.provenance = Provenance::Measured;
+    }
+    profiles[0].provenance = Provenance::SyntheticWeights;
+    let err = PlanInput::new(
+        example.workload.clone(),
+        example.catalog.clone(),
+        profiles.clone(),
+    )
+    .expect_err("mixed");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&profiles[0].id) && msg.contains("synthetic weights"),
+        "{msg}"
+    );
+
+    for p in &mut profiles {
+        p.provenance = Provenance::SyntheticWeights;
+    }
+    let mut input = PlanInput::new(example.workload, example.catalog, profiles).expect("one kind");
+    input.sensitivity = false;
+    input.validate_days = 0;
+    let table = plan(&input).expect("plans").render_table();
+    assert!(
+        table.contains(Provenance::SYNTHETIC_LABEL),
+        "the plan says its weights were random:\n{table}"
+    );
+}

@@ -225,6 +225,7 @@ async fn register(global: &GlobalArgs, name: &str, path: &Path) -> anyhow::Resul
             sha256: spec.sha256.to_owned(),
             size_bytes: i64::try_from(spec.size)?,
             parameters: None,
+            synthetic: false,
         };
         store
             .insert_model(&new)

@@ -20,6 +20,8 @@ use strata_controller::{
     store::{EndpointRunRow, ModelRow, NewEndpoint, NewEndpointRun, NewModel, Store},
 };
 
+use strata_engine::format::gguf::GgufFile;
+
 use super::{GlobalArgs, generate::resolve_model};
 
 /// Arguments of `strata profile`.
@@ -495,6 +497,7 @@ pub(crate) async fn ensure_model(
             sha256,
             size_bytes: i64::try_from(size)?,
             parameters: None,
+            synthetic: !path.is_dir() && GgufFile::open(path)?.is_synthetic(),
         })
         .await?)
 }

@@ -1077,6 +1077,7 @@ async fn store_a_profile(store: &dyn Store) -> ProfileSelector {
             sha256: "cc33".to_owned(),
             size_bytes: 94 << 20,
             parameters: None,
+            synthetic: false,
         })
         .await
         .unwrap();

@@ -164,6 +164,9 @@ pub struct NewModel {
     pub size_bytes: i64,
     /// Its parameter count, when known.
     pub parameters: Option<i64>,
+    /// Whether its weights are random (`strata model synth`): speed measured on it is real, quality
+    /// is not.
+    pub synthetic: bool,
 }
 
 /// A recorded model file.
@@ -183,6 +186,8 @@ pub struct ModelRow {
     pub size_bytes: i64,
     /// See [`NewModel::parameters`].
     pub parameters: Option<i64>,
+    /// See [`NewModel::synthetic`].
+    pub synthetic: bool,
     /// When it was recorded.
     pub created_at: DateTime<Utc>,
 }
@@ -740,6 +745,8 @@ pub struct ConfigSummaryRow {
     pub model_id: ModelId,
     /// The model's name.
     pub model_name: String,
+    /// Whether the model's weights are random (see [`NewModel::synthetic`]).
+    pub model_synthetic: bool,
     /// See [`NewConfig::weight_type`].
     pub weight_type: String,
     /// See [`NewConfig::threads`].

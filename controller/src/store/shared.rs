@@ -44,7 +44,7 @@ pub(super) const CONFIG_SUMMARIES: &str = "\
         FROM quality_results q JOIN configs c ON c.id = q.config_id \
         WHERE q.top1_agreement IS NULL) \
     SELECT runs.id AS run_id, runs.run_count, runs.config_id, runs.hardware_id, \
-           c.model_id, m.name AS model_name, c.weight_type, c.threads, c.max_batch, c.numa_policy, \
+           c.model_id, m.name AS model_name, m.synthetic AS model_synthetic, c.weight_type, c.threads, c.max_batch, c.numa_policy, \
            c.kv_memory_mib, h.cpu_model, h.cores, h.numa_nodes, runs.started_at, runs.request_count, \
            runs.error_count, runs.ttft_p50_ms, runs.ttft_p99_ms, runs.tpot_p50_ms, runs.tpot_p99_ms, \
            runs.e2e_p50_ms, runs.e2e_p99_ms, runs.output_tokens_per_s, runs.total_tokens_per_s, \
@@ -188,8 +188,8 @@ macro_rules! impl_store {
 
                 async fn insert_model(&self, new: &NewModel) -> Result<ModelRow> {
                     let row = query_as::<Db, ModelRow>(
-                        "INSERT INTO models (name, path, format, sha256, size_bytes, parameters, created_at) \
-                         VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING *",
+                        "INSERT INTO models (name, path, format, sha256, size_bytes, parameters, synthetic, created_at) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *",
                     )
                     .bind(&new.name)
                     .bind(&new.path)
@@ -197,6 +197,7 @@ macro_rules! impl_store {
                     .bind(&new.sha256)
                     .bind(new.size_bytes)
                     .bind(new.parameters)
+                    .bind(new.synthetic)
                     .bind(now())
                     .fetch_one(&self.pool)
                     .await?;

@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, path::Path, path::PathBuf, sync::Arc};
 
 use crate::{
     error::{Error, Result},
-    format::mmap::FileBytes,
+    format::{mmap::FileBytes, synth::SYNTHETIC_KEY},
     quant::GgmlType,
 };
 
@@ -266,6 +266,12 @@ impl GgufFile {
     /// A metadata value.
     pub fn meta(&self, key: &str) -> Option<&MetaValue> {
         self.metadata.get(key)
+    }
+
+    /// Whether the file says its weights are random ([`SYNTHETIC_KEY`]): its speed is real, its
+    /// outputs are not.
+    pub fn is_synthetic(&self) -> bool {
+        self.meta(SYNTHETIC_KEY).and_then(MetaValue::as_bool) == Some(true)
     }
 
     /// A required unsigned metadata value.

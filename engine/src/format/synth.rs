@@ -476,12 +476,7 @@ mod tests {
             let (writer, _) = synth(&shape, FileType::Q4KM, 3).expect("synthesizes");
             let file =
                 GgufFile::from_bytes(Path::new("synth.gguf"), writer.to_bytes()).expect("parses");
-            assert_eq!(
-                file.meta(SYNTHETIC_KEY).and_then(|v| v.as_bool()),
-                Some(true),
-                "{}",
-                full.name
-            );
+            assert_eq!(Some(file.is_synthetic()), Some(true), "{}", full.name);
             let config = LlamaConfig::from_gguf(&file).expect(full.name);
             let tokenizer = Tokenizer::from_gguf(&file).expect("tokenizer");
             let ids = tokenizer.encode("some text").expect("encodes");

@@ -108,6 +108,7 @@ impl PlanInput {
                 "is required to plan (or set it in PlanInput)".into(),
             )
         })?;
+        refuse_mixed_weights(&profiles)?;
         Ok(PlanInput {
             workload,
             catalog,
@@ -126,6 +127,26 @@ impl PlanInput {
             sensitivity: true,
         })
     }
+}
+
+/// Refuses profiles of models with random weights beside real models' profiles: a plan compares
+/// configs by cost at equal quality, which a synthetic file cannot show.
+fn refuse_mixed_weights(profiles: &[ConfigProfile]) -> Result<()> {
+    let synthetic = profiles.iter().find(|p| p.provenance.is_synthetic());
+    let real = profiles.iter().find(|p| !p.provenance.is_synthetic());
+    if let (Some(synthetic), Some(real)) = (synthetic, real) {
+        return Err(invalid(
+            "profiles",
+            &synthetic.id,
+            "provenance",
+            format!(
+                "is synthetic weights (model {}), which are never planned beside real models' \
+                 profiles such as {} (model {}): plan one model at a time",
+                synthetic.model, real.id, real.model
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The chosen config and instance type.

@@ -25,7 +25,7 @@ fn ok(description: &str, schema: &str) -> Value {
 fn config_row_schema() -> Value {
     json!({"type": "object", "properties": {
         "run_id": {"type": "integer"}, "run_count": {"type": "integer"}, "config_id": {"type": "integer"},
-        "hardware_id": {"type": "integer"}, "model_name": {"type": "string"}, "weight_type": {"type": "string"},
+        "hardware_id": {"type": "integer"}, "model_name": {"type": "string"}, "model_synthetic": {"type": "boolean"}, "weight_type": {"type": "string"},
         "threads": {"type": "integer"}, "max_batch": {"type": "integer"}, "numa_policy": {"type": "string"},
         "cpu_model": {"type": "string"}, "output_tokens_per_s": {"type": "number"},
         "ttft_p50_ms": {"type": "number"}, "ttft_p99_ms": {"type": "number"},

@@ -14,7 +14,7 @@ use strata_controller::{
     pilot::{Comparison, PilotReport, ReplayReport},
     store::{ConfigSort, ProfileRunId, Store},
 };
-use strata_planner::{pace::Band, pilot::QualityGate};
+use strata_planner::{pace::Band, pilot::QualityGate, profile::Provenance};
 
 use super::{
     charts,
@@ -109,7 +109,11 @@ impl From<&ConfigView> for ConfigCells {
         ConfigCells {
             href: format!("/runs/{}", s.run_id),
             pareto: r.pareto,
-            model: s.model_name.clone(),
+            model: if s.model_synthetic {
+                format!("{} ({})", s.model_name, Provenance::SYNTHETIC_LABEL)
+            } else {
+                s.model_name.clone()
+            },
             weights: s.weight_type.clone(),
             threads: s.threads,
             batch: s.max_batch,

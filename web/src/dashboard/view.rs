@@ -511,11 +511,13 @@ pub(crate) fn read_plan(row: &PlanRow) -> Result<Plan, DashboardError> {
 }
 
 /// The indices of the rows no other row beats on both $ per 1M tokens and E2E p99 (lower is better
-/// on both), cheapest first. Rows without a cost are not ranked.
+/// on both), cheapest first. Rows without a cost are not ranked, nor are rows of models with random
+/// weights, whose quality cannot stand beside real models'.
 pub(crate) fn pareto_frontier(rows: &[ConfigView]) -> Vec<usize> {
     let mut priced: Vec<(usize, f64, f64)> = rows
         .iter()
         .enumerate()
+        .filter(|(_, r)| !r.summary.model_synthetic)
         .filter_map(|(i, r)| {
             let usd = r.usd_per_million_output_tokens?;
             let p99 = r.summary.e2e_p99_ms;

@@ -350,6 +350,7 @@ pub(crate) async fn demo(store: &dyn Store) -> Seeded {
             sha256: "aa11".to_owned(),
             size_bytes: 94 << 20,
             parameters: Some(135_000_000),
+            synthetic: false,
         })
         .await
         .unwrap();
@@ -581,6 +582,7 @@ pub(crate) async fn many_runs(store: &dyn Store, runs: usize) {
                 sha256: format!("bench{m}"),
                 size_bytes: 1 << 30,
                 parameters: None,
+                synthetic: false,
             })
             .await
             .unwrap();
