@@ -1,6 +1,6 @@
 //! The accept loop every listener runs (engine server, gateway, dashboard): HTTP/1.1 connections with a
-//! header read timeout, a request body timeout (answered 408 by the handler reading the body), an idle
-//! keep-alive timeout, a cap on open connections, a header-size check answered with a JSON 431, and
+//! header read timeout (answered with a JSON 408 before the connection closes), a request body timeout
+//! (answered 408 by the handler reading the body), an idle keep-alive timeout, a cap on open connections, a header-size check answered with a JSON 431, and
 //! graceful shutdown. A response that is being sent (a server-sent event stream included) is never cut
 //! by these timeouts: they only run while the server waits for the client.
 
@@ -18,13 +18,14 @@ use axum::{
 use hyper::{body::Incoming, server::conn::http1};
 use hyper_util::rt::TokioIo;
 use tokio::{
+    io::AsyncWriteExt,
     net::{TcpListener, TcpStream},
     sync::{OwnedSemaphorePermit, Semaphore, watch},
 };
 use tower::ServiceExt;
 
 use crate::openai_error::ApiError;
-use activity::{Activity, Watched};
+use activity::{Activity, Waiting, Watched};
 use body::{DeadlineBody, InFlightBody};
 
 pub use body::BodyTimeout;
@@ -43,8 +44,8 @@ const HYPER_DEFAULT_BUFFER: usize = 8192 + 4096 * 100;
 /// The limits of one listener, applied to each of its connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListenerLimits {
-    /// Time from the first byte of a request to the end of its headers; past it the connection is
-    /// closed (there is no request to answer yet).
+    /// Time from the first byte of a request to the end of its headers; past it the client gets a
+    /// JSON 408 and the connection closes.
     pub header_timeout: Duration,
     /// Time from the end of a request's headers to the end of its body; past it the body read fails
     /// and the handler answers 408.
@@ -155,31 +156,65 @@ impl Connection {
             activity: activity.clone(),
             limits: self.limits,
         };
-        let connection = http1_builder(&self.limits).serve_connection(io, service);
-        tokio::pin!(connection);
+        let mut connection = http1_builder(&self.limits).serve_connection(io, service);
         let mut draining = false;
         loop {
             let deadline = activity.deadline(&self.limits);
             tokio::select! {
-                result = connection.as_mut() => {
+                result = &mut connection => {
                     if let Err(e) = result {
                         tracing::debug!(error = %e, "a connection ended with an error");
                     }
                     return;
                 }
-                _ = self.stopping.wait_for(|&stop| stop), if !draining => {
-                    connection.as_mut().graceful_shutdown();
+                () = stop_requested(&mut self.stopping), if !draining => {
+                    Pin::new(&mut connection).graceful_shutdown();
                     draining = true;
                 }
                 () = activity.changed() => {}
-                () = sleep_until(deadline) => {
-                    if let Some(waited_for) = activity.expired(&self.limits) {
-                        tracing::debug!(waited_for, "closing a connection that timed out");
+                () = sleep_until(deadline) => match activity.expired(&self.limits) {
+                    Some(Waiting::Idle) => return,
+                    Some(Waiting::Headers) => {
+                        tracing::debug!("closing a connection whose request headers are late");
+                        let io = connection.into_parts().io.into_inner();
+                        answer_late_headers(io, self.limits.header_timeout).await;
                         return;
                     }
-                }
+                    None => {}
+                },
             }
         }
+    }
+}
+
+/// Resolves once shutdown began (at once if it already had).
+async fn stop_requested(stopping: &mut watch::Receiver<bool>) {
+    // A closed channel means the accept loop is gone: stop as well.
+    let _ = stopping.wait_for(|&stop| stop).await;
+}
+
+/// Tells a client whose request headers did not arrive in time so with a JSON 408, as far as it
+/// reads within a second, before its connection closes.
+async fn answer_late_headers(mut io: Watched, timeout: Duration) {
+    let body = ApiError::timed_out(format!(
+        "The request headers did not arrive within {} ms",
+        timeout.as_millis()
+    ))
+    .body()
+    .to_string();
+    let answer = format!(
+        "HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let send = async {
+        io.write_all(answer.as_bytes()).await?;
+        io.shutdown().await
+    };
+    match tokio::time::timeout(Duration::from_secs(1), send).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "a late client's 408 could not be sent"),
+        Err(_) => tracing::debug!("a late client did not take its 408 within 1 s"),
     }
 }
 

@@ -87,14 +87,14 @@ impl Activity {
 
     /// When the connection must close unless something happens first, and what it waits for then;
     /// `None` while a request is in flight.
-    fn due(&self, limits: &ListenerLimits) -> Option<(Instant, &'static str)> {
+    fn due(&self, limits: &ListenerLimits) -> Option<(Instant, Waiting)> {
         let state = self.state();
         if state.in_flight > 0 {
             return None;
         }
         Some(match state.head_since {
-            Some(since) => (since + limits.header_timeout, "request headers"),
-            None => (state.idle_since + limits.idle_timeout, "a request (idle)"),
+            Some(since) => (since + limits.header_timeout, Waiting::Headers),
+            None => (state.idle_since + limits.idle_timeout, Waiting::Idle),
         })
     }
 
@@ -104,11 +104,20 @@ impl Activity {
     }
 
     /// What the connection waited for past its deadline, if it did.
-    pub(super) fn expired(&self, limits: &ListenerLimits) -> Option<&'static str> {
+    pub(super) fn expired(&self, limits: &ListenerLimits) -> Option<Waiting> {
         self.due(limits)
             .filter(|&(at, _)| at <= Instant::now())
-            .map(|(_, waited_for)| waited_for)
+            .map(|(_, waiting)| waiting)
     }
+}
+
+/// What a connection waits for from its client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Waiting {
+    /// The rest of a request's headers.
+    Headers,
+    /// The next request on a kept-alive connection.
+    Idle,
 }
 
 /// A request in flight on its connection, until dropped with the response body.
@@ -207,10 +216,10 @@ mod tests {
     #[test]
     fn idle_headers_and_in_flight_each_have_their_deadline() {
         let activity = Arc::new(Activity::new());
-        assert_eq!(activity.expired(&past("idle")), Some("a request (idle)"));
+        assert_eq!(activity.expired(&past("idle")), Some(Waiting::Idle));
         assert_eq!(activity.expired(&past("headers")), None);
         activity.bytes_arrived();
-        assert_eq!(activity.expired(&past("headers")), Some("request headers"));
+        assert_eq!(activity.expired(&past("headers")), Some(Waiting::Headers));
         assert_eq!(activity.expired(&past("idle")), None);
         let in_flight = activity.request_started();
         assert_eq!(activity.deadline(&past("idle")), None);
@@ -219,6 +228,6 @@ mod tests {
         activity.bytes_arrived();
         drop(in_flight);
         assert_eq!(activity.expired(&past("headers")), None);
-        assert_eq!(activity.expired(&past("idle")), Some("a request (idle)"));
+        assert_eq!(activity.expired(&past("idle")), Some(Waiting::Idle));
     }
 }
