@@ -9,8 +9,8 @@ use strata_web::listener::{ListenerLimits, MAX_CONNECTIONS};
 /// Timeouts and caps of a listener's connections.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct ListenerArgs {
-    /// Seconds a client may take to send a request's headers once it started; then the connection
-    /// closes.
+    /// Seconds a client may take to send a request's headers once it started; then the answer is 408
+    /// and the connection closes.
     #[arg(long, value_name = "SECONDS", default_value = "10", value_parser = parse_seconds)]
     header_timeout: Duration,
     /// Seconds a client may take to send a request's body after its headers; then the answer is 408.
@@ -22,6 +22,7 @@ pub(crate) struct ListenerArgs {
     /// Connections open at once; more wait to be accepted.
     #[arg(
         long,
+        value_name = "N",
         default_value_t = 1024,
         value_parser = clap::value_parser!(u32).range(1..=MAX_CONNECTIONS as i64)
     )]
