@@ -120,7 +120,8 @@ fn default_concurrency() -> usize {
     4096
 }
 
-/// `[listener]`: what a client connection may take (see [`ListenerLimits`]).
+/// `[listener]`: what a client connection may take (see [`ListenerLimits`]); read when the gateway
+/// starts listening, so `/admin/reload` leaves the running listener's limits as they are.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ListenerFile {
