@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use anyhow::Context;
 use clap::Args;
 
-use super::{GlobalArgs, store};
+use super::{GlobalArgs, listen::ListenerArgs, store};
 
 /// Options of `strata dashboard`.
 #[derive(Debug, Args)]
@@ -13,6 +13,8 @@ pub(crate) struct DashboardArgs {
     /// The address to listen on; port 0 picks a free port (the address is printed).
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
     bind: SocketAddr,
+    #[command(flatten)]
+    listener: ListenerArgs,
 }
 
 impl DashboardArgs {
@@ -35,12 +37,10 @@ impl DashboardArgs {
         // Tests and scripts read this line to find the port.
         println!("dashboard listening on http://{addr}");
         let app = strata_web::dashboard::router(store.clone());
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                tokio::signal::ctrl_c().await.ok();
-            })
-            .await
-            .context("serving the dashboard")?;
+        let shutdown = async {
+            tokio::signal::ctrl_c().await.ok();
+        };
+        strata_web::listener::serve(listener, app, self.listener.limits(), shutdown).await;
         store.close().await;
         Ok(())
     }

@@ -4,6 +4,7 @@ mod bench;
 mod dashboard;
 mod gateway;
 mod generate;
+mod listen;
 mod model;
 mod pilot;
 mod plan;

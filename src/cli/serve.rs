@@ -13,7 +13,7 @@ use strata_engine::{
 };
 use strata_web::server::{self, ServerOptions};
 
-use super::{GlobalArgs, generate::resolve_model};
+use super::{GlobalArgs, generate::resolve_model, listen::ListenerArgs};
 
 /// Arguments of `strata serve`.
 #[derive(Debug, Args)]
@@ -61,6 +61,8 @@ pub(crate) struct ServeArgs {
     /// The model name clients use [default: the model argument's file stem or name].
     #[arg(long)]
     served_model_name: Option<String>,
+    #[command(flatten)]
+    listener: ListenerArgs,
     /// Exit when standard input closes: a supervising process (the profiler) that dies takes its
     /// servers with it.
     #[arg(long, hide = true)]
@@ -129,7 +131,13 @@ impl ServeArgs {
             );
             // A line on stdout that scripts and tests wait for.
             println!("listening on http://{bound}");
-            server::serve(listener, router, shutdown_signal()).await?;
+            strata_web::listener::serve(
+                listener,
+                router,
+                self.listener.limits(),
+                shutdown_signal(),
+            )
+            .await;
             anyhow::Ok(())
         })?;
         engine.shutdown();

@@ -2,5 +2,6 @@
 
 pub mod dashboard;
 pub mod gateway;
+pub mod listener;
 pub mod openai_error;
 pub mod server;

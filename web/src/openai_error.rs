@@ -8,6 +8,8 @@ use axum::{
 };
 use serde::Serialize;
 
+use crate::listener::BodyTimeout;
+
 /// Characters of a client's value repeated in an error message; the rest is cut.
 const ECHO_CHARS: usize = 64;
 
@@ -91,8 +93,17 @@ impl ApiError {
         }
     }
 
-    /// A request body that could not be read within `limit` bytes: 413 when it is larger, 400 when
-    /// its framing is malformed or the client stopped sending it.
+    /// 408: the request did not arrive in time.
+    pub fn timed_out(message: impl Into<String>) -> Self {
+        Self {
+            status: StatusCode::REQUEST_TIMEOUT,
+            ..Self::invalid(message)
+        }
+    }
+
+    /// A request body that could not be read within `limit` bytes: 413 when it is larger, 408 when
+    /// it did not arrive within the listener's body timeout, 400 when its framing is malformed or the
+    /// client stopped sending it.
     pub fn unreadable_body(error: axum::Error, limit: usize) -> Self {
         let inner = error.into_inner();
         if inner
@@ -100,6 +111,12 @@ impl ApiError {
             .is_some()
         {
             return Self::too_large(limit);
+        }
+        if let Some(timeout) = BodyTimeout::find(inner.as_ref()) {
+            return Self::timed_out(format!(
+                "The request body did not arrive within {} ms",
+                timeout.0.as_millis()
+            ));
         }
         tracing::debug!(error = %inner, "a request body could not be read");
         Self::invalid(format!("The request body could not be read: {inner}"))

@@ -266,7 +266,7 @@ struct Gateway {
     base: String,
     state: Arc<GatewayState>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Gateway {
@@ -304,7 +304,7 @@ impl Gateway {
             let _ = s.send(());
         }
         if let Some(t) = self.task.take() {
-            t.await.expect("joins").expect("served");
+            t.await.expect("joins");
         }
     }
 }

@@ -9,7 +9,10 @@
 //! let store = strata_controller::store::open("sqlite::memory:").await?;
 //! let app = strata_web::dashboard::router(store);
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
-//! axum::serve(listener, app).await?;
+//! let shutdown = async {
+//!     tokio::signal::ctrl_c().await.ok();
+//! };
+//! strata_web::listener::serve(listener, app, Default::default(), shutdown).await;
 //! # Ok(()) }
 //! ```
 

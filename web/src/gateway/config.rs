@@ -11,6 +11,7 @@ use serde::Deserialize;
 use strata_controller::planning::ProfileSelector;
 
 use super::accounting::Sink;
+use crate::listener::{ListenerLimits, MAX_CONNECTIONS};
 use strata_planner::{
     route::{BudgetRules, PoolKind},
     service::ServiceCurve,
@@ -77,6 +78,9 @@ pub struct GatewayConfigFile {
     /// Requests handled at once by the gateway; more get 429.
     #[serde(default = "default_concurrency")]
     pub max_concurrency: usize,
+    /// Timeouts and the connection cap of the gateway's own listener.
+    #[serde(default)]
+    pub listener: ListenerFile,
     /// Retries on other endpoints before the first byte.
     #[serde(default)]
     pub retry: RetryFile,
@@ -110,10 +114,67 @@ fn default_body() -> usize {
     4 << 20
 }
 fn default_headers() -> usize {
-    32 << 10
+    ListenerLimits::default().max_header_bytes
 }
 fn default_concurrency() -> usize {
     4096
+}
+
+/// `[listener]`: what a client connection may take (see [`ListenerLimits`]); read when the gateway
+/// starts listening, so `/admin/reload` leaves the running listener's limits as they are.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ListenerFile {
+    /// Time from a request's first byte to the end of its headers, ms; past it the connection closes.
+    pub header_timeout_ms: u64,
+    /// Time from the end of a request's headers to the end of its body, ms; past it the answer is 408.
+    pub body_timeout_ms: u64,
+    /// Time a kept-alive connection may wait for its next request, ms.
+    pub idle_timeout_ms: u64,
+    /// Connections open at once; more wait to be accepted.
+    pub max_connections: usize,
+}
+
+impl Default for ListenerFile {
+    fn default() -> Self {
+        let limits = ListenerLimits::default();
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        Self {
+            header_timeout_ms: ms(limits.header_timeout),
+            body_timeout_ms: ms(limits.body_timeout),
+            idle_timeout_ms: ms(limits.idle_timeout),
+            max_connections: limits.max_connections,
+        }
+    }
+}
+
+impl ListenerFile {
+    /// The listener's limits, with `max_header_bytes` from the top of the file.
+    fn limits(&self, max_header_bytes: usize) -> Result<ListenerLimits, ConfigError> {
+        let ms = |key: &str, v: u64| {
+            if v == 0 {
+                Err(err(format!("listener.{key}"), "must be at least 1 ms"))
+            } else {
+                Ok(Duration::from_millis(v))
+            }
+        };
+        if !(1..=MAX_CONNECTIONS).contains(&self.max_connections) {
+            return Err(err(
+                "listener.max_connections",
+                format!("must be in 1..={MAX_CONNECTIONS}"),
+            ));
+        }
+        if max_header_bytes == 0 {
+            return Err(err("max_header_bytes", "must be at least 1"));
+        }
+        Ok(ListenerLimits {
+            header_timeout: ms("header_timeout_ms", self.header_timeout_ms)?,
+            body_timeout: ms("body_timeout_ms", self.body_timeout_ms)?,
+            idle_timeout: ms("idle_timeout_ms", self.idle_timeout_ms)?,
+            max_connections: self.max_connections,
+            max_header_bytes,
+        })
+    }
 }
 
 /// `[retry]`.
@@ -463,8 +524,8 @@ pub struct GatewayConfig {
     pub admin_token: Option<String>,
     /// Largest body.
     pub max_body_bytes: usize,
-    /// Largest header block.
-    pub max_header_bytes: usize,
+    /// Timeouts, connection cap and largest header block of the gateway's listener.
+    pub listener: ListenerLimits,
     /// Requests at once.
     pub max_concurrency: usize,
     /// Attempts in all.
@@ -894,6 +955,7 @@ impl GatewayConfigFile {
         if self.max_body_bytes == 0 {
             return Err(err("max_body_bytes", "must be at least 1"));
         }
+        let listener = self.listener.limits(self.max_header_bytes)?;
         if self.store.batch == 0 || self.store.queue == 0 {
             return Err(err(
                 "store.batch",
@@ -905,7 +967,7 @@ impl GatewayConfigFile {
             default_class,
             admin_token,
             max_body_bytes: self.max_body_bytes,
-            max_header_bytes: self.max_header_bytes,
+            listener,
             max_concurrency: self.max_concurrency.max(1),
             retry_attempts: self.retry.attempts,
             retry_backoff: Duration::from_millis(self.retry.backoff_ms),
@@ -956,6 +1018,25 @@ url = "http://127.0.0.1:8000"
         assert_eq!(c.pools[0].endpoints[0].name, "127.0.0.1:8000");
         assert_eq!(c.classes[0].sla.ttft_p99_s, Some(0.5));
         assert!(matches!(c.pools[0].price, Price::PerHour { .. }));
+    }
+
+    #[test]
+    fn listener_limits_default_and_are_read_and_checked() {
+        let c = parse("").expect("valid");
+        assert_eq!(c.listener, ListenerLimits::default());
+        let c = parse(
+            "[listener]\nheader_timeout_ms = 500\nbody_timeout_ms = 700\nidle_timeout_ms = 900\n\
+             max_connections = 7\n",
+        )
+        .expect("valid");
+        assert_eq!(c.listener.header_timeout, Duration::from_millis(500));
+        assert_eq!(c.listener.body_timeout, Duration::from_millis(700));
+        assert_eq!(c.listener.idle_timeout, Duration::from_millis(900));
+        assert_eq!(c.listener.max_connections, 7);
+        let e = parse("[listener]\nidle_timeout_ms = 0\n").expect_err("zero");
+        assert_eq!(e.key, "listener.idle_timeout_ms");
+        let e = parse("[listener]\nmax_connections = 0\n").expect_err("zero");
+        assert_eq!(e.key, "listener.max_connections");
     }
 
     #[test]

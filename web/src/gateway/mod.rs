@@ -410,7 +410,6 @@ impl GatewayState {
 
 /// The gateway's routes over `state`.
 pub fn router(state: Arc<GatewayState>) -> Router {
-    let config = state.config();
     let v1 = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
@@ -430,10 +429,6 @@ pub fn router(state: Arc<GatewayState>) -> Router {
         .route("/metrics", get(metrics_text))
         .fallback(not_found)
         .method_not_allowed_fallback(ApiError::method_not_allowed)
-        .layer(middleware::from_fn_with_state(
-            config.max_header_bytes,
-            limit_headers,
-        ))
         .with_state(state)
 }
 
@@ -472,31 +467,21 @@ pub fn start_background(state: &Arc<GatewayState>) -> Background {
     }
 }
 
-/// Serves `state` on `listener` until `shutdown` resolves, lets in-flight requests (streams included)
-/// finish, then flushes the accounting queue (for at most 5 s).
-///
-/// # Errors
-/// When the listener fails.
+/// Serves `state` on `listener` under the config's listener limits until `shutdown` resolves, lets
+/// in-flight requests (streams included) finish, then flushes the accounting queue (for at most 5 s).
 pub async fn serve(
     state: Arc<GatewayState>,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
+) {
     let background = start_background(&state);
-    // Small SSE chunks and the stream's last chunk go out at once instead of waiting on Nagle.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let served = axum::serve(listener, router(state.clone()))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let limits = state.config().listener;
+    crate::listener::serve(listener, router(state.clone()), limits, shutdown).await;
     state.stopping.store(true, Ordering::Relaxed);
     background.health.abort();
     background.refresh.abort();
     state.accounting.stop();
     let _ = background.writer.await;
-    served
 }
 
 /// Runs the gateway for `config` with `store` (none: accounting in memory, no plan) until `shutdown`.
@@ -524,25 +509,8 @@ pub async fn run(
     tracing::info!("gateway on http://{bound}");
     // A line on stdout that scripts and tests wait for.
     println!("listening on http://{bound}");
-    serve(state, listener, shutdown)
-        .await
-        .map_err(|source| GatewayError::Listen { addr, source })
-}
-
-async fn limit_headers(State(limit): State<usize>, request: Request, next: Next) -> Response {
-    let size: usize = request
-        .headers()
-        .iter()
-        .map(|(k, v)| k.as_str().len() + v.len() + 4)
-        .sum();
-    if size > limit {
-        return ApiError {
-            status: StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            ..ApiError::invalid(format!("The request headers exceed {limit} bytes"))
-        }
-        .into_response();
-    }
-    next.run(request).await
+    serve(state, listener, shutdown).await;
+    Ok(())
 }
 
 /// The key a request authenticated with (index into the table's keys).

@@ -195,22 +195,36 @@ pub(crate) struct CompletionRequest {
 const MAX_TOP_LOGPROBS: u32 = 20;
 
 /// Parses a JSON body into `T`, refusing malformed JSON and wrong types with the serde message
-/// (which names the field, its expected type and where it was).
+/// (the expected type and where it was) and the field at fault as `param` when serde knows it
+/// (not for the sampling fields, which are flattened into each request).
 pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.is_empty() {
         return Err(ApiError::invalid(
             "The request body is empty; send a JSON object",
         ));
     }
-    serde_json::from_slice(body).map_err(|e| {
-        let what = match e.classify() {
-            serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
-                "The request body is not valid JSON"
-            }
-            _ => "The request body does not match the API",
-        };
-        ApiError::invalid(format!("{what}: {e}"))
-    })
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    let parsed = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let field = e.path().to_string();
+        refused_body(&e.into_inner(), Some(field))
+    })?;
+    deserializer.end().map_err(|e| refused_body(&e, None))?;
+    Ok(parsed)
+}
+
+/// The 400 of a body serde refused, naming `field` when it is one (not the body itself, `.`, nor
+/// a place serde cannot name, `?`).
+fn refused_body(e: &serde_json::Error, field: Option<String>) -> ApiError {
+    let what = match e.classify() {
+        serde_json::error::Category::Syntax | serde_json::error::Category::Eof => {
+            "The request body is not valid JSON"
+        }
+        _ => "The request body does not match the API",
+    };
+    match field.filter(|f| f != "." && !f.contains('?')) {
+        Some(field) => ApiError::invalid_param(&field, format!("{what}: {field}: {e}")),
+        None => ApiError::invalid(format!("{what}: {e}")),
+    }
 }
 
 impl Sampling {
@@ -418,6 +432,17 @@ mod tests {
         )
         .expect_err("refused");
         assert!(e.message.contains("does not match"), "{}", e.message);
+        assert_eq!(e.param.as_deref(), Some("max_tokens"), "{}", e.message);
+        let e = parse::<ChatRequest>(br#"{"model":"m","messages":[{"role":"user","content":7}]}"#)
+            .expect_err("refused");
+        assert_eq!(
+            e.param.as_deref(),
+            Some("messages[0].content"),
+            "{}",
+            e.message
+        );
+        let e = parse::<ChatRequest>(br#"{"model":"m","messages":[]} x"#).expect_err("refused");
+        assert!(e.message.contains("trailing characters"), "{}", e.message);
         let e = parse::<ChatRequest>(b"{not json").expect_err("refused");
         assert!(e.message.contains("not valid JSON"), "{}", e.message);
         let e = parse::<ChatRequest>(br#"{"messages":[]}"#).expect_err("refused");

@@ -1,7 +1,8 @@
 //! The engine's OpenAI-compatible HTTP server: `/v1/chat/completions`, `/v1/completions` (JSON or
 //! server-sent events), `/v1/models`, `/health`, Prometheus `/metrics` and the step timings `/steps`
 //! (JSON sums by what each step ran, from which a service-time model is fitted), in front of one
-//! continuous-batching [`Engine`]. A client that disconnects cancels its request.
+//! continuous-batching [`Engine`]. A client that disconnects cancels its request. Serve the router
+//! with [`crate::listener::serve`], which holds the connection timeouts and limits.
 
 mod api;
 mod metrics;
@@ -139,20 +140,6 @@ pub fn router(engine: Arc<Engine>, options: ServerOptions) -> Result<Router, Ser
         .fallback(not_found)
         .method_not_allowed_fallback(ApiError::method_not_allowed)
         .with_state(state))
-}
-
-/// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish.
-///
-/// # Errors
-/// When the listener fails.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    router: Router,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
 }
 
 async fn require_key(
