@@ -29,8 +29,12 @@
 #![allow(unsafe_code)]
 
 mod k_tiles;
+mod q0_tiles;
 
-pub(crate) use self::k_tiles::{gemm_q4_k_q8_k, gemm_q5_k_q8_k, gemm_q6_k_q8_k};
+pub(crate) use self::{
+    k_tiles::{gemm_q4_k_q8_k, gemm_q5_k_q8_k, gemm_q6_k_q8_k},
+    q0_tiles::{gemm_q4_0_q8_0, gemm_q5_0_q8_0},
+};
 
 use std::{arch::x86_64::*, cell::RefCell};
 
@@ -860,15 +864,16 @@ pub(crate) unsafe fn vec_dot_q6_k_q8_k_x4(rows: [&[BlockQ6K]; 4], y: &[BlockQ8K]
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tiled products (prefill): register tiles of `TILE_ROWS` weight rows by `TILE_TOKENS` tokens.
+// Tiled products (prefill): Q8_0 in panels of tokens (below), Q4_1 in register tiles of `TILE_ROWS`
+// weight rows by `TILE_TOKENS` tokens (below), Q4_0 and Q5_0 in `q0_tiles`, the K-quants in `k_tiles`.
 //
 // Every (row, token) of a tile keeps its own 8-lane accumulator and goes through exactly the per-block
 // operations of the single-row dots above, so every result has the single-row call's bits. The scale
 // product `d_x * d_y` is the same f32 product in whatever lane it is formed, so one 16-lane multiply
 // forms all of a tile's products, and the accumulating FMAs broadcast them from memory. Each call
-// first unpacks its tokens, `TILE_TOKENS` at a time, into [`TokensQ8`] or [`TokensQ8_1`] (f32 scales,
-// and the offsets the single-row dots compute per block), once per token rather than once per row
-// tile; the last tile of tokens is padded with zero tokens, whose results are dropped.
+// first unpacks its tokens, `TILE_TOKENS` at a time, into [`TokensQ8_1`] (f32 scales), once per token
+// rather than once per row tile; the last tile of tokens is padded with zero tokens, whose results are
+// dropped.
 
 /// Tokens per panel of the Q8_0 product: the lanes of one int32 vector.
 const PANEL: usize = 16;
@@ -1006,16 +1011,6 @@ const _: () = assert!(
     "a tile's scale products fill one 16-lane vector"
 );
 
-/// One block of `TILE_TOKENS` tokens' Q8_0 activations, as the Q8_0 and Q4_0 tile kernels read it.
-#[derive(Clone, Copy, Default)]
-#[repr(C, align(64))]
-struct TokensQ8 {
-    qs: [[i8; QK]; TILE_TOKENS],
-    /// Per token, the eight int32 lanes the single-row dot starts its `vpdpbusd` from.
-    offset: [[i32; 8]; TILE_TOKENS],
-    d: [f32; TILE_TOKENS],
-}
-
 /// One block of `TILE_TOKENS` tokens' Q8_1 activations, as the Q4_1 tile kernel reads it.
 #[derive(Clone, Copy, Default)]
 #[repr(C, align(64))]
@@ -1045,7 +1040,6 @@ struct RowTileScratch {
 struct TileScratch {
     panels: Vec<PanelQ8>,
     prepared: Vec<PreparedBlock>,
-    q8: Vec<TokensQ8>,
     q8_1: Vec<TokensQ8_1>,
     rows: RowTileScratch,
 }
@@ -1063,37 +1057,9 @@ trait PackedTokens {
     fn d(&self) -> &[f32; TILE_TOKENS];
 }
 
-impl PackedTokens for TokensQ8 {
-    fn d(&self) -> &[f32; TILE_TOKENS] {
-        &self.d
-    }
-}
-
 impl PackedTokens for TokensQ8_1 {
     fn d(&self) -> &[f32; TILE_TOKENS] {
         &self.d
-    }
-}
-
-/// Unpacks `x` (tokens of `nb` blocks) into `out`, `nb` entries per tile of tokens, for the Q4_0
-/// product: each entry keeps the correction `-8 * sum(y)` per lane, as the single-row dot forms it.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn pack_q8(x: &[BlockQ8_0], nb: usize, out: &mut Vec<TokensQ8>) {
-    let tokens = x.len() / nb;
-    out.clear();
-    out.resize(tokens.div_ceil(TILE_TOKENS) * nb, TokensQ8::default());
-    let zero = _mm256_setzero_si256();
-    let bytes = _mm256_set1_epi8(8);
-    for (t, blocks) in x.chunks_exact(nb).enumerate() {
-        let (tile, lane) = (t / TILE_TOKENS, t % TILE_TOKENS);
-        for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
-            p.qs[lane] = b.qs;
-            p.d[lane] = f16_to_f32(b.d);
-            let offset =
-                _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, bytes, load_i8x32(&b.qs)));
-            // SAFETY: `p.offset[lane]` is 8 i32 (32 bytes); unaligned store.
-            unsafe { _mm256_storeu_si256(p.offset[lane].as_mut_ptr().cast(), offset) };
-        }
     }
 }
 
@@ -1160,34 +1126,6 @@ fn scale_products<'a>(
 fn load_i32x8(v: &[i32; 8]) -> __m256i {
     // SAFETY: `v` is 32 readable bytes; `loadu` has no alignment requirement.
     unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
-}
-
-/// Q4_0 dots of `R` rows against one tile of tokens (`nb` entries); `unpack` gives a weight block's
-/// bytes for the unsigned side of `vpdpbusd`, as the single-row dot forms them.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn dot_q8_tile<W, const R: usize>(
-    rows: [&[W]; R],
-    tokens: &[TokensQ8],
-    products: &[RowScales],
-    unpack: impl Fn(&W) -> __m256i,
-) -> [[f32; TILE_TOKENS]; R] {
-    let n = common_len(&rows, tokens).min(products.len());
-    let (rows, tokens, products) = (cut(rows, n), &tokens[..n], &products[..n]);
-    let mut acc = [[_mm256_setzero_ps(); TILE_TOKENS]; R];
-    for i in 0..n {
-        let (p, d) = (&tokens[i], &products[i].0);
-        for r in 0..R {
-            let qx = unpack(&rows[r][i]);
-            for t in 0..TILE_TOKENS {
-                let start = load_i32x8(&p.offset[t]);
-                let q = _mm256_dpbusd_epi32(start, qx, load_i8x32(&p.qs[t]));
-                let dk = _mm256_set1_ps(d[r * TILE_TOKENS + t]);
-                acc[r][t] = _mm256_fmadd_ps(dk, _mm256_cvtepi32_ps(q), acc[r][t]);
-            }
-        }
-    }
-    acc.map(|row| row.map(|a| hsum_float_8(a)))
 }
 
 /// Q4_1 x Q8_1 dots of `R` rows against one tile of tokens (`nb` entries). The tile's sums
@@ -1318,35 +1256,6 @@ pub(crate) unsafe fn gemm_q8_0_q8_0(
     });
 }
 
-/// [`vec_dot_q4_0_q8_0`] of every row of `w` against every token of `x`, as [`gemm_q8_0_q8_0`].
-///
-/// # Safety
-/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn gemm_q4_0_q8_0(
-    w: &[BlockQ4_0],
-    x: &[BlockQ8_0],
-    nb: usize,
-    out: &mut [f32],
-    layout: OutLayout,
-) {
-    let Some(tokens) = x.len().checked_div(nb) else {
-        return;
-    };
-    let unpack = |b: &BlockQ4_0| bytes_from_nibbles_32(&b.qs);
-    SCRATCH.with_borrow_mut(|s| {
-        pack_q8(x, nb, &mut s.q8);
-        over_tiles(
-            (w, nb),
-            (&s.q8, tokens),
-            (out, layout),
-            (|b| b.d, None),
-            &mut s.rows,
-            |rows, p, d, _| dot_q8_tile(rows, p, d, unpack),
-        );
-    });
-}
-
 /// [`vec_dot_q4_1_q8_1`] of every row of `w` against every token of `x`, as [`gemm_q8_0_q8_0`].
 ///
 /// # Safety
@@ -1375,7 +1284,7 @@ pub(crate) unsafe fn gemm_q4_1_q8_1(
     });
 }
 
-/// The tiled forms of the 5-bit types: this tier's single-row and four-row dots over
+/// The tiled form of Q5_1: this tier's single-row and four-row dots over
 /// every row and token (see [`gemm_by_row_dots`]).
 macro_rules! gemm_by_dots {
     ($($name:ident: $w:ty, $a:ty => $dot:ident, $dot_x4:ident;)*) => {$(
@@ -1391,7 +1300,6 @@ macro_rules! gemm_by_dots {
 }
 
 gemm_by_dots! {
-    gemm_q5_0_q8_0: BlockQ5_0, BlockQ8_0 => vec_dot_q5_0_q8_0, vec_dot_q5_0_q8_0_x4;
     gemm_q5_1_q8_1: BlockQ5_1, BlockQ8_1 => vec_dot_q5_1_q8_1, vec_dot_q5_1_q8_1_x4;
 }
 
