@@ -11,7 +11,10 @@
 //! `fma(-dmin * d_y, products, acc)`; Q5_K: one `fma` of their exact sum), two (row, token) pairs per
 //! 16-lane vector, and ends with the same horizontal sums.
 
-use std::{arch::x86_64::*, cell::RefCell};
+use std::{
+    arch::{asm, x86_64::*},
+    cell::RefCell,
+};
 
 use super::{avx2, broadcast_u8x32, f16_to_f32, hsum_float_8, load_i8x64, load_u8x64, spread_i16};
 use crate::{
@@ -301,6 +304,25 @@ fn q6_k_offsets(w: &RowsK, y: &TokensK, r: usize, h: usize) -> __m512i {
     _mm512_slli_epi32::<5>(_mm512_madd_epi16(bsums, scales))
 }
 
+/// `vpdpwssd`: `acc` plus, per int32 lane, the sum of the products of its two i16 pairs of `a` and
+/// `b`. Written as the instruction itself: the compiler otherwise splits most of them into
+/// `vpmaddwd` + `vpaddd`, two instructions for one in the tile's inner loop.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dpwssd(mut acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+    // SAFETY: a register-only instruction of this function's target features.
+    unsafe {
+        asm!(
+            "vpdpwssd {acc}, {a}, {b}",
+            acc = inout(zmm_reg) acc,
+            a = in(zmm_reg) a,
+            b = in(zmm_reg) b,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    acc
+}
+
 /// Every int32 lane of each group of four replaced by the group's exact sum.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
@@ -333,7 +355,7 @@ fn dot_tile(rows: &[RowsK], tokens: &[TokensK], terms: Terms) -> [[f32; TOKENS];
                 let lanes = _mm512_broadcast_i32x4(load_i16x8(&w.group_scales[r][g]));
                 let sc = spread_i16(lanes, [0, 1, 2, 3]);
                 for (sum, &y) in row_sums.iter_mut().zip(&qy) {
-                    *sum = _mm512_dpwssd_epi32(*sum, _mm512_maddubs_epi16(q, y), sc);
+                    *sum = dpwssd(*sum, _mm512_maddubs_epi16(q, y), sc);
                 }
             }
         }
