@@ -658,15 +658,13 @@ pub fn quantize_q8_0(x: &[f32], out: &mut [BlockQ8_0]) {
 /// `v.round_ties_even() as i8` for the scaled activations, without a library call: adding and
 /// subtracting 1.5 * 2^23 rounds to an integer, half to even, for every `|v| < 2^22`, and keeps
 /// infinities and NaN (whose conversions saturate to 127, -128 and 0 either way). Scaled activations
-/// are at most 127 in magnitude, or infinite when the scale overflows.
+/// are at most 127 in magnitude, or infinite when the scale overflows; any value of 2^22 or more in
+/// magnitude, however it rounds, saturates to 127 or -128 like its exact rounding. Branch-free, so
+/// that loops of it vectorize.
 #[inline(always)]
 fn round_to_i8(v: f32) -> i8 {
     const MAGIC: f32 = 12_582_912.0;
-    if v.abs() < 4_194_304.0 {
-        ((v + MAGIC) - MAGIC) as i8
-    } else {
-        v.round_ties_even() as i8
-    }
+    ((v + MAGIC) - MAGIC) as i8
 }
 
 /// Activations to Q8_0 as ggml's x86 `quantize_row_q8_0` rounds them: scale `127 / max|x|`, round half
@@ -705,17 +703,13 @@ pub fn quantize_activations_q8_1(x: &[f32], out: &mut [BlockQ8_1]) {
 /// super-block gets `d = 0` and zero values.
 pub fn quantize_activations_q8_k(x: &[f32], out: &mut [BlockQ8K]) {
     for (xs, b) in x.chunks_exact(QK_K).zip(out.iter_mut()) {
-        let (mut amax, mut max) = (0f32, 0f32);
-        for &v in xs {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
-        if amax == 0.0 {
+        // The value of largest magnitude, sign kept, first of equals: in two passes that the compiler
+        // vectorizes (a max reduction, then a search that usually stops early).
+        let amax = xs.iter().fold(0f32, |m, &v| m.max(v.abs()));
+        let Some(&max) = xs.iter().find(|v| v.abs() == amax).filter(|_| amax > 0.0) else {
             *b = BlockQ8K::default();
             continue;
-        }
+        };
         let iscale = -127.0 / max;
         for (q, &v) in b.qs.iter_mut().zip(xs) {
             *q = round_to_i8(iscale * v);
@@ -1112,6 +1106,57 @@ mod tests {
         assert_eq!(&out[0].qs[..4], &[-127, 64, 32, 0]);
         assert_eq!(out[0].bsums[0], -127 + 64 + 32);
         assert_eq!(out[1], BlockQ8K::default(), "an all-zero block");
+    }
+
+    /// ggml's `quantize_row_q8_K_ref` as written there: one pass for the signed maximum, rounding
+    /// half to even, a clamp to 127.
+    fn q8_k_reference(xs: &[f32]) -> BlockQ8K {
+        let (mut amax, mut max) = (0f32, 0f32);
+        for &v in xs {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        if amax == 0.0 {
+            return BlockQ8K::default();
+        }
+        let iscale = -127.0 / max;
+        let mut b = BlockQ8K::default();
+        for (q, &v) in b.qs.iter_mut().zip(xs) {
+            *q = (iscale * v).round_ties_even().clamp(-128.0, 127.0) as i8;
+        }
+        for (sum, qs) in b.bsums.iter_mut().zip(b.qs.chunks_exact(16)) {
+            *sum = qs.iter().map(|&q| i16::from(q)).sum();
+        }
+        b.d = 1.0 / iscale;
+        b
+    }
+
+    #[test]
+    fn q8_k_equals_the_reference_on_random_blocks_ties_and_specials() {
+        let mut x = random(QK_K * 8, 23);
+        // Equal magnitudes of both signs (the first sets the sign), halves that round to even,
+        // a NaN, an infinity.
+        x[10] = 3.0;
+        x[200] = -3.0;
+        x[QK_K + 5] = -1.0;
+        x[QK_K + 6] = 1.0;
+        for (i, v) in x[2 * QK_K..3 * QK_K].iter_mut().enumerate() {
+            *v = (i as f32 - 128.0) / 2.0;
+        }
+        x[3 * QK_K + 9] = f32::NAN;
+        x[4 * QK_K + 1] = f32::INFINITY;
+        let mut got = vec![BlockQ8K::default(); 8];
+        quantize_activations_q8_k(&x, &mut got);
+        for (i, (b, xs)) in got.iter().zip(x.chunks_exact(QK_K)).enumerate() {
+            let want = q8_k_reference(xs);
+            assert_eq!(
+                (b.d.to_bits(), b.qs, b.bsums),
+                (want.d.to_bits(), want.qs, want.bsums),
+                "block {i}"
+            );
+        }
     }
 
     #[test]
