@@ -160,12 +160,31 @@ fn unpack_k4(
 ) {
     k4_values(qs, qh, &mut out.q[r]);
     let (scales, mins) = avx2::scales_mins_k4(packed);
-    let scales = scales.to_le_bytes().map(i16::from);
-    for (g, lanes) in out.group_scales[r].iter_mut().enumerate() {
-        let (low, high) = (scales[2 * g], scales[2 * g + 1]);
-        *lanes = [low, low, high, high, 0, 0, 0, 0];
+    // Group g's lanes hold scales 2g, 2g, 2g + 1, 2g + 1, then zeros: one word permutation of the
+    // eight scales widened to i16, the zeros by mask.
+    const PICKS: [i16; 32] = {
+        let mut picks = [0i16; 32];
+        let mut g = 0;
+        while g < GROUPS {
+            let s = 2 * g as i16;
+            picks[8 * g] = s;
+            picks[8 * g + 1] = s;
+            picks[8 * g + 2] = s + 1;
+            picks[8 * g + 3] = s + 1;
+            g += 1;
+        }
+        picks
+    };
+    const KEEP: u32 = 0x0f0f_0f0f;
+    let wide = _mm512_castsi128_si512(avx2::u8x8_to_i16(scales));
+    // SAFETY: `PICKS` is 64 readable bytes, `out.group_scales[r]` and `out.mins[r]` are 64 and 16
+    // writable bytes; unaligned accesses.
+    unsafe {
+        let picks = _mm512_loadu_si512(PICKS.as_ptr().cast());
+        let groups = _mm512_maskz_permutexvar_epi16(KEEP, picks, wide);
+        _mm512_storeu_si512(out.group_scales[r].as_mut_ptr().cast(), groups);
+        _mm_storeu_si128(out.mins[r].as_mut_ptr().cast(), avx2::u8x8_to_i16(mins));
     }
-    out.mins[r] = mins.to_le_bytes().map(i16::from);
     out.d[r * TOKENS..(r + 1) * TOKENS].fill(f16_to_f32(d));
     out.dmin[r] = f16_to_f32(dmin);
 }
