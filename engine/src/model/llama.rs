@@ -409,8 +409,22 @@ impl Llama {
 
     /// Bytes of weights held in memory.
     pub fn weight_bytes(&self) -> usize {
-        let layers: usize = self
-            .layers
+        self.layer_bytes()
+            + self.embedding.byte_size()
+            + self.output.as_ref().map_or(0, Weight::byte_size)
+    }
+
+    /// Bytes of weights one decoded token reads: every layer's matrices and norms and the output
+    /// head (the embedding itself when tied), but not the embedding table, of which a token reads
+    /// one row.
+    pub fn decode_bytes_per_token(&self) -> usize {
+        let head = self.output.as_ref().unwrap_or(&self.embedding);
+        self.layer_bytes() + head.byte_size() + 4 * self.output_norm.len()
+    }
+
+    /// Bytes of every layer's matrices and norms.
+    fn layer_bytes(&self) -> usize {
+        self.layers
             .iter()
             .map(|l| {
                 l.qkv.byte_size()
@@ -419,20 +433,7 @@ impl Llama {
                     + l.w_down.byte_size()
                     + l.norm_bytes()
             })
-            .sum();
-        layers + self.embedding.byte_size() + self.output.as_ref().map_or(0, Weight::byte_size)
-    }
-
-    /// Bytes of weights one decoded token reads: every layer's matrices and norms and the output
-    /// head (the embedding itself when tied), but not the embedding table, of which a token reads
-    /// one row.
-    pub fn decode_bytes_per_token(&self) -> usize {
-        let head = self.output.as_ref().unwrap_or(&self.embedding).byte_size();
-        self.weight_bytes()
-            - self.embedding.byte_size()
-            - self.output.as_ref().map_or(0, Weight::byte_size)
-            + head
-            + 4 * self.output_norm.len()
+            .sum()
     }
 
     /// A key/value cache in f16 (llama.cpp's default) sized for `capacity` positions.
