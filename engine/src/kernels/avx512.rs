@@ -28,6 +28,23 @@
 #![cfg(target_arch = "x86_64")]
 #![allow(unsafe_code)]
 
+/// The tier's entry points of one tile module's generic `gemm`: per name, the single-row dot whose
+/// bits every result has, and the weight and activation block types.
+macro_rules! tiled_products {
+    ($($name:ident: $dot:ident, $w:ty, $a:ty;)*) => {$(
+        #[doc = concat!("[`super::", stringify!($dot), "`] of every row of `w` against every token ")]
+        #[doc = "of `x` (`nb` blocks each), into `out` as `layout` places them, with the same bits."]
+        ///
+        /// # Safety
+        /// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512)
+        /// features.
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(crate) unsafe fn $name(w: &[$w], x: &[$a], nb: usize, out: &mut [f32], layout: OutLayout) {
+            gemm(w, x, nb, out, layout);
+        }
+    )*};
+}
+
 mod k_tiles;
 mod q0_tiles;
 

@@ -71,6 +71,39 @@ pub(crate) fn tile_rows<const R: usize, W>(w: &[W], nb: usize, first: usize) -> 
     std::array::from_fn(|r| &w[(first + r).min(last) * nb..][..nb])
 }
 
+/// Every tile of the product of `w` (rows of `nb` blocks) by `x` (tokens of `nb` blocks), into `out`
+/// as `layout` places them: the tokens packed once by `pack_tokens` (`nb` entries per tile of `C`
+/// tokens, the last tile padded), each tile of `R` rows once by `pack_rows`, and `dot` giving a tile's
+/// results. A tile of rows goes across every tile of tokens before the next, so its unpacked blocks
+/// stay in cache while the tokens stream past.
+#[inline(always)]
+pub(crate) fn gemm_by_tiles<const R: usize, const C: usize, W, A, T, U>(
+    (w, x, nb): (&[W], &[A], usize),
+    (out, layout): (&mut [f32], OutLayout),
+    (tokens_buf, rows_buf): (&mut Vec<T>, &mut Vec<U>),
+    pack_tokens: impl FnOnce(&[A], usize, &mut Vec<T>),
+    mut pack_rows: impl FnMut(&[&[W]; R], &mut Vec<U>),
+    mut dot: impl FnMut(&[U], &[T]) -> [[f32; C]; R],
+) {
+    let Some(tokens) = x.len().checked_div(nb) else {
+        return;
+    };
+    let rows = w.len() / nb;
+    if rows == 0 || tokens == 0 {
+        return;
+    }
+    pack_tokens(x, nb, tokens_buf);
+    for first_row in (0..rows).step_by(R) {
+        pack_rows(&tile_rows::<R, _>(w, nb, first_row), rows_buf);
+        for (j, entries) in tokens_buf.chunks_exact(nb).enumerate() {
+            let first_token = j * C;
+            let values = dot(rows_buf, entries);
+            let real = (rows - first_row, tokens - first_token);
+            store_tile(out, layout, (first_row, first_token), real, values);
+        }
+    }
+}
+
 /// Every weight row of `w` against every token of `x` (`nb` blocks each) through a tier's single-row
 /// dots, four rows at a time where the rows allow (`dot_x4` must give the bits of four `dot` calls),
 /// into `out` as `layout` places them: the tiled form of the block types without register tiles yet.

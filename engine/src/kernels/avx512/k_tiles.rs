@@ -18,7 +18,7 @@ use std::{
 
 use super::{avx2, broadcast_u8x32, f16_to_f32, hsum_float_8, load_i8x64, load_u8x64, spread_i16};
 use crate::{
-    kernels::tiles::{OutLayout, store_tile, tile_rows},
+    kernels::tiles::{OutLayout, gemm_by_tiles},
     quant::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K},
 };
 
@@ -446,72 +446,20 @@ fn finish(
 /// before the next, so its unpacked blocks stay in cache while the tokens stream past.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn gemm<W: KBlock>(w: &[W], x: &[BlockQ8K], nb: usize, out: &mut [f32], layout: OutLayout) {
-    let Some(tokens) = x.len().checked_div(nb) else {
-        return;
-    };
-    let rows = w.len() / nb;
-    if rows == 0 || tokens == 0 {
-        return;
-    }
     SCRATCH.with_borrow_mut(|s| {
-        pack_tokens(x, nb, &mut s.tokens);
-        for first_row in (0..rows).step_by(ROWS) {
-            let tile = tile_rows::<ROWS, _>(w, nb, first_row);
-            pack_rows(&tile, &mut s.rows);
-            for (j, entries) in s.tokens.chunks_exact(nb).enumerate() {
-                let first_token = j * TOKENS;
-                let values = dot_tile(&s.rows, entries, W::TERMS);
-                let real = (rows - first_row, tokens - first_token);
-                store_tile(out, layout, (first_row, first_token), real, values);
-            }
-        }
+        gemm_by_tiles(
+            (w, x, nb),
+            (out, layout),
+            (&mut s.tokens, &mut s.rows),
+            pack_tokens,
+            |tile, out| pack_rows(tile, out),
+            |rows, tokens| dot_tile(rows, tokens, W::TERMS),
+        );
     });
 }
 
-/// [`super::vec_dot_q4_k_q8_k`] of every row of `w` against every token of `x` (`nb` super-blocks
-/// each), into `out` as `layout` places them, with the same bits.
-///
-/// # Safety
-/// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512) features.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn gemm_q4_k_q8_k(
-    w: &[BlockQ4K],
-    x: &[BlockQ8K],
-    nb: usize,
-    out: &mut [f32],
-    layout: OutLayout,
-) {
-    gemm(w, x, nb, out, layout);
-}
-
-/// [`super::vec_dot_q5_k_q8_k`] of every row of `w` against every token of `x`, as
-/// [`gemm_q4_k_q8_k`].
-///
-/// # Safety
-/// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512) features.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn gemm_q5_k_q8_k(
-    w: &[BlockQ5K],
-    x: &[BlockQ8K],
-    nb: usize,
-    out: &mut [f32],
-    layout: OutLayout,
-) {
-    gemm(w, x, nb, out, layout);
-}
-
-/// [`super::vec_dot_q6_k_q8_k`] of every row of `w` against every token of `x`, as
-/// [`gemm_q4_k_q8_k`].
-///
-/// # Safety
-/// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512) features.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn gemm_q6_k_q8_k(
-    w: &[BlockQ6K],
-    x: &[BlockQ8K],
-    nb: usize,
-    out: &mut [f32],
-    layout: OutLayout,
-) {
-    gemm(w, x, nb, out, layout);
+tiled_products! {
+    gemm_q4_k_q8_k: vec_dot_q4_k_q8_k, BlockQ4K, BlockQ8K;
+    gemm_q5_k_q8_k: vec_dot_q5_k_q8_k, BlockQ5K, BlockQ8K;
+    gemm_q6_k_q8_k: vec_dot_q6_k_q8_k, BlockQ6K, BlockQ8K;
 }

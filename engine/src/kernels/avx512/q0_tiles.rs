@@ -12,8 +12,8 @@ use std::{arch::x86_64::*, cell::RefCell};
 
 use super::{bytes_from_nibbles_32, f16_to_f32, five_bit_values, hsum_float_8};
 use crate::{
-    kernels::tiles::{OutLayout, store_tile, tile_rows},
-    quant::{BlockQ4_0, BlockQ5_0, BlockQ8_0, QK},
+    kernels::tiles::{OutLayout, gemm_by_tiles},
+    quant::{BlockQ4_0, BlockQ5_0, BlockQ8_0},
 };
 
 /// Weight rows per tile.
@@ -192,57 +192,19 @@ fn dot_tile(rows: &[RowsQ0], tokens: &[TokenPairs]) -> [[f32; TOKENS]; ROWS] {
 /// with the single-row dots' bits. A tile of rows goes across every tile of tokens before the next.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn gemm<W: Q0Block>(w: &[W], x: &[BlockQ8_0], nb: usize, out: &mut [f32], layout: OutLayout) {
-    let Some(tokens) = x.len().checked_div(nb) else {
-        return;
-    };
-    let rows = w.len() / nb;
-    if rows == 0 || tokens == 0 || nb == 0 {
-        return;
-    }
-    debug_assert_eq!(size_of::<BlockQ8_0>(), 2 + QK);
     SCRATCH.with_borrow_mut(|s| {
-        pack_tokens(x, nb, &mut s.tokens);
-        for first_row in (0..rows).step_by(ROWS) {
-            let tile = tile_rows::<ROWS, _>(w, nb, first_row);
-            pack_rows(&tile, &mut s.rows);
-            for (j, entries) in s.tokens.chunks_exact(nb).enumerate() {
-                let first_token = j * TOKENS;
-                let values = dot_tile(&s.rows, entries);
-                let real = (rows - first_row, tokens - first_token);
-                store_tile(out, layout, (first_row, first_token), real, values);
-            }
-        }
+        gemm_by_tiles(
+            (w, x, nb),
+            (out, layout),
+            (&mut s.tokens, &mut s.rows),
+            |x, nb, out| pack_tokens(x, nb, out),
+            |tile, out| pack_rows(tile, out),
+            |rows, tokens| dot_tile(rows, tokens),
+        );
     });
 }
 
-/// [`super::vec_dot_q4_0_q8_0`] of every row of `w` against every token of `x` (`nb` blocks each),
-/// into `out` as `layout` places them, with the same bits.
-///
-/// # Safety
-/// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512) features.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn gemm_q4_0_q8_0(
-    w: &[BlockQ4_0],
-    x: &[BlockQ8_0],
-    nb: usize,
-    out: &mut [f32],
-    layout: OutLayout,
-) {
-    gemm(w, x, nb, out, layout);
-}
-
-/// [`super::vec_dot_q5_0_q8_0`] of every row of `w` against every token of `x`, as
-/// [`gemm_q4_0_q8_0`].
-///
-/// # Safety
-/// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512) features.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn gemm_q5_0_q8_0(
-    w: &[BlockQ5_0],
-    x: &[BlockQ8_0],
-    nb: usize,
-    out: &mut [f32],
-    layout: OutLayout,
-) {
-    gemm(w, x, nb, out, layout);
+tiled_products! {
+    gemm_q4_0_q8_0: vec_dot_q4_0_q8_0, BlockQ4_0, BlockQ8_0;
+    gemm_q5_0_q8_0: vec_dot_q5_0_q8_0, BlockQ5_0, BlockQ8_0;
 }
