@@ -333,3 +333,29 @@ fn bad_weight_type_is_a_clear_error() {
         stderr(&output)
     );
 }
+
+#[test]
+fn store_check_fails_while_migrations_are_pending_and_passes_once_they_are_applied() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("fresh.db");
+    std::fs::File::create(&file).expect("an empty database file");
+    let url = format!("sqlite://{}", file.display());
+    let check = || {
+        let mut cmd = strata(&["store", "check"]);
+        cmd.env("STRATA_DATABASE_URL", &url);
+        run(&mut cmd)
+    };
+    let pending = check();
+    assert!(!pending.status.success());
+    assert!(
+        stderr(&pending).contains("migrations pending: 1 initial"),
+        "{}",
+        stderr(&pending)
+    );
+    let mut status = strata(&["store", "status"]);
+    status.env("STRATA_DATABASE_URL", &url);
+    assert!(run(&mut status).status.success());
+    let current = check();
+    assert!(current.status.success(), "{}", stderr(&current));
+    assert!(stdout(&current).contains("schema current"));
+}

@@ -1,4 +1,5 @@
-//! `strata store ...`: open the store (applying migrations) and show what it holds.
+//! `strata store ...`: open the store (applying migrations) and show what it holds, or check that its
+//! schema is current without changing it.
 
 use std::sync::Arc;
 
@@ -16,6 +17,9 @@ use super::GlobalArgs;
 pub(crate) enum StoreCommand {
     /// Open the store (creating and migrating it if needed) and count what it holds.
     Status,
+    /// Exit 0 when the store's schema is current, else list the pending migrations and exit 1;
+    /// never migrates (processes of a deployment wait with it for the one migration job).
+    Check,
 }
 
 impl StoreCommand {
@@ -23,6 +27,7 @@ impl StoreCommand {
     pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
         match self {
             StoreCommand::Status => runtime()?.block_on(status(global)),
+            StoreCommand::Check => runtime()?.block_on(check(global)),
         }
     }
 }
@@ -59,6 +64,26 @@ pub(crate) async fn open(global: &GlobalArgs) -> anyhow::Result<(String, Arc<dyn
         );
     }
     Ok((shown, store))
+}
+
+async fn check(global: &GlobalArgs) -> anyhow::Result<()> {
+    let url = match &global.database_url {
+        Some(url) => url.clone(),
+        None => store::default_database_url().context("locating the default SQLite store")?,
+    };
+    let shown = redact(&url);
+    let pending = store::pending_migrations(&url)
+        .await
+        .with_context(|| format!("reading the schema of the store at {shown}"))?;
+    if !pending.is_empty() {
+        anyhow::bail!(
+            "the store at {shown} has {} migrations pending: {}",
+            pending.len(),
+            pending.join(", ")
+        );
+    }
+    println!("store     {shown}: schema current");
+    Ok(())
 }
 
 async fn status(global: &GlobalArgs) -> anyhow::Result<()> {

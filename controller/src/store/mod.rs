@@ -22,6 +22,7 @@ pub mod constraint;
 mod error;
 mod postgres;
 mod rows;
+mod schema;
 mod shared;
 mod sqlite;
 
@@ -34,6 +35,7 @@ pub use self::{
     error::{Result, StoreError},
     postgres::PgStore,
     rows::*,
+    schema::pending_migrations,
     sqlite::SqliteStore,
 };
 

@@ -9,7 +9,7 @@ use sqlx::{
 
 use super::{Backend, ProfileJobId, ProfileJobRow, Result, StoreError, shared};
 
-static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
+pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/postgres");
 
 /// The store in a PostgreSQL database.
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@ use sqlx::{
 
 use super::{Backend, ProfileJobRow, Result, StoreError, shared};
 
-static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
+pub(super) static MIGRATOR: Migrator = sqlx::migrate!("../migrations/sqlite");
 
 /// How long a writer waits for another connection's write to finish.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
