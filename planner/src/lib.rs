@@ -55,6 +55,7 @@ mod render;
 pub mod route;
 pub mod service;
 pub mod sim;
+pub mod step;
 pub mod tco;
 pub mod workload;
 

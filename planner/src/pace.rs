@@ -15,8 +15,8 @@ use crate::error::Result;
 use crate::pilot::predict_replay_drifting;
 use crate::plan::{Plan, r6};
 use crate::profile::ConfigProfile;
-use crate::service::StepModel;
 use crate::sim::{ClassSim, PaceDrift, SimReport};
+use crate::step::StepModel;
 use crate::workload::{TraceRecord, Workload};
 
 /// How the engine's pace is spread around its calibrated value.

@@ -1549,7 +1549,7 @@ replay_s = 30
     #[test]
     fn the_replay_predicted_over_paces_is_the_mean_of_its_runs() {
         use crate::pace::{PaceSpread, predict_replay_over_paces};
-        use crate::service::StepModel;
+        use crate::step::StepModel;
         let (p, w, mut profiles) = planned();
         let load = replay_load(&p, false);
         let trace = replay_trace(&w, &load, 300.0, 3);
