@@ -44,6 +44,7 @@
 //! ```
 
 pub mod catalog;
+pub mod dist;
 mod error;
 pub mod estimate;
 pub mod pace;

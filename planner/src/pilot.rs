@@ -9,10 +9,11 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::dist::{binomial_half_upper_tail, binomial_tail, exponential, r6};
 use crate::error::{Result, invalid};
-use crate::plan::{Plan, r6};
+use crate::plan::Plan;
 use crate::profile::{ConfigProfile, Scaling, ScalingRule};
-use crate::sim::{PaceDrift, SimOptions, SimReport, exponential, simulate};
+use crate::sim::{PaceDrift, SimOptions, SimReport, simulate};
 use crate::workload::{Arrivals, DAYS_PER_MONTH, GpuFallbackSpec, TraceRecord, Workload};
 
 /// `[pilot]` of a workload file: what to try and how strict to be. Every key has a default.
@@ -354,29 +355,6 @@ fn p_text(p: f64) -> String {
     } else {
         format!("{p:.1e}")
     }
-}
-
-/// P(X >= k) for X ~ Binomial(n, 1/2), summed in log space so that large `n` does not underflow.
-fn binomial_half_upper_tail(n: usize, k: usize) -> f64 {
-    if k == 0 {
-        return 1.0;
-    }
-    if k > n {
-        return 0.0;
-    }
-    let ln_half_n = n as f64 * std::f64::consts::LN_2;
-    // ln C(n, j), built up from ln C(n, 0) = 0.
-    let mut ln_choose = 0.0f64;
-    let mut tail = 0.0f64;
-    for j in 0..=n {
-        if j >= k {
-            tail += (ln_choose - ln_half_n).exp();
-        }
-        if j < n {
-            ln_choose += ((n - j) as f64).ln() - ((j + 1) as f64).ln();
-        }
-    }
-    tail.min(1.0)
 }
 
 /// The gate's finding for one weight type.
@@ -818,27 +796,6 @@ pub fn replay_refutes(requests: usize, observed_attainment: f64, target: f64) ->
     }
     let misses = ((1.0 - observed_attainment) * requests as f64).round() as usize;
     binomial_tail(requests, misses, (1.0 - target).clamp(0.0, 1.0)) < REPLAY_SIGNIFICANCE
-}
-
-/// P(X >= k) for X ~ Binomial(n, p), summed in log space so that long replays do not underflow.
-fn binomial_tail(n: usize, k: usize, p: f64) -> f64 {
-    if k == 0 {
-        return 1.0;
-    }
-    if p <= 0.0 {
-        return 0.0;
-    }
-    if p >= 1.0 || k > n {
-        return if k > n { 0.0 } else { 1.0 };
-    }
-    let (ln_p, ln_q) = (p.ln(), (1.0 - p).ln());
-    let mut ln_pmf = n as f64 * ln_q;
-    let mut below = 0.0;
-    for i in 0..k {
-        below += ln_pmf.exp();
-        ln_pmf += ((n - i) as f64).ln() - ((i + 1) as f64).ln() + ln_p - ln_q;
-    }
-    (1.0 - below).max(0.0)
 }
 
 /// Decides. A class migrates when at least `min_cpu_share` of it runs on CPU in the simulated plan and

@@ -11,15 +11,16 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::dist::{exponential, r6, standard_normal};
 use crate::error::{PlannerError, Result};
-use crate::plan::{Plan, PlanHour, r6};
+use crate::plan::{Plan, PlanHour};
 use crate::profile::ConfigProfile;
 use crate::route::{
     BudgetRules, BudgetState, InstanceLoad, PoolKind, PoolState, RoutePolicy, RouteRequest, Target,
     route,
 };
 use crate::service::ServiceCurve;
-use crate::workload::{Arrivals, GpuPricing, HOURS, Sla, TraceRecord, Workload, standard_normal};
+use crate::workload::{Arrivals, GpuPricing, HOURS, Sla, TraceRecord, Workload};
 
 /// Largest CPU pool the simulator replays (each instance is a station with its own slots).
 pub const MAX_SIM_INSTANCES: u32 = 100_000;
@@ -440,11 +441,6 @@ impl BatchingHost {
             self.now += skip * step;
         }
     }
-}
-
-/// Exponential draw with the given rate.
-pub fn exponential<R: Rng>(rng: &mut R, rate: f64) -> f64 {
-    -(1.0 - rng.random::<f64>()).ln() / rate
 }
 
 /// Per-class sample store.

@@ -577,8 +577,3 @@ pub fn candidate_costs(input: &PlanInput) -> Result<Vec<CandidateCost>> {
     out.sort_by(|a, b| key(a).total_cmp(&key(b)));
     Ok(out)
 }
-
-/// Rounds for stable, readable output (money to 1e-6 $, everything else to 6 significant decimals).
-pub(crate) fn r6(x: f64) -> f64 {
-    (x * 1e6).round() / 1e6
-}
