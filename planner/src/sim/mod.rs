@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::dist::{exponential, r6, standard_normal};
 use crate::error::{PlannerError, Result};
-use crate::plan::{Plan, PlanHour};
+use crate::plan::data::{Plan, PlanHour};
 use crate::profile::ConfigProfile;
 use crate::route::{
     BudgetRules, BudgetState, InstanceLoad, PoolKind, PoolState, RoutePolicy, RouteRequest, Target,
