@@ -47,7 +47,6 @@ pub mod catalog;
 pub mod dist;
 mod error;
 pub mod estimate;
-pub mod pace;
 pub mod pilot;
 pub mod plan;
 pub mod profile;
@@ -61,3 +60,4 @@ pub mod tco;
 pub mod workload;
 
 pub use error::{PlannerError, Result};
+pub use pilot::pace;

@@ -448,7 +448,7 @@ pub struct WorkloadFile {
     pub gpu_fallback: Option<GpuFallbackSpec>,
     /// `[pilot]`: what `strata pilot` tries and how strict its gates are (the planner ignores it).
     #[serde(default)]
-    pub pilot: Option<crate::pilot::PilotSpec>,
+    pub pilot: Option<crate::pilot::settings::PilotSpec>,
 }
 
 /// `[arrivals]` as written.

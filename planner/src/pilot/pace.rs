@@ -11,9 +11,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::replay::predict_replay_drifting;
 use crate::dist::{normal_quantile, r6};
 use crate::error::Result;
-use crate::pilot::predict_replay_drifting;
 use crate::plan::Plan;
 use crate::profile::ConfigProfile;
 use crate::sim::{ClassSim, PaceDrift, SimReport};
