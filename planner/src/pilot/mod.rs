@@ -1,10 +1,6 @@
-//! The decisions of a pilot evaluation, free of I/O: the `[pilot]` settings of a workload file, the
-//! `--baseline` argument, the quality gate of each weight type, the time-compressed replay sample and the
-//! simulator's prediction for it (over a measured spread of paces in [`pace`]), and the verdict (migrate
-//! all classes, some, or none) with its savings, risk and reasons.
-//!
-//! The controller measures (profiles, quality scores, the replay through a real gateway); everything it
-//! decides from those measurements is here, so that each verdict path is testable with synthetic inputs.
+//! The decisions of a pilot evaluation, free of I/O: the `[pilot]` settings, the `--baseline` argument,
+//! the quality gate, the replay and its prediction (over a spread of paces in [`pace`]) and the verdict.
+//! The controller measures; everything it decides from the measurements is here, testable on its own.
 
 mod baseline;
 pub mod pace;
