@@ -44,9 +44,9 @@
 //! ```
 
 pub mod catalog;
+pub mod dist;
 mod error;
 pub mod estimate;
-pub mod pace;
 pub mod pilot;
 pub mod plan;
 pub mod profile;
@@ -55,7 +55,9 @@ mod render;
 pub mod route;
 pub mod service;
 pub mod sim;
+pub mod step;
 pub mod tco;
 pub mod workload;
 
 pub use error::{PlannerError, Result};
+pub use pilot::pace;

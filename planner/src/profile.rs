@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog::InstanceType;
 use crate::error::{PlannerError, Result, invalid, non_negative, positive};
-use crate::service::StepModel;
+use crate::step::StepModel;
 
 /// Where a figure comes from. Estimates are always labelled and never silently mixed with measurements.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

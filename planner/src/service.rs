@@ -1,11 +1,13 @@
-//! Service-time model of one CPU instance, derived from a measured curve: its continuous-batching slots,
-//! prefill speed, and time per output token as a function of how many requests decode together; and the
-//! engine step model under it, fitted from the engine's own step timings when profiling recorded them.
-//! Shared by the simulator and the router so both predict alike.
+//! Service-time model of one CPU instance, derived from a measured curve and the profile's
+//! [`StepModel`] when it has one: its continuous-batching slots, prefill speed, and time per output token
+//! as a function of how many requests decode together. Shared by the simulator and the router so both
+//! predict alike.
 
 use serde::{Deserialize, Serialize};
 
 use crate::profile::{ConfigProfile, LoadPoint, Scaling};
+pub use crate::step::StepModel;
+use crate::step::interpolate;
 
 /// How one instance serves requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,57 +37,6 @@ pub struct ServiceCurve {
 
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
-}
-
-/// An engine's steps as fitted from its own timings while it served a profiling load: a step that runs
-/// one token of each of `d` decoding requests and `p` prompt tokens lasts `decode(d)` when `p` is 0,
-/// else `decode(d) + prompt_step_s + p x prompt_token_s`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StepModel {
-    /// (requests decoding, mean seconds of a step that ran only their next tokens), in increasing
-    /// batch and never falling.
-    pub decode_s_by_batch: Vec<(f64, f64)>,
-    /// Seconds one prompt token adds to a step.
-    pub prompt_token_s: f64,
-    /// Seconds a step with prompt tokens takes beyond its decode step and its prompt tokens' time.
-    pub prompt_step_s: f64,
-    /// Steps the fit drew on.
-    pub steps: u64,
-}
-
-impl StepModel {
-    /// Seconds of a step that runs only one token of each of `decoding` requests.
-    pub fn decode_s(&self, decoding: f64) -> f64 {
-        if decoding > 0.0 {
-            interpolate(&self.decode_s_by_batch, decoding)
-        } else {
-            0.0
-        }
-    }
-
-    /// The same engine running its decode-only steps `decode` times and its prompt tokens' share of a
-    /// step `prompt` times as long (above 1: slower).
-    pub fn scaled(&self, decode: f64, prompt: f64) -> StepModel {
-        StepModel {
-            decode_s_by_batch: self
-                .decode_s_by_batch
-                .iter()
-                .map(|&(batch, s)| (batch, s * decode))
-                .collect(),
-            prompt_token_s: self.prompt_token_s * prompt,
-            prompt_step_s: self.prompt_step_s * prompt,
-            steps: self.steps,
-        }
-    }
-
-    /// Whether it can stand for the engine: some decode steps, and prompt tokens that take time.
-    pub fn is_usable(&self) -> bool {
-        !self.decode_s_by_batch.is_empty()
-            && self.prompt_token_s.is_finite()
-            && self.prompt_token_s > 0.0
-            && self.prompt_step_s.is_finite()
-            && self.prompt_step_s >= 0.0
-    }
 }
 
 /// Tokens one engine step runs at most (decode tokens plus prompt chunks): the engine's default.
@@ -199,27 +150,6 @@ impl ServiceCurve {
     /// Service time of a request starting when `busy` slots (itself included) are in use.
     pub fn service_s(&self, prompt_tokens: f64, output_tokens: f64, busy: f64) -> f64 {
         self.prefill_s(prompt_tokens) + (output_tokens - 1.0).max(0.0) * self.tpot_s(busy)
-    }
-}
-
-/// The value at batch `b` of a curve of (batch, seconds) points: flat below the first, linear between
-/// points, and beyond the last the aggregate rate stays at its peak (seconds grow with the batch).
-fn interpolate(pts: &[(f64, f64)], b: f64) -> f64 {
-    let Some(&(b0, t0)) = pts.first() else {
-        return 0.0;
-    };
-    if b <= b0 {
-        return t0;
-    }
-    match pts.iter().position(|&(x, _)| x >= b) {
-        Some(j) => {
-            let ((xa, ya), (xb, yb)) = (pts[j - 1], pts[j]);
-            ya + (yb - ya) * (b - xa) / (xb - xa)
-        }
-        None => {
-            let &(xl, yl) = pts.last().unwrap_or(&(b0, t0));
-            yl * b / xl
-        }
     }
 }
 

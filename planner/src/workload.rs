@@ -6,6 +6,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::{Catalog, PriceModel};
+use crate::dist::standard_normal;
 use crate::error::{PlannerError, Result, invalid, non_negative, positive};
 use crate::tco::{CostInputs, SiteCosts};
 
@@ -99,13 +100,6 @@ impl LengthDist {
             _ => Ok(()),
         }
     }
-}
-
-/// Box-Muller standard normal draw.
-pub(crate) fn standard_normal<R: Rng>(rng: &mut R) -> f64 {
-    let u1: f64 = 1.0 - rng.random::<f64>();
-    let u2: f64 = rng.random::<f64>();
-    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
 }
 
 /// A class's latency objectives (p99, seconds); at least one is set.
@@ -454,7 +448,7 @@ pub struct WorkloadFile {
     pub gpu_fallback: Option<GpuFallbackSpec>,
     /// `[pilot]`: what `strata pilot` tries and how strict its gates are (the planner ignores it).
     #[serde(default)]
-    pub pilot: Option<crate::pilot::PilotSpec>,
+    pub pilot: Option<crate::pilot::settings::PilotSpec>,
 }
 
 /// `[arrivals]` as written.

@@ -4,9 +4,10 @@
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use strata_planner::dist::exponential;
 use strata_planner::queueing::{erlang_c, mmc_mean_wait};
 use strata_planner::service::ServiceCurve;
-use strata_planner::sim::{BatchingHost, Station, exponential};
+use strata_planner::sim::{BatchingHost, Station};
 
 fn run(lambda: f64, mu: f64, c: u32, n: usize, seed: u64) -> (f64, f64) {
     let mut arrivals = ChaCha8Rng::seed_from_u64(seed);

@@ -3,6 +3,7 @@
 
 use super::search::{cpu_work, hour_cost, mask_capacity, warm_instances};
 use super::*;
+use crate::dist::r6;
 use crate::workload::GpuPricing;
 
 pub(super) fn candidate_cost(ctx: &Ctx<'_>, c: &Candidate<'_>, day_cost: f64) -> CandidateCost {

@@ -11,12 +11,13 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::replay::predict_replay_drifting;
+use crate::dist::{normal_quantile, r6};
 use crate::error::Result;
-use crate::pilot::predict_replay_drifting;
-use crate::plan::{Plan, r6};
+use crate::plan::Plan;
 use crate::profile::ConfigProfile;
-use crate::service::StepModel;
 use crate::sim::{ClassSim, PaceDrift, SimReport};
+use crate::step::StepModel;
 use crate::workload::{TraceRecord, Workload};
 
 /// How the engine's pace is spread around its calibrated value.
@@ -233,87 +234,9 @@ fn median_of(mut values: Vec<f64>) -> f64 {
     }
 }
 
-/// The standard normal's quantile at `p` in (0, 1), by Acklam's rational approximation (relative
-/// error below 1.2e-9); infinite at 0 and 1.
-pub fn normal_quantile(p: f64) -> f64 {
-    const A: [f64; 6] = [
-        -3.969_683_028_665_376e1,
-        2.209_460_984_245_205e2,
-        -2.759_285_104_469_687e2,
-        1.383_577_518_672_69e2,
-        -3.066_479_806_614_716e1,
-        2.506_628_277_459_239,
-    ];
-    const B: [f64; 5] = [
-        -5.447_609_879_822_406e1,
-        1.615_858_368_580_409e2,
-        -1.556_989_798_598_866e2,
-        6.680_131_188_771_972e1,
-        -1.328_068_155_288_572e1,
-    ];
-    const C: [f64; 6] = [
-        -7.784_894_002_430_293e-3,
-        -3.223_964_580_411_365e-1,
-        -2.400_758_277_161_838,
-        -2.549_732_539_343_734,
-        4.374_664_141_464_968,
-        2.938_163_982_698_783,
-    ];
-    const D: [f64; 4] = [
-        7.784_695_709_041_462e-3,
-        3.224_671_290_700_398e-1,
-        2.445_134_137_142_996,
-        3.754_408_661_907_416,
-    ];
-    const LOW: f64 = 0.024_25;
-    if p <= 0.0 {
-        return f64::NEG_INFINITY;
-    }
-    if p >= 1.0 {
-        return f64::INFINITY;
-    }
-    let tail = |q: f64| {
-        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
-            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
-    };
-    if p < LOW {
-        tail((-2.0 * p.ln()).sqrt())
-    } else if p > 1.0 - LOW {
-        -tail((-2.0 * (1.0 - p).ln()).sqrt())
-    } else {
-        let q = p - 0.5;
-        let r = q * q;
-        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
-            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Known quantiles of the standard normal, and its symmetry.
-    #[test]
-    fn normal_quantiles_are_the_known_ones() {
-        for (p, z) in [
-            (0.5, 0.0),
-            (0.841_344_746, 1.0),
-            (0.975, 1.959_963_985),
-            (0.999, 3.090_232_306),
-            (0.01, -2.326_347_874),
-        ] {
-            assert!(
-                (normal_quantile(p) - z).abs() < 1e-6,
-                "{p}: {}",
-                normal_quantile(p)
-            );
-        }
-        for p in [0.003, 0.2, 0.37] {
-            assert!((normal_quantile(p) + normal_quantile(1.0 - p)).abs() < 1e-9);
-        }
-        assert_eq!(normal_quantile(0.0), f64::NEG_INFINITY);
-        assert_eq!(normal_quantile(1.0), f64::INFINITY);
-    }
 
     /// The factors centre on 1 in the log, rise with the quantile, and span about the spread's
     /// sigma on either side; no spread is the one pace.

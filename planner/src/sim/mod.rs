@@ -11,15 +11,20 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::dist::{exponential, r6, standard_normal};
 use crate::error::{PlannerError, Result};
-use crate::plan::{Plan, PlanHour, r6};
+use crate::plan::data::{Plan, PlanHour};
 use crate::profile::ConfigProfile;
 use crate::route::{
     BudgetRules, BudgetState, InstanceLoad, PoolKind, PoolState, RoutePolicy, RouteRequest, Target,
     route,
 };
 use crate::service::ServiceCurve;
-use crate::workload::{Arrivals, GpuPricing, HOURS, Sla, TraceRecord, Workload, standard_normal};
+use crate::workload::{Arrivals, GpuPricing, HOURS, Sla, TraceRecord, Workload};
+
+pub(crate) mod report;
+
+pub use report::{ClassSim, SimReport};
 
 /// Largest CPU pool the simulator replays (each instance is a station with its own slots).
 pub const MAX_SIM_INSTANCES: u32 = 100_000;
@@ -102,77 +107,6 @@ impl Default for SimOptions {
             overflow_to_gpu: true,
             budget_policy: true,
             pace_drift: None,
-        }
-    }
-}
-
-/// Simulated results for one class.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ClassSim {
-    /// Class name.
-    pub class: String,
-    /// Arrivals.
-    pub requests: u64,
-    /// Share rejected.
-    pub rejected_share: f64,
-    /// Share sent to GPU.
-    pub gpu_share: f64,
-    /// p99 TTFT of served requests, seconds.
-    pub ttft_p99_s: f64,
-    /// p99 E2E of served requests, seconds.
-    pub e2e_p99_s: f64,
-    /// The SLA.
-    pub sla: Sla,
-    /// Share of arrivals served within every SLA bound (goodput share).
-    pub attainment: f64,
-    /// True when the p99s meet the SLA.
-    pub meets_sla: bool,
-}
-
-/// What a replay found.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SimReport {
-    /// Seed used.
-    pub seed: u64,
-    /// Days simulated.
-    pub days: f64,
-    /// Arrivals.
-    pub requests: u64,
-    /// Share of arrivals sent to GPU.
-    pub gpu_share: f64,
-    /// Share rejected.
-    pub rejected_share: f64,
-    /// CPU cost over the run, $.
-    pub cpu_cost: f64,
-    /// GPU cost over the run, $.
-    pub gpu_cost: f64,
-    /// (CPU + GPU) / days, $.
-    pub cost_per_day: f64,
-    /// p99 TTFT of every served request, all classes together, seconds.
-    #[serde(default)]
-    pub ttft_p99_s: f64,
-    /// p99 E2E of every served request, all classes together, seconds.
-    #[serde(default)]
-    pub e2e_p99_s: f64,
-    /// Per class.
-    pub classes: Vec<ClassSim>,
-}
-
-impl SimReport {
-    /// A report of no requests (nothing was simulated).
-    pub fn empty(seed: u64) -> SimReport {
-        SimReport {
-            seed,
-            days: 0.0,
-            requests: 0,
-            gpu_share: 0.0,
-            rejected_share: 0.0,
-            cpu_cost: 0.0,
-            gpu_cost: 0.0,
-            cost_per_day: 0.0,
-            ttft_p99_s: 0.0,
-            e2e_p99_s: 0.0,
-            classes: Vec::new(),
         }
     }
 }
@@ -440,11 +374,6 @@ impl BatchingHost {
             self.now += skip * step;
         }
     }
-}
-
-/// Exponential draw with the given rate.
-pub fn exponential<R: Rng>(rng: &mut R, rate: f64) -> f64 {
-    -(1.0 - rng.random::<f64>()).ln() / rate
 }
 
 /// Per-class sample store.
@@ -859,143 +788,4 @@ fn p99(v: &mut [f32]) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::service::STEP_TOKENS;
-
-    /// 10-token prompts prefill in 0.1 s; one decoding request takes 0.1 s a token, two 0.2 s each.
-    fn curve(slots: u32) -> ServiceCurve {
-        ServiceCurve {
-            slots,
-            prefill_tokens_per_s: 100.0,
-            tpot_by_batch: vec![(1.0, 0.1), (2.0, 0.2)],
-            copies: 1.0,
-            decode_step_by_batch: Vec::new(),
-            step_prefill_tokens_per_s: None,
-            prompt_step_s: 0.0,
-        }
-    }
-
-    fn finished(host: &mut BatchingHost) -> Vec<(f64, f64)> {
-        host.finish_all();
-        let mut done = host.take_finished();
-        done.sort_by(|a, b| a.arrival.total_cmp(&b.arrival).then(a.class.cmp(&b.class)));
-        done.iter()
-            .map(|f| {
-                (
-                    (f.first_token * 1e6).round() / 1e6,
-                    (f.finish * 1e6).round() / 1e6,
-                )
-            })
-            .collect()
-    }
-
-    #[test]
-    fn a_lone_request_prefills_then_decodes_at_the_single_stream_pace() {
-        let mut host = BatchingHost::new(&curve(4));
-        host.admit(1.0, 0, 10.0, 5.0);
-        assert_eq!(finished(&mut host), vec![(1.1, 1.5)]);
-        host.admit(2.0, 0, 10.0, 1.0);
-        assert_eq!(
-            finished(&mut host),
-            vec![(2.1, 2.1)],
-            "one token: done at the first"
-        );
-    }
-
-    #[test]
-    fn a_prompt_waits_for_the_step_in_flight_then_holds_up_the_decoding_requests() {
-        let mut host = BatchingHost::new(&curve(2));
-        host.admit(0.0, 0, 10.0, 5.0);
-        host.admit(0.0, 1, 10.0, 5.0);
-        // A's prompt is the first step (to 0.1). B's prompt shares the second with A's next token
-        // (0.1 + 0.1 s, to 0.3); then both decode at 0.2 s a step until A's last token at 0.9, and B's
-        // last runs alone (0.1 s).
-        assert_eq!(finished(&mut host), vec![(0.1, 0.9), (0.3, 1.0)]);
-    }
-
-    #[test]
-    fn a_step_runs_at_most_its_token_budget_of_prompt() {
-        let mut host = BatchingHost::new(&curve(2));
-        let long = f64::from(STEP_TOKENS) + 100.0;
-        host.admit(0.0, 0, long, 1.0);
-        // Two steps: the budget (5.12 s at 100 prompt tokens a second), then the last 100 tokens.
-        assert_eq!(finished(&mut host), vec![(6.12, 6.12)]);
-    }
-
-    #[test]
-    fn skipping_alike_decode_steps_changes_nothing() {
-        let run = |probe_every: f64| {
-            let mut host = BatchingHost::new(&curve(3));
-            let mut t = 0.0;
-            for (i, (prompt, output)) in [(10.0, 40.0), (30.0, 7.0), (5.0, 90.0), (20.0, 3.0)]
-                .into_iter()
-                .enumerate()
-            {
-                host.admit(t, i, prompt, output);
-                t += 0.7;
-            }
-            // Looking at the load often splits the skipped stretches at other places.
-            let mut probe = t;
-            while probe < 30.0 {
-                host.load(probe);
-                probe += probe_every;
-            }
-            finished(&mut host)
-        };
-        assert_eq!(run(100.0), run(0.013));
-    }
-
-    /// A drifting pace with no spread is the steady host; with one, the same seed gives the same steps
-    /// (however the host is looked at, so skipping stays within a block), and another seed others.
-    #[test]
-    fn a_drifting_pace_moves_the_steps_block_by_block() {
-        let run = |sigma: f64, seed: u64, probe_every: f64| {
-            let drift = PaceDrift {
-                block_s: 0.5,
-                sigma,
-                seed,
-            };
-            let mut host = BatchingHost::drifting(&curve(3), drift, 0);
-            for (i, (prompt, output)) in [(10.0, 40.0), (30.0, 7.0), (5.0, 90.0)]
-                .into_iter()
-                .enumerate()
-            {
-                host.admit(0.7 * i as f64, i, prompt, output);
-            }
-            let mut probe = 1.4;
-            while probe < 40.0 {
-                host.load(probe);
-                probe += probe_every;
-            }
-            finished(&mut host)
-        };
-        let steady = {
-            let mut host = BatchingHost::new(&curve(3));
-            for (i, (prompt, output)) in [(10.0, 40.0), (30.0, 7.0), (5.0, 90.0)]
-                .into_iter()
-                .enumerate()
-            {
-                host.admit(0.7 * i as f64, i, prompt, output);
-            }
-            finished(&mut host)
-        };
-        assert_eq!(run(0.0, 1, 100.0), steady);
-        let drifting = run(0.3, 1, 100.0);
-        assert_ne!(drifting, steady);
-        assert_eq!(drifting, run(0.3, 1, 0.013));
-        assert_ne!(drifting, run(0.3, 2, 100.0));
-    }
-
-    #[test]
-    fn without_a_free_slot_a_request_waits_for_one() {
-        let mut host = BatchingHost::new(&curve(1));
-        host.admit(0.0, 0, 10.0, 5.0);
-        host.admit(0.0, 1, 10.0, 5.0);
-        let load = host.load(0.05);
-        assert_eq!((load.in_flight, load.queue_depth), (2, 1));
-        assert_eq!(finished(&mut host), vec![(0.1, 0.5), (0.6, 1.0)]);
-        let load = host.load(2.0);
-        assert_eq!((load.in_flight, load.queue_depth), (0, 0));
-    }
-}
+mod tests;
