@@ -1,7 +1,6 @@
 //! Model file formats: GGUF and Hugging Face safetensors folders, both memory-mapped, both read
 //! through [`TensorSource`] so that the model loader does not care where weights come from.
 
-pub mod convert;
 pub mod gguf;
 pub mod gguf_writer;
 pub mod mmap;
