@@ -4,6 +4,7 @@
 pub mod gguf;
 pub mod gguf_writer;
 pub mod mmap;
+pub mod quant_plan;
 pub mod requantize;
 pub mod safetensors;
 pub mod synth;
