@@ -5,6 +5,7 @@
 
 pub mod bench;
 pub mod chat;
+pub mod convert;
 pub mod error;
 pub mod format;
 pub mod generate;

@@ -3,8 +3,11 @@
 use std::path::{Path, PathBuf};
 
 use crate::{
-    error::Result,
-    format::gguf::GgufFile,
+    error::{Error, Result},
+    format::{
+        gguf::GgufFile,
+        safetensors::{SafetensorsFolder, TOKENIZER_CONFIG_FILE, TOKENIZER_FILE},
+    },
     model::{Llama, LlamaConfig, LoadOptions},
     tokenizer::Tokenizer,
 };
@@ -38,7 +41,7 @@ impl LoadedModel {
     /// When the files cannot be read or do not describe a supported model.
     pub fn open(path: &Path, options: LoadOptions) -> Result<Self> {
         if path.is_dir() {
-            return crate::format::safetensors::load_folder(path, options);
+            return load_folder(path, options);
         }
         Self::from_gguf(GgufFile::open(path)?, options)
     }
@@ -68,3 +71,28 @@ impl LoadedModel {
         })
     }
 }
+
+/// Loads a Hugging Face checkpoint folder: weights through [`SafetensorsFolder`], tokenizer from
+/// `tokenizer.json` and `tokenizer_config.json`.
+///
+/// # Errors
+/// When a file is missing or malformed, or the tensors do not match `config.json`.
+pub fn load_folder(path: &Path, options: LoadOptions) -> Result<LoadedModel> {
+    let folder = SafetensorsFolder::open(path)?;
+    let tokenizer_json = path.join(TOKENIZER_FILE);
+    if !tokenizer_json.is_file() {
+        return Err(Error::model(path, format!("{TOKENIZER_FILE} is missing")));
+    }
+    let tokenizer =
+        Tokenizer::from_hf_files(&tokenizer_json, Some(&path.join(TOKENIZER_CONFIG_FILE)))?;
+    let model = Llama::load(folder.config().clone(), &folder, options)?;
+    Ok(LoadedModel {
+        model,
+        tokenizer,
+        format: ModelFormat::HuggingFace,
+        path: path.to_path_buf(),
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -11,8 +11,8 @@ use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand};
 use strata_controller::model_cache::{self, PullProgress};
 use strata_controller::store::NewModel;
+use strata_engine::convert::{self, ConvertOptions, HfDtype};
 use strata_engine::format::{
-    convert::{self, ConvertOptions, HfDtype},
     gguf::{GgufFile, MetaValue},
     requantize::{self, FileType, TensorPlan},
     synth::{self, SynthShape},

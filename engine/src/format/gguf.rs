@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, path::Path, path::PathBuf, sync::Arc};
 
 use crate::{
     error::{Error, Result},
-    format::{mmap::FileBytes, synth::SYNTHETIC_KEY},
+    format::mmap::FileBytes,
     quant::GgmlType,
 };
 
@@ -23,6 +23,10 @@ const MAX_ARRAY_DEPTH: usize = 4;
 const MAX_ARRAY_PREALLOC: u64 = 1 << 16;
 /// Cap on tensor rank.
 const MAX_DIMS: u32 = 4;
+
+/// The metadata key (a bool, true) that marks a file's weights as random: its speed is real, its
+/// outputs are not.
+pub const SYNTHETIC_KEY: &str = "strata.synthetic";
 
 /// One metadata value, as typed in the file.
 #[derive(Debug, Clone, PartialEq)]

@@ -24,7 +24,7 @@ use std::io::{self, Write};
 use crate::{
     format::{
         gguf::MetaValue,
-        requantize::{FileType, fallback},
+        quant_plan::{FileType, fallback},
     },
     quant::{self, GgmlType},
     weights::WeightType,

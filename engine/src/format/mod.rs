@@ -1,10 +1,10 @@
 //! Model file formats: GGUF and Hugging Face safetensors folders, both memory-mapped, both read
 //! through [`TensorSource`] so that the model loader does not care where weights come from.
 
-pub mod convert;
 pub mod gguf;
 pub mod gguf_writer;
 pub mod mmap;
+pub mod quant_plan;
 pub mod requantize;
 pub mod safetensors;
 pub mod synth;

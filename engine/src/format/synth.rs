@@ -16,9 +16,9 @@ use half::f16;
 use crate::{
     error::{Error, Result},
     format::{
-        gguf::MetaValue,
+        gguf::{MetaValue, SYNTHETIC_KEY},
         gguf_writer::{GgufWriter, SplitMix64, byte_level_char, string_array},
-        requantize::{FileType, TensorPlan, plan_tensors},
+        quant_plan::{FileType, TensorPlan, plan_tensors},
     },
     quant::{self, GgmlType},
 };
@@ -29,9 +29,6 @@ const TOKEN_TYPE_NORMAL: i32 = 1;
 const TOKEN_TYPE_CONTROL: i32 = 3;
 /// Llama 3's special tokens: the last 256 ids (from 128000 in its 128256-token vocabulary).
 const SPECIAL_TOKENS: usize = 256;
-/// The metadata key (a bool, true) that marks a file's weights as random: its speed is real, its
-/// outputs are not.
-pub const SYNTHETIC_KEY: &str = "strata.synthetic";
 
 /// The hyperparameters of a model shape.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -58,8 +58,11 @@ use std::{arch::x86_64::*, cell::RefCell};
 use half::f16;
 
 use super::{
-    avx2,
     tiles::{OutLayout, each_row, gemm_by_row_dots, store_tile, tile_rows},
+    x86::{
+        self, bytes_from_nibbles_32, common_len, cut, f16_to_f32, gemm_by_dots, head_f32,
+        hsum_float_8, load_i8x32,
+    },
 };
 use crate::quant::{
     BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8_1,
@@ -75,55 +78,6 @@ const STEP: usize = 4 * EPR;
 // Loads and small helpers. Safe functions: they need the target features (callers have them), and
 // every load reads from a reference at least as large as the load.
 
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn f16_to_f32(h: f16) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h.to_bits()))))
-}
-
-/// The first four f16 of a block as f32 lanes: its scale (and for Q4_1/Q8_1 the second f16 field)
-/// in lanes 0 (and 1); lanes 2 and 3 are quant bytes and must be ignored.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn head_f32<T>(block: &T) -> __m128 {
-    const { assert!(size_of::<T>() >= 8) };
-    // SAFETY: `block` is at least 8 readable bytes (checked above); `loadl_epi64` reads 8 bytes and
-    // has no alignment requirement.
-    let bits = unsafe { _mm_loadl_epi64((block as *const T).cast()) };
-    _mm_cvtph_ps(bits)
-}
-
-/// The 32 int8 values of a block.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn load_i8x32(q: &[i8; QK]) -> __m256i {
-    // SAFETY: `q` is 32 readable bytes; `loadu` has no alignment requirement.
-    unsafe { _mm256_loadu_si256(q.as_ptr().cast()) }
-}
-
-/// 16 packed bytes to 32 bytes in 0..=15: low nibbles (elements 0..16) in the low 128 bits, high
-/// nibbles (elements 16..32) in the high 128 bits (ggml `bytes_from_nibbles_32`).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn bytes_from_nibbles_32(qs: &[u8; QK / 2]) -> __m256i {
-    // SAFETY: `qs` is 16 readable bytes; `loadu` has no alignment requirement.
-    let tmp = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
-    let both = _mm256_broadcastsi128_si256(tmp);
-    let shifted = _mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0));
-    _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f))
-}
-
-/// ggml `hsum_float_8`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn hsum_float_8(x: __m256) -> f32 {
-    let mut res = _mm256_extractf128_ps::<1>(x);
-    res = _mm_add_ps(res, _mm256_castps256_ps128(x));
-    res = _mm_add_ps(res, _mm_movehl_ps(res, res));
-    res = _mm_add_ss(res, _mm_movehdup_ps(res));
-    _mm_cvtss_f32(res)
-}
-
 /// ggml `GGML_F32x16_REDUCE` over four accumulators, ending in `_mm512_reduce_add_ps` as GCC and
 /// Clang expand it (halves, then quarters, then lanes `0+2`, `1+3`, then those two).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -137,25 +91,6 @@ fn reduce_f32x16(mut x: [__m512; 4]) -> f32 {
     let t6 = _mm_add_ps(_mm256_castps256_ps128(t3), _mm256_extractf128_ps::<1>(t3));
     let t8 = _mm_add_ps(t6, _mm_movehl_ps(t6, t6));
     _mm_cvtss_f32(t8) + _mm_cvtss_f32(_mm_movehdup_ps(t8))
-}
-
-/// The length every row and the activations are cut to: the shortest (all equal in correct use).
-#[inline(always)]
-fn common_len<T, U>(rows: &[&[T]], y: &[U]) -> usize {
-    debug_assert!(
-        rows.iter().all(|r| r.len() == y.len()),
-        "row length mismatch"
-    );
-    rows.iter().fold(y.len(), |n, r| n.min(r.len()))
-}
-
-/// Every row cut to `n` items (a plain loop: it inlines, so the row lengths stay known).
-#[inline(always)]
-fn cut<T, const R: usize>(mut rows: [&[T]; R], n: usize) -> [&[T]; R] {
-    for r in &mut rows {
-        *r = &r[..n];
-    }
-    rows
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -272,7 +207,7 @@ fn q8_0_lanes(x: &BlockQ8_0, qy: __m256i, offset: __m256i) -> __m256i {
 }
 
 /// Q8_0 x Q8_0 dots of `R` (at most four) rows against `y`, in the scalar reference's numerics (as
-/// the AVX2 tier: [`avx2::add_block_q8_0`]), the int32 lanes from `vpdpbusd`.
+/// the AVX2 tier: [`x86::add_block_q8_0`]), the int32 lanes from `vpdpbusd`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 fn dot_q8_0_rows<const R: usize>(rows: [&[BlockQ8_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
@@ -293,10 +228,10 @@ fn q8_0_rows_from<const R: usize>(
     for (i, b) in y[..n].iter().enumerate() {
         let (qy, offset) = q8_0_activation(b);
         let q: [__m256i; R] = std::array::from_fn(|r| q8_0_lanes(&rows[r][i], qy, offset));
-        let dx = avx2::scales_f32::<R>(std::array::from_fn(|r| rows[r][i].d));
-        acc = avx2::add_block_q8_0(acc, avx2::block_sums(q), dx, head_f32(b));
+        let dx = x86::scales_f32::<R>(std::array::from_fn(|r| rows[r][i].d));
+        acc = x86::add_block_q8_0(acc, x86::block_sums(q), dx, head_f32(b));
     }
-    avx2::lanes(acc)
+    x86::lanes(acc)
 }
 
 /// The exact int32 sums of eight blocks' eight lanes each, block `k` in lane `k`.
@@ -478,7 +413,7 @@ fn dot_q4_1_rows<const R: usize>(rows: [&[BlockQ4_1]; R], y: &[BlockQ8_1]) -> [f
     let mut summs = [_mm_setzero_ps(); R];
     for (i, b) in y[..n].iter().enumerate() {
         if R > 1 {
-            avx2::prefetch_rows_ahead(&rows, i);
+            x86::prefetch_rows_ahead(&rows, i);
         }
         let hy = head_f32(b); // [d_y, s_y, _, _]
         let s_only = _mm_blend_ps::<0b0010>(_mm_setzero_ps(), hy); // [0, s_y, 0, 0]
@@ -543,7 +478,7 @@ fn dot_q5_0_rows<const R: usize>(rows: [&[BlockQ5_0]; R], y: &[BlockQ8_0]) -> [f
     let mut acc = [_mm256_setzero_ps(); R];
     for (i, b) in y[..n].iter().enumerate() {
         if R > 1 {
-            avx2::prefetch_rows_ahead(&rows, i);
+            x86::prefetch_rows_ahead(&rows, i);
         }
         let hy = head_f32(b);
         let qy = load_i8x32(&b.qs);
@@ -589,7 +524,7 @@ fn dot_q5_1_rows<const R: usize>(rows: [&[BlockQ5_1]; R], y: &[BlockQ8_1]) -> [f
     let mut summs = [_mm_setzero_ps(); R];
     for (i, b) in y[..n].iter().enumerate() {
         if R > 1 {
-            avx2::prefetch_rows_ahead(&rows, i);
+            x86::prefetch_rows_ahead(&rows, i);
         }
         let hy = head_f32(b); // [d_y, s_y, _, _]
         let s_only = _mm_blend_ps::<0b0010>(_mm_setzero_ps(), hy); // [0, s_y, 0, 0]
@@ -722,22 +657,22 @@ fn dot_q4_k_rows<const R: usize>(rows: [&[BlockQ4K]; R], y: &[BlockQ8K]) -> [f32
     let mut acc_m = [_mm_setzero_ps(); R];
     for (i, b) in y[..n].iter().enumerate() {
         if R > 1 {
-            avx2::prefetch_blocks_ahead(&rows, i);
+            x86::prefetch_blocks_ahead(&rows, i);
         }
-        let sub_sums = avx2::sub_block_sums(b);
+        let sub_sums = x86::sub_block_sums(b);
         let dy = _mm_setr_ps(b.d, -b.d, 0.0, 0.0);
         for r in 0..R {
             let a = &rows[r][i];
-            let (scales, mins) = avx2::scales_mins_k4(&a.scales);
-            let d = avx2::k4_scales(a, dy);
-            let prod = avx2::k4_min_products(mins, sub_sums);
+            let (scales, mins) = x86::scales_mins_k4(&a.scales);
+            let d = x86::k4_scales(a, dy);
+            let prod = x86::k4_min_products(mins, sub_sums);
             let dmin = _mm_permute_ps::<0b0101_0101>(d);
             acc_m[r] = _mm_fmadd_ps(dmin, _mm_cvtepi32_ps(prod), acc_m[r]);
-            let sumi = k4_scaled_sums(&a.qs, None, avx2::u8x8_to_i16(scales), &b.qs);
+            let sumi = k4_scaled_sums(&a.qs, None, x86::u8x8_to_i16(scales), &b.qs);
             acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
         }
     }
-    std::array::from_fn(|r| hsum_float_8(acc[r]) + avx2::hsum_float_4(acc_m[r]))
+    std::array::from_fn(|r| hsum_float_8(acc[r]) + x86::hsum_float_4(acc_m[r]))
 }
 
 /// ggml `ggml_vec_dot_q4_K_q8_K`, on 512-bit vectors.
@@ -768,18 +703,18 @@ fn dot_q5_k_rows<const R: usize>(rows: [&[BlockQ5K]; R], y: &[BlockQ8K]) -> [f32
     let mut summs = [0f32; R];
     for (i, b) in y[..n].iter().enumerate() {
         if R > 1 {
-            avx2::prefetch_blocks_ahead(&rows, i);
+            x86::prefetch_blocks_ahead(&rows, i);
         }
-        let sub_sums = avx2::sub_block_sums(b);
+        let sub_sums = x86::sub_block_sums(b);
         let dy = _mm_setr_ps(b.d, -b.d, 0.0, 0.0);
         for r in 0..R {
             let a = &rows[r][i];
-            let (scales, mins) = avx2::scales_mins_k4(&a.scales);
-            let d = avx2::k4_scales(a, dy);
-            let prod = avx2::hsum_i32_4(avx2::k4_min_products(mins, sub_sums));
+            let (scales, mins) = x86::scales_mins_k4(&a.scales);
+            let d = x86::k4_scales(a, dy);
+            let prod = x86::hsum_i32_4(x86::k4_min_products(mins, sub_sums));
             let dmin = _mm_cvtss_f32(_mm_movehdup_ps(d));
             summs[r] = dmin.mul_add(prod as f32, summs[r]);
-            let sumi = k4_scaled_sums(&a.qs, Some(&a.qh), avx2::u8x8_to_i16(scales), &b.qs);
+            let sumi = k4_scaled_sums(&a.qs, Some(&a.qh), x86::u8x8_to_i16(scales), &b.qs);
             acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
         }
     }
@@ -825,7 +760,7 @@ fn q6_k_scaled_sums(x: &BlockQ6K, q8: &[i8; QK_K]) -> __m256i {
     let (q8, _) = q8.as_chunks::<64>();
     let mut sumi = _mm512_setzero_si512();
     for j in 0..QK_K / 128 {
-        let sc = _mm512_broadcast_i32x4(avx2::scales_i16(&scales[j]));
+        let sc = _mm512_broadcast_i32x4(x86::scales_i16(&scales[j]));
         let (l, h) = (load_u8x64(&ql[j]), broadcast_u8x32(&qh[j]));
         let h_first = _mm512_and_si512(_mm512_sllv_epi64(h, first_pairs), high2);
         let h_second = _mm512_and_si512(_mm512_srlv_epi64(h, second_pairs), high2);
@@ -849,12 +784,12 @@ fn dot_q6_k_rows<const R: usize>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K]) -> [f32
     let mut acc = [_mm256_setzero_ps(); R];
     for (i, b) in y[..n].iter().enumerate() {
         if R > 1 {
-            avx2::prefetch_blocks_ahead(&rows, i);
+            x86::prefetch_blocks_ahead(&rows, i);
         }
-        let bsums = avx2::load_i16x16(&b.bsums);
+        let bsums = x86::load_i16x16(&b.bsums);
         for r in 0..R {
             let a = &rows[r][i];
-            let sumi = _mm256_sub_epi32(q6_k_scaled_sums(a, &b.qs), avx2::q6_k_offset(a, bsums));
+            let sumi = _mm256_sub_epi32(q6_k_scaled_sums(a, &b.qs), x86::q6_k_offset(a, bsums));
             let d = _mm256_set1_ps(b.d * f16_to_f32(a.d));
             acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[r]);
         }
@@ -1301,21 +1236,7 @@ pub(crate) unsafe fn gemm_q4_1_q8_1(
     });
 }
 
-/// The tiled form of Q5_1: this tier's single-row and four-row dots over
-/// every row and token (see [`gemm_by_row_dots`]).
-macro_rules! gemm_by_dots {
-    ($($name:ident: $w:ty, $a:ty => $dot:ident, $dot_x4:ident;)*) => {$(
-        /// Every weight row against every token through this tier's dots, as the scalar tiled form.
-        ///
-        /// # Safety
-        /// The CPU must support this tier.
-        pub(crate) unsafe fn $name(w: &[$w], x: &[$a], nb: usize, out: &mut [f32], layout: OutLayout) {
-            // SAFETY: the caller's CPU supports this tier (this function's contract).
-            unsafe { gemm_by_row_dots((w, x, nb), (out, layout), $dot, $dot_x4) }
-        }
-    )*};
-}
-
+// The tiled form of Q5_1: this tier's single-row and four-row dots over every row and token.
 gemm_by_dots! {
     gemm_q5_1_q8_1: BlockQ5_1, BlockQ8_1 => vec_dot_q5_1_q8_1, vec_dot_q5_1_q8_1_x4;
 }
@@ -1324,7 +1245,10 @@ gemm_by_dots! {
 mod tests {
     use super::*;
     use crate::kernels::{
-        avx2::k_quant_reference::{check_kernels, check_same_bits},
+        avx2::{
+            self,
+            k_quant_reference::{check_kernels, check_same_bits},
+        },
         cpu::{CpuFeatures, KernelTier},
     };
 

@@ -14,6 +14,7 @@ pub mod cpu;
 pub mod dispatch;
 pub mod scalar;
 mod tiles;
+mod x86;
 
 use half::{bf16, f16};
 use rayon::prelude::*;

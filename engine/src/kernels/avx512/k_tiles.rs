@@ -16,9 +16,12 @@ use std::{
     cell::RefCell,
 };
 
-use super::{avx2, broadcast_u8x32, f16_to_f32, hsum_float_8, load_i8x64, load_u8x64, spread_i16};
+use super::{broadcast_u8x32, load_i8x64, load_u8x64, spread_i16};
 use crate::{
-    kernels::tiles::{OutLayout, gemm_by_tiles},
+    kernels::{
+        tiles::{OutLayout, gemm_by_tiles},
+        x86::{self, f16_to_f32, hsum_float_8},
+    },
     quant::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K},
 };
 
@@ -159,7 +162,7 @@ fn unpack_k4(
     r: usize,
 ) {
     k4_values(qs, qh, &mut out.q[r]);
-    let (scales, mins) = avx2::scales_mins_k4(packed);
+    let (scales, mins) = x86::scales_mins_k4(packed);
     // Group g's lanes hold scales 2g, 2g, 2g + 1, 2g + 1, then zeros: one word permutation of the
     // eight scales widened to i16, the zeros by mask.
     const PICKS: [i16; 32] = {
@@ -176,14 +179,14 @@ fn unpack_k4(
         picks
     };
     const KEEP: u32 = 0x0f0f_0f0f;
-    let wide = _mm512_castsi128_si512(avx2::u8x8_to_i16(scales));
+    let wide = _mm512_castsi128_si512(x86::u8x8_to_i16(scales));
     // SAFETY: `PICKS` is 64 readable bytes, `out.group_scales[r]` and `out.mins[r]` are 64 and 16
     // writable bytes; unaligned accesses.
     unsafe {
         let picks = _mm512_loadu_si512(PICKS.as_ptr().cast());
         let groups = _mm512_maskz_permutexvar_epi16(KEEP, picks, wide);
         _mm512_storeu_si512(out.group_scales[r].as_mut_ptr().cast(), groups);
-        _mm_storeu_si128(out.mins[r].as_mut_ptr().cast(), avx2::u8x8_to_i16(mins));
+        _mm_storeu_si128(out.mins[r].as_mut_ptr().cast(), x86::u8x8_to_i16(mins));
     }
     out.d[r * TOKENS..(r + 1) * TOKENS].fill(f16_to_f32(d));
     out.dmin[r] = f16_to_f32(dmin);
@@ -308,7 +311,7 @@ fn load_i16x32(v: &[[i16; 8]; 4]) -> __m512i {
     unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
 }
 
-/// Q6_K's offsets (`avx2::q6_k_offset`) of row `r` for tokens `2h` (lanes 0..8) and `2h + 1` (lanes
+/// Q6_K's offsets (`x86::q6_k_offset`) of row `r` for tokens `2h` (lanes 0..8) and `2h + 1` (lanes
 /// 8..16).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
@@ -431,7 +434,7 @@ fn finish(
                 Terms::FourLaneMinimums => {
                     // SAFETY: `lanes` is 4 readable f32; unaligned load.
                     let four = unsafe { _mm_loadu_ps(lanes.as_ptr()) };
-                    hsum_float_8(eight) + avx2::hsum_float_4(four)
+                    hsum_float_8(eight) + x86::hsum_float_4(four)
                 }
                 Terms::SummedMinimums => hsum_float_8(eight) + lanes[0],
                 Terms::Offset32 => hsum_float_8(eight),

@@ -10,9 +10,12 @@
 
 use std::{arch::x86_64::*, cell::RefCell};
 
-use super::{bytes_from_nibbles_32, f16_to_f32, five_bit_values, hsum_float_8};
+use super::five_bit_values;
 use crate::{
-    kernels::tiles::{OutLayout, gemm_by_tiles},
+    kernels::{
+        tiles::{OutLayout, gemm_by_tiles},
+        x86::{bytes_from_nibbles_32, f16_to_f32, hsum_float_8},
+    },
     quant::{BlockQ4_0, BlockQ5_0, BlockQ8_0},
 };
 

@@ -1,0 +1,300 @@
+//! The x86_64 helpers both SIMD tiers share: block loads and f16 scales, horizontal sums, the
+//! exact Q8_0 block sums, prefetching, and the unpacking of K-quant scales. Each enables only the
+//! features it needs (all within AVX2, FMA and F16C), so it inlines into either tier's kernels.
+
+#![cfg(target_arch = "x86_64")]
+#![allow(unsafe_code)]
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use crate::quant::{BlockQ6K, BlockQ8K, QK};
+
+// ---------------------------------------------------------------------------------------------
+// Loads and reductions. Safe functions: they need the target features (callers have them), and
+// every load reads from a reference of exactly the loaded size.
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn f16_to_f32(h: f16) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h.to_bits()))))
+}
+
+/// The first four f16 of a block as f32 lanes: its scale (and for Q4_1/Q8_1 the second f16 field)
+/// in lanes 0 (and 1); lanes 2 and 3 are quant bytes and must be ignored.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn head_f32<T>(block: &T) -> __m128 {
+    const { assert!(size_of::<T>() >= 8) };
+    // SAFETY: `block` is at least 8 readable bytes (checked above); `loadl_epi64` reads 8 bytes and
+    // has no alignment requirement.
+    let bits = unsafe { _mm_loadl_epi64((block as *const T).cast()) };
+    _mm_cvtph_ps(bits)
+}
+
+/// The 32 int8 values of a block.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn load_i8x32(q: &[i8; QK]) -> __m256i {
+    // SAFETY: `q` is 32 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm256_loadu_si256(q.as_ptr().cast()) }
+}
+
+/// ggml `bytes_from_nibbles_32`: 16 packed bytes to 32 bytes in 0..=15, low nibbles (elements
+/// 0..16) in the low 128 bits, high nibbles (elements 16..32) in the high 128 bits.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn bytes_from_nibbles_32(qs: &[u8; QK / 2]) -> __m256i {
+    // SAFETY: `qs` is 16 readable bytes; `loadu` has no alignment requirement.
+    let tmp = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
+    // Both halves hold the 16 bytes; shift the high half's 64-bit words right by 4.
+    let both = _mm256_broadcastsi128_si256(tmp);
+    let shifted = _mm256_srlv_epi64(both, _mm256_set_epi64x(4, 4, 0, 0));
+    _mm256_and_si256(shifted, _mm256_set1_epi8(0x0f))
+}
+
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn load_i16x16(v: &[i16; 16]) -> __m256i {
+    // SAFETY: `v` is 32 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
+}
+
+/// ggml `hsum_float_8`.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn hsum_float_8(x: __m256) -> f32 {
+    let mut res = _mm256_extractf128_ps::<1>(x);
+    res = _mm_add_ps(res, _mm256_castps256_ps128(x));
+    res = _mm_add_ps(res, _mm_movehl_ps(res, res));
+    res = _mm_add_ss(res, _mm_movehdup_ps(res));
+    _mm_cvtss_f32(res)
+}
+
+/// ggml's final sum of the four-lane minimums accumulator: lanes `0+2` and `1+3`, then those two.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn hsum_float_4(x: __m128) -> f32 {
+    let pairs = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs)))
+}
+
+/// The exact sum of four int32 lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn hsum_i32_4(x: __m128i) -> i32 {
+    let pairs = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
+    _mm_cvtsi128_si32(_mm_add_epi32(pairs, _mm_shuffle_epi32::<0b01>(pairs)))
+}
+
+/// The length every row and the activations are cut to: the shortest (all equal in correct use).
+#[inline(always)]
+pub(super) fn common_len<T, U>(rows: &[&[T]], y: &[U]) -> usize {
+    debug_assert!(
+        rows.iter().all(|r| r.len() == y.len()),
+        "row length mismatch"
+    );
+    rows.iter().fold(y.len(), |n, r| n.min(r.len()))
+}
+
+/// Every row cut to `n` items (a plain loop: it inlines, so the row lengths stay known).
+#[inline(always)]
+pub(super) fn cut<T, const R: usize>(mut rows: [&[T]; R], n: usize) -> [&[T]; R] {
+    for r in &mut rows {
+        *r = &r[..n];
+    }
+    rows
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q8_0 x Q8_0 in the scalar reference's numerics: up to four rows' block sums in the lanes of one register.
+
+/// The exact int32 sums of up to four rows' eight lanes each, row `r` in lane `r` (lanes past `R`
+/// hold repeats). Integer sums are exact, so their order does not matter.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn block_sums<const R: usize>(q: [__m256i; R]) -> __m128i {
+    let pick = |r: usize| q[r.min(R - 1)];
+    let pairs = _mm256_hadd_epi32(
+        _mm256_hadd_epi32(pick(0), pick(1)),
+        _mm256_hadd_epi32(pick(2), pick(3)),
+    );
+    _mm_add_epi32(
+        _mm256_castsi256_si128(pairs),
+        _mm256_extracti128_si256::<1>(pairs),
+    )
+}
+
+/// Adds one block of up to four rows to their sums (row `r` in lane `r`) in the scalar reference's
+/// numerics: the exact block sums as f32, times `d_x * d_y`, added in block order. `dx` holds the
+/// rows' scales in its lanes, `dy` the activation block's head ([`head_f32`]: its scale in lane 0).
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn add_block_q8_0(acc: __m128, sums: __m128i, dx: __m128, dy: __m128) -> __m128 {
+    let d = _mm_mul_ps(dx, _mm_broadcastss_ps(dy));
+    _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), d))
+}
+
+/// Up to four f16 scales as f32 lanes (zero past `R`), inserted into a zeroed register: inserts into
+/// an undefined one may merge into whatever register the compiler picks, the accumulator included,
+/// which chains every block to the previous block's sum.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn scales_f32<const R: usize>(d: [f16; R]) -> __m128 {
+    let bits = |r: usize| i32::from(d[r].to_bits());
+    let mut v = _mm_setzero_si128();
+    v = _mm_insert_epi16::<0>(v, bits(0));
+    if R > 1 {
+        v = _mm_insert_epi16::<1>(v, bits(1));
+    }
+    if R > 2 {
+        v = _mm_insert_epi16::<2>(v, bits(2));
+    }
+    if R > 3 {
+        v = _mm_insert_epi16::<3>(v, bits(3));
+    }
+    _mm_cvtph_ps(v)
+}
+
+/// The first `R` lanes of `acc`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn lanes<const R: usize>(acc: __m128) -> [f32; R] {
+    let mut out = [0f32; 4];
+    // SAFETY: `out` is 4 f32; unaligned store.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+    std::array::from_fn(|r| out[r])
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prefetching the rows ahead.
+
+/// Rows past the current group that [`prefetch_rows_ahead`] asks for.
+pub(super) const PREFETCH_ROWS: usize = 8;
+
+/// While block `i` of `R` adjacent rows is read, asks for the matching stretch of the rows
+/// [`PREFETCH_ROWS`] further on. Rows read one block of each in turn jump back and forth in memory,
+/// which the hardware prefetchers do not follow: without this, four rows per call ran a decode step
+/// (weights streaming from memory) at half the speed of one row per call. Addresses past the matrix
+/// are only hints: a prefetch never faults.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn prefetch_rows_ahead<T, const R: usize>(rows: &[&[T]; R], i: usize) {
+    let row_bytes = size_of_val(rows[0]);
+    let per_block = R * row_bytes / rows[0].len().max(1);
+    let ahead =
+        (rows[0].as_ptr() as *const i8).wrapping_add(PREFETCH_ROWS * row_bytes + i * per_block);
+    _mm_prefetch::<_MM_HINT_T0>(ahead);
+    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
+}
+
+/// While super-block `i` of `R` adjacent rows is read, asks for every cache line of the matching
+/// stretch of the rows [`PREFETCH_ROWS`] further on: [`prefetch_rows_ahead`] for blocks of more than
+/// a line.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn prefetch_blocks_ahead<T, const R: usize>(rows: &[&[T]; R], i: usize) {
+    const LINE: usize = 64;
+    let stretch = R * size_of::<T>();
+    let ahead = (rows[0].as_ptr() as *const i8)
+        .wrapping_add(PREFETCH_ROWS * size_of_val(rows[0]) + i * stretch);
+    for offset in (0..stretch).step_by(LINE) {
+        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(offset));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// K-quant scales, minimums and offsets.
+
+/// The eight 6-bit scales and eight 6-bit mins of a Q4_K/Q5_K super-block (ggml
+/// `get_scale_min_k4`), one per byte of each word, sub-block 0 in the lowest byte.
+#[inline(always)]
+pub(super) fn scales_mins_k4(packed: &[u8; 12]) -> (u64, u64) {
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const TOP2: u32 = 0x0303_0303;
+    let (words, _) = packed.as_chunks::<4>();
+    let [a, b, c] = [0, 1, 2].map(|k| u32::from_le_bytes(words[k]));
+    // Sub-blocks 0..4 keep the low 6 bits of bytes 0..4 (scales) and 4..8 (mins); sub-blocks 4..8
+    // take nibbles of bytes 8..12 and, as their top two bits, the spare top bits of bytes 0..8.
+    let scales_high = (c & LOW4) | (((a >> 6) & TOP2) << 4);
+    let mins_high = ((c >> 4) & LOW4) | (((b >> 6) & TOP2) << 4);
+    let join = |low: u32, high: u32| u64::from(low) | (u64::from(high) << 32);
+    (join(a & LOW6, scales_high), join(b & LOW6, mins_high))
+}
+
+/// Eight bytes widened to eight i16 lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn u8x8_to_i16(bytes: u64) -> __m128i {
+    _mm_cvtepu8_epi16(_mm_cvtsi64_si128(bytes as i64))
+}
+
+/// The sums of the eight 32-value sub-blocks of an activation block, as i16 lanes (each at most
+/// `32 * 128` in magnitude), from its 16-value sums.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn sub_block_sums(y: &BlockQ8K) -> __m128i {
+    let sums = load_i16x16(&y.bsums);
+    _mm_hadd_epi16(
+        _mm256_castsi256_si128(sums),
+        _mm256_extracti128_si256::<1>(sums),
+    )
+}
+
+/// The minimums' int32 products of a Q4_K/Q5_K super-block, as ggml forms them: lane `k` is
+/// `m[2k] * s[2k] + m[2k+1] * s[2k+1]` for sub-block mins `m` and activation sums `s`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn k4_min_products(mins: u64, sub_sums: __m128i) -> __m128i {
+    _mm_madd_epi16(u8x8_to_i16(mins), sub_sums)
+}
+
+/// ggml's `d` and `dmin` of a Q4_K/Q5_K super-block in lanes 0 and 1: `[d_y * d, -d_y * dmin]`
+/// from the weight block's head ([`head_f32`]) and `[d_y, -d_y, _, _]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn k4_scales<T>(x: &T, dy: __m128) -> __m128 {
+    _mm_mul_ps(head_f32(x), dy)
+}
+
+/// The `-32` offset of a Q6_K super-block's values, as ggml's AVX2 code subtracts it from the int32
+/// lanes: lane `l` is `32 * (s[2l] * sc[2l] + s[2l+1] * sc[2l+1])` for the 16-value sums `s` and
+/// scales `sc`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn q6_k_offset(x: &BlockQ6K, bsums: __m256i) -> __m256i {
+    // SAFETY: `x.scales` is 16 readable bytes; `loadu` has no alignment requirement.
+    let scales = unsafe { _mm_loadu_si128(x.scales.as_ptr().cast()) };
+    _mm256_slli_epi32::<5>(_mm256_madd_epi16(bsums, _mm256_cvtepi8_epi16(scales)))
+}
+
+/// Eight int8 scales widened to i16.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn scales_i16(scales: &[i8; 8]) -> __m128i {
+    // SAFETY: `scales` is 8 readable bytes; `loadl_epi64` reads 8 bytes, unaligned.
+    _mm_cvtepi8_epi16(unsafe { _mm_loadl_epi64(scales.as_ptr().cast()) })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Entry points.
+
+/// Stamps a tier's tiled forms of the types it has no tile kernel for: its single-row and four-row
+/// dots over every row and token (see `tiles::gemm_by_row_dots`, which the calling module imports
+/// with `OutLayout`).
+macro_rules! gemm_by_dots {
+    ($($name:ident: $w:ty, $a:ty => $dot:ident, $dot_x4:ident;)*) => {$(
+        /// Every weight row against every token through this tier's dots, as the scalar tiled form.
+        ///
+        /// # Safety
+        /// The CPU must support this tier.
+        pub(crate) unsafe fn $name(w: &[$w], x: &[$a], nb: usize, out: &mut [f32], layout: OutLayout) {
+            // SAFETY: the caller's CPU supports this tier (this function's contract).
+            unsafe { gemm_by_row_dots((w, x, nb), (out, layout), $dot, $dot_x4) }
+        }
+    )*};
+}
+
+pub(super) use gemm_by_dots;
