@@ -5,7 +5,10 @@
 use std::{path::Path, process::Command};
 
 use serde_json::Value;
-use strata_controller::store::{self, PilotStatus};
+use strata_controller::{
+    pilot,
+    store::{self, PilotStatus},
+};
 
 use crate::common::{SMOLLM2, ServerProcess, smollm2_path};
 
@@ -91,7 +94,7 @@ async fn a_pilot_runs_end_to_end_and_its_exit_status_is_its_verdict() {
     };
     assert_eq!(code, expected, "{stdout}\n{stderr}");
     assert_eq!(report["exit_code"], expected);
-    assert_eq!(report["schema_version"], 1);
+    assert_eq!(report["schema_version"], 2);
 
     // Quality: q8_0 against f32, with the task answered by both.
     let gate = &report["quality"][0];
@@ -207,6 +210,13 @@ async fn a_pilot_runs_end_to_end_and_its_exit_status_is_its_verdict() {
     assert_eq!(pilots[0].status, PilotStatus::Done);
     assert_eq!(pilots[0].verdict.as_deref(), report["summary"].as_str());
     let stored = pilots[0].report.as_ref().expect("report");
+    // The stored report reads back as the report type, equal to the one printed.
+    let printed: pilot::PilotReport =
+        serde_json::from_value(report.clone()).expect("the printed report reads as a report");
+    match pilot::read_stored(stored) {
+        Ok(pilot::StoredReport::Done(read)) => assert_eq!(*read, printed),
+        other => panic!("the stored report does not read back: {other:?}"),
+    }
     assert_eq!(stored["reproduce"]["seed"], 5);
     assert!(stored["reproduce"]["hardware"]["fingerprint"].is_string());
     // The replay's gateway recorded its decisions under the pilot's name, none as live traffic.

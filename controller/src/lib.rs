@@ -8,6 +8,7 @@ pub mod pilot;
 pub mod planning;
 pub mod process;
 pub mod profile;
+pub mod protocol;
 pub mod quality;
 pub mod step_fit;
 pub mod store;

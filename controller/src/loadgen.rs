@@ -12,6 +12,8 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+pub use crate::protocol::{ROUTE_HEADER, SLA_CLASS_HEADER};
+
 /// Errors of a load run as a whole (single request failures are counted, not raised).
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
@@ -319,11 +321,6 @@ struct Planned {
     /// The SLA class sent in [`SLA_CLASS_HEADER`], if any.
     class: Option<String>,
 }
-
-/// The request header naming a request's SLA class at a Strata gateway.
-pub const SLA_CLASS_HEADER: &str = "x-strata-sla";
-/// The answer header in which a Strata gateway says where a request went.
-pub const ROUTE_HEADER: &str = "x-strata-route";
 
 /// One request of a replayed trace.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

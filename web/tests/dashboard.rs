@@ -12,7 +12,10 @@ use axum::{
 };
 use http_body_util::BodyExt;
 use serde_json::Value;
-use strata_controller::store::{self, Store};
+use strata_controller::{
+    pilot::{self, PilotReport, StoredReport},
+    store::{self, PilotStatus, PilotUpdate, Store},
+};
 use strata_planner::{catalog::Catalog, plan::Plan};
 use tower::ServiceExt;
 
@@ -510,6 +513,68 @@ async fn plans_pilots_and_gateway_pages_and_api() {
     let (_, _, body) = get(&app, "/gateway?source=pilot:smol-support").await;
     assert_contains(&body, &["<option value=\"pilot:smol-support\" selected>"]);
     assert_eq!(json["breakers"][0]["state"], "breaker_open");
+}
+
+/// A report the pilot's constructors build from a replay reads back from its JSON as the same value,
+/// as a version 1 report through the migration, and from the store as the dashboard shows it.
+#[tokio::test]
+async fn a_replayed_pilot_report_round_trips_and_renders() {
+    let (_dir, store, _) = seeded().await;
+    let (workload, profiles, plan, plan_id) = seed::record_example_plan(&*store).await;
+    let report = seed::replayed_pilot_report(&workload, &profiles, &plan, plan_id);
+    let replay = report.replay.as_ref().expect("a replay");
+    assert!(
+        replay.requests > 0 && replay.all_as_profiled.is_some(),
+        "{replay:?}"
+    );
+
+    let json = serde_json::to_value(&report).unwrap();
+    let read: PilotReport = serde_json::from_str(&json.to_string()).unwrap();
+    assert_eq!(read, report);
+    assert_eq!(
+        pilot::read_stored(&json).unwrap(),
+        StoredReport::Done(Box::new(report.clone()))
+    );
+    let mut v1 = json.clone();
+    v1["schema_version"] = 1.into();
+    assert_eq!(
+        pilot::read_stored(&v1).unwrap(),
+        StoredReport::Done(Box::new(report.clone()))
+    );
+
+    let workload_row = store
+        .find_workload_by_name(&workload.name)
+        .await
+        .unwrap()
+        .expect("the workload");
+    let row = store.insert_pilot(workload_row.id).await.unwrap();
+    let update = PilotUpdate {
+        status: PilotStatus::Done,
+        verdict: Some(report.summary.clone()),
+        report: Some(json),
+    };
+    store.update_pilot(row.id, &update).await.unwrap();
+    let app = strata_web::dashboard::router(store);
+    let (_, pilots) = get_json(&app, "/api/pilots").await;
+    let shown = pilots["pilots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == row.id.0)
+        .expect("the pilot");
+    let detail: PilotReport = serde_json::from_value(shown["detail"].clone()).unwrap();
+    assert_eq!(detail, report);
+    let (status, _, body) = get(&app, "/pilots").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_contains(
+        &body,
+        &[
+            &format!("id=\"pilot-{}\"", row.id.0),
+            &format!("{} requests over", replay.requests),
+            "class=\"pilot-replay\"",
+        ],
+    );
+    assert!(!body.contains("pilot-problem"), "{body}");
 }
 
 #[tokio::test]

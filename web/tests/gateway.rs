@@ -24,6 +24,7 @@ use axum::{
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use strata_controller::{
+    pilot::{GpuEndpoint, ReplayGateway},
     planning::{ProfileSelector, stored_service_curve},
     store::{
         self, NewConfig, NewGatewayDecision, NewLedgerEntry, NewModel, NewPlan, NewWorkload, Store,
@@ -35,6 +36,8 @@ use strata_web::gateway::{
     accounting::{Sink, StoreSink},
     config::{GatewayConfig, Source},
 };
+
+use strata_planner::workload::{GpuFallback, GpuPricing};
 
 #[path = "common/seed.rs"]
 mod seed;
@@ -1251,5 +1254,60 @@ async fn a_missing_stored_profile_is_refused_naming_the_pool() {
     assert!(
         err.contains("pool[0].profile") && err.contains("needs the store"),
         "{err}"
+    );
+}
+
+/// The gateway file the pilot writes for its replay validates as the gateway reads it: every class of
+/// the workload, the engine's pool with its service model, and the GPU baseline with its key.
+#[test]
+fn the_pilots_replay_gateway_file_validates() {
+    let workload = seed::example_workload();
+    let profile = strata_planner::profile::ConfigProfile::list_from_json_str(
+        r#"[{
+  "id": "p", "model": "m", "weights": "q8_0", "threads": 2, "max_batch": 8,
+  "measured_on": { "host": "h", "vcpus": 2, "mem_bandwidth_gbs": 29.0, "int8_gops": 400.0 },
+  "load_curve": [
+    { "rate_rps": 0.5, "ttft_p99_s": 0.4, "tpot_p99_s": 0.010, "e2e_p99_s": 1.4,
+      "output_tokens_per_s": 10.0, "total_tokens_per_s": 80.0 }],
+  "mean_prompt_tokens": 160.0, "mean_output_tokens": 17.0 }]"#,
+    )
+    .expect("a profile")
+    .remove(0);
+    let endpoint = GpuEndpoint {
+        url: "http://127.0.0.1:9".into(),
+        model: "m".into(),
+        api_key_env: Some("GPU_KEY".into()),
+    };
+    let fallback = GpuFallback {
+        name: "g2-standard-8".into(),
+        pricing: GpuPricing::PerInstanceHour {
+            hourly_cost: 0.72,
+            output_tokens_per_s: 2000.0,
+        },
+        ttft_p99_s: 0.25,
+        tpot_p99_s: 0.012,
+    };
+    let gateway = ReplayGateway {
+        workload: &workload,
+        profile: &profile,
+        engine_url: "http://127.0.0.1:8",
+        served: "m",
+        host_hourly_usd: 0.5,
+        gpu: Some((&endpoint, &fallback)),
+    };
+    let text = gateway.to_toml().expect("the file serializes");
+    let env: HashMap<String, String> = [("GPU_KEY".to_owned(), "k".to_owned())].into();
+    let config = GatewayConfig::from_toml(&text, &env).expect("the pilot's gateway file validates");
+    let classes: Vec<&str> = config.classes.iter().map(|c| c.name.as_str()).collect();
+    let expected: Vec<&str> = workload.classes.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(classes, expected);
+    assert_eq!(config.pools.len(), 2);
+    assert_eq!(config.pools[0].service, gateway.file().pools[0].service);
+    assert_eq!(config.pools[0].endpoints[0].url, "http://127.0.0.1:8");
+    assert_eq!(config.pools[1].endpoints[0].api_key.as_deref(), Some("k"));
+    assert_eq!(config.pools[1].gpu_ttft, Duration::from_millis(250));
+    assert_eq!(
+        (config.retry_attempts, config.health_interval),
+        (1, Duration::ZERO)
     );
 }

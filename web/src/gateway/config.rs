@@ -1,5 +1,5 @@
-//! The gateway's TOML configuration: read once into serde structs ([`GatewayConfigFile`]), then validated
-//! into [`GatewayConfig`], whose errors name the key at fault (`pool[1].endpoint[0].url: ...`).
+//! The gateway's TOML configuration: read once into the protocol's serde structs ([`GatewayConfigFile`]),
+//! then validated into [`GatewayConfig`], whose errors name the key at fault (`pool[1].endpoint[0].url: ...`).
 //!
 //! Secrets never sit in the file: upstream and client keys are named by environment variable
 //! (`api_key_env`, `key_env`) and read through a [`Source`], so tests pass a map instead of the process
@@ -7,8 +7,11 @@
 
 use std::{collections::HashMap, fmt, net::SocketAddr, time::Duration};
 
-use serde::Deserialize;
 use strata_controller::planning::ProfileSelector;
+pub use strata_controller::protocol::{
+    ApiKeyFile, BreakerFile, BudgetFile, ClassFile, EndpointFile, GatewayConfigFile, HealthFile,
+    ListenerFile, PoolFile, RetryFile, StoreFile,
+};
 
 use super::accounting::Sink;
 use crate::listener::{ListenerLimits, MAX_CONNECTIONS};
@@ -55,348 +58,6 @@ fn err(key: impl Into<String>, problem: impl Into<String>) -> ConfigError {
         key: key.into(),
         problem: problem.into(),
     }
-}
-
-/// The file as written.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GatewayConfigFile {
-    /// Address to listen on, e.g. `127.0.0.1:8080`.
-    #[serde(default = "default_listen")]
-    pub listen: String,
-    /// The SLA class of requests without `x-strata-sla` and without a per-key default.
-    pub default_class: String,
-    /// Environment variable holding the admin bearer token; admin routes are off without it.
-    #[serde(default)]
-    pub admin_token_env: Option<String>,
-    /// Largest request body, bytes.
-    #[serde(default = "default_body")]
-    pub max_body_bytes: usize,
-    /// Largest total size of request headers, bytes.
-    #[serde(default = "default_headers")]
-    pub max_header_bytes: usize,
-    /// Requests handled at once by the gateway; more get 429.
-    #[serde(default = "default_concurrency")]
-    pub max_concurrency: usize,
-    /// Timeouts and the connection cap of the gateway's own listener.
-    #[serde(default)]
-    pub listener: ListenerFile,
-    /// Retries on other endpoints before the first byte.
-    #[serde(default)]
-    pub retry: RetryFile,
-    /// Circuit breaker per endpoint.
-    #[serde(default)]
-    pub breaker: BreakerFile,
-    /// Active health checks.
-    #[serde(default)]
-    pub health: HealthFile,
-    /// The store's plan and the accounting writer.
-    #[serde(default)]
-    pub store: StoreFile,
-    /// Pools, CPU and GPU.
-    #[serde(default, rename = "pool")]
-    pub pools: Vec<PoolFile>,
-    /// SLA classes.
-    #[serde(default, rename = "class")]
-    pub classes: Vec<ClassFile>,
-    /// Client API keys (none: the `/v1` routes are open).
-    #[serde(default, rename = "api_key")]
-    pub api_keys: Vec<ApiKeyFile>,
-    /// The budget.
-    #[serde(default)]
-    pub budget: BudgetFile,
-}
-
-fn default_listen() -> String {
-    "127.0.0.1:8080".into()
-}
-fn default_body() -> usize {
-    4 << 20
-}
-fn default_headers() -> usize {
-    ListenerLimits::default().max_header_bytes
-}
-fn default_concurrency() -> usize {
-    4096
-}
-
-/// `[listener]`: what a client connection may take (see [`ListenerLimits`]); read when the gateway
-/// starts listening, so `/admin/reload` leaves the running listener's limits as they are.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ListenerFile {
-    /// Time from a request's first byte to the end of its headers, ms; past it the connection closes.
-    pub header_timeout_ms: u64,
-    /// Time from the end of a request's headers to the end of its body, ms; past it the answer is 408.
-    pub body_timeout_ms: u64,
-    /// Time a kept-alive connection may wait for its next request, ms.
-    pub idle_timeout_ms: u64,
-    /// Connections open at once; more wait to be accepted.
-    pub max_connections: usize,
-}
-
-impl Default for ListenerFile {
-    fn default() -> Self {
-        let limits = ListenerLimits::default();
-        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        Self {
-            header_timeout_ms: ms(limits.header_timeout),
-            body_timeout_ms: ms(limits.body_timeout),
-            idle_timeout_ms: ms(limits.idle_timeout),
-            max_connections: limits.max_connections,
-        }
-    }
-}
-
-impl ListenerFile {
-    /// The listener's limits, with `max_header_bytes` from the top of the file.
-    fn limits(&self, max_header_bytes: usize) -> Result<ListenerLimits, ConfigError> {
-        let ms = |key: &str, v: u64| {
-            if v == 0 {
-                Err(err(format!("listener.{key}"), "must be at least 1 ms"))
-            } else {
-                Ok(Duration::from_millis(v))
-            }
-        };
-        if !(1..=MAX_CONNECTIONS).contains(&self.max_connections) {
-            return Err(err(
-                "listener.max_connections",
-                format!("must be in 1..={MAX_CONNECTIONS}"),
-            ));
-        }
-        if max_header_bytes == 0 {
-            return Err(err("max_header_bytes", "must be at least 1"));
-        }
-        Ok(ListenerLimits {
-            header_timeout: ms("header_timeout_ms", self.header_timeout_ms)?,
-            body_timeout: ms("body_timeout_ms", self.body_timeout_ms)?,
-            idle_timeout: ms("idle_timeout_ms", self.idle_timeout_ms)?,
-            max_connections: self.max_connections,
-            max_header_bytes,
-        })
-    }
-}
-
-/// `[retry]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RetryFile {
-    /// Attempts in all (first try included).
-    pub attempts: u32,
-    /// Backoff before the second attempt, doubled after each, ms.
-    pub backoff_ms: u64,
-}
-
-impl Default for RetryFile {
-    fn default() -> Self {
-        Self {
-            attempts: 3,
-            backoff_ms: 10,
-        }
-    }
-}
-
-/// `[breaker]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct BreakerFile {
-    /// Consecutive failures that open the breaker.
-    pub failures: u32,
-    /// How long it stays open before one probe, ms (doubled on each failed probe, up to 16x).
-    pub open_ms: u64,
-}
-
-impl Default for BreakerFile {
-    fn default() -> Self {
-        Self {
-            failures: 5,
-            open_ms: 2000,
-        }
-    }
-}
-
-/// `[health]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct HealthFile {
-    /// Seconds between checks of each endpoint, ms; 0 turns active checks off.
-    pub interval_ms: u64,
-    /// Path checked with GET (2xx is healthy).
-    pub path: String,
-    /// Check timeout, ms.
-    pub timeout_ms: u64,
-}
-
-impl Default for HealthFile {
-    fn default() -> Self {
-        Self {
-            interval_ms: 2000,
-            path: "/v1/models".into(),
-            timeout_ms: 1000,
-        }
-    }
-}
-
-/// `[store]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct StoreFile {
-    /// The workload whose latest plan drives the GPU/shed shares (none: no plan shares).
-    pub workload: Option<String>,
-    /// How often the plan and the ledger totals are re-read, ms.
-    pub refresh_ms: u64,
-    /// Ledger and decision rows written per batch at most.
-    pub batch: usize,
-    /// How long the writer waits to fill a batch, ms.
-    pub flush_ms: u64,
-    /// Rows kept in memory while the store is down; beyond, the oldest are dropped and counted.
-    pub queue: usize,
-}
-
-impl Default for StoreFile {
-    fn default() -> Self {
-        Self {
-            workload: None,
-            refresh_ms: 10_000,
-            batch: 256,
-            flush_ms: 200,
-            queue: 100_000,
-        }
-    }
-}
-
-/// `[[pool]]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PoolFile {
-    /// Its name (metrics, ledger, `x-strata-route`).
-    pub name: String,
-    /// `cpu` or `gpu`.
-    pub kind: PoolKind,
-    /// Its endpoints.
-    #[serde(rename = "endpoint")]
-    pub endpoints: Vec<EndpointFile>,
-    /// Model names the pool serves.
-    pub models: Vec<String>,
-    /// Requests in flight per endpoint at most (more make that endpoint look full to the router).
-    #[serde(default = "default_endpoint_concurrency")]
-    pub max_concurrency: u32,
-    /// Price per hour of one endpoint, USD.
-    #[serde(default)]
-    pub price_per_hour_usd: Option<f64>,
-    /// Price per million tokens (prompt + output), USD.
-    #[serde(default)]
-    pub price_per_million_tokens_usd: Option<f64>,
-    /// Measured tokens/s one endpoint serves at full load (prices per-hour pools per token).
-    #[serde(default)]
-    pub tokens_per_s: Option<f64>,
-    /// Service model of one CPU endpoint (slots, prefill tokens/s, TPOT by batch).
-    #[serde(default)]
-    pub service: Option<ServiceCurve>,
-    /// Or the stored profile the CPU service model is read from at start and on reload
-    /// (`{ model, weights, threads, max_batch, hardware }`).
-    #[serde(default)]
-    pub profile: Option<ProfileSelector>,
-    /// GPU: p99 TTFT, ms.
-    #[serde(default)]
-    pub ttft_p99_ms: Option<f64>,
-    /// GPU: p99 time per output token, ms.
-    #[serde(default)]
-    pub tpot_p99_ms: Option<f64>,
-    /// Connect timeout, ms.
-    #[serde(default = "default_connect_ms")]
-    pub connect_timeout_ms: u64,
-    /// Time to the response head, ms (then the request is retried elsewhere).
-    #[serde(default = "default_first_byte_ms")]
-    pub first_byte_timeout_ms: u64,
-    /// Longest silence between body chunks, ms.
-    #[serde(default = "default_idle_ms")]
-    pub idle_timeout_ms: u64,
-}
-
-fn default_endpoint_concurrency() -> u32 {
-    64
-}
-fn default_connect_ms() -> u64 {
-    1000
-}
-fn default_first_byte_ms() -> u64 {
-    30_000
-}
-fn default_idle_ms() -> u64 {
-    30_000
-}
-
-/// `[[pool.endpoint]]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EndpointFile {
-    /// Base URL, `http://host:port` (the `/v1/...` path is appended).
-    pub url: String,
-    /// Its name [default: host:port of the URL].
-    #[serde(default)]
-    pub name: Option<String>,
-    /// Environment variable with the upstream's API key, sent as `Authorization: Bearer`.
-    #[serde(default)]
-    pub api_key_env: Option<String>,
-}
-
-/// `[[class]]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClassFile {
-    /// Its name, sent in `x-strata-sla`.
-    pub name: String,
-    /// p99 TTFT target, ms.
-    #[serde(default)]
-    pub ttft_p99_ms: Option<f64>,
-    /// p99 E2E target, ms.
-    #[serde(default)]
-    pub e2e_p99_ms: Option<f64>,
-    /// Higher is more important; the budget rejects the lowest first.
-    #[serde(default)]
-    pub priority: u32,
-    /// Output tokens planned for when the request gives no `max_tokens`.
-    #[serde(default = "default_output")]
-    pub default_output_tokens: u32,
-}
-
-fn default_output() -> u32 {
-    256
-}
-
-/// `[[api_key]]`.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ApiKeyFile {
-    /// A name for metrics and logs (never the key).
-    pub name: String,
-    /// Environment variable holding the key.
-    pub key_env: String,
-    /// SLA class of this key's requests without `x-strata-sla`.
-    #[serde(default)]
-    pub class: Option<String>,
-    /// Requests per second allowed (none: unlimited).
-    #[serde(default)]
-    pub rate_per_s: Option<f64>,
-    /// Burst above the rate [default: one second's worth].
-    #[serde(default)]
-    pub burst: Option<f64>,
-}
-
-/// `[budget]`.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BudgetFile {
-    /// USD per UTC day.
-    #[serde(default)]
-    pub per_day_usd: Option<f64>,
-    /// USD per UTC calendar month.
-    #[serde(default)]
-    pub per_month_usd: Option<f64>,
-    /// Actions past spent fractions (`relax_sla`, `cap_gpu_share`, `reject_below_priority`).
-    #[serde(default, rename = "action")]
-    pub actions: Vec<BudgetAction>,
 }
 
 /// One validated endpoint.
@@ -622,8 +283,38 @@ impl GatewayConfig {
                 };
                 err(key, e.message().to_owned())
             })?;
-        file.validate(env)
+        Self::from_file(file, env)
     }
+}
+
+/// The listener's limits from `[listener]`, with `max_header_bytes` from the top of the file.
+fn listener_limits(
+    file: &ListenerFile,
+    max_header_bytes: usize,
+) -> Result<ListenerLimits, ConfigError> {
+    let ms = |key: &str, v: u64| {
+        if v == 0 {
+            Err(err(format!("listener.{key}"), "must be at least 1 ms"))
+        } else {
+            Ok(Duration::from_millis(v))
+        }
+    };
+    if !(1..=MAX_CONNECTIONS).contains(&file.max_connections) {
+        return Err(err(
+            "listener.max_connections",
+            format!("must be in 1..={MAX_CONNECTIONS}"),
+        ));
+    }
+    if max_header_bytes == 0 {
+        return Err(err("max_header_bytes", "must be at least 1"));
+    }
+    Ok(ListenerLimits {
+        header_timeout: ms("header_timeout_ms", file.header_timeout_ms)?,
+        body_timeout: ms("body_timeout_ms", file.body_timeout_ms)?,
+        idle_timeout: ms("idle_timeout_ms", file.idle_timeout_ms)?,
+        max_connections: file.max_connections,
+        max_header_bytes,
+    })
 }
 
 /// The `host[:port]` of an endpoint's base URL as written, once a URL parser has read it: `http://`
@@ -674,23 +365,26 @@ fn positive(key: &str, v: Option<f64>) -> Result<Option<f64>, ConfigError> {
     }
 }
 
-impl GatewayConfigFile {
-    /// Checks every key and resolves names and secrets.
+impl GatewayConfig {
+    /// Validates the file as written: checks every key and resolves names and secrets.
     ///
     /// # Errors
     /// A [`ConfigError`] naming the key at fault.
-    pub fn validate(self, env: &dyn Source) -> Result<GatewayConfig, ConfigError> {
-        let listen: SocketAddr = self.listen.parse().map_err(|e| {
+    pub fn from_file(
+        file: GatewayConfigFile,
+        env: &dyn Source,
+    ) -> Result<GatewayConfig, ConfigError> {
+        let listen: SocketAddr = file.listen.parse().map_err(|e| {
             err(
                 "listen",
-                format!("`{}` is not host:port ({e})", self.listen),
+                format!("`{}` is not host:port ({e})", file.listen),
             )
         })?;
-        if self.classes.is_empty() {
+        if file.classes.is_empty() {
             return Err(err("class", "at least one [[class]] is needed"));
         }
         let mut classes = Vec::new();
-        for (i, c) in self.classes.iter().enumerate() {
+        for (i, c) in file.classes.iter().enumerate() {
             let key = format!("class[{i}]");
             if c.name.is_empty() {
                 return Err(err(format!("{key}.name"), "must not be empty"));
@@ -719,8 +413,8 @@ impl GatewayConfigFile {
                 .position(|c| c.name == name)
                 .ok_or_else(|| err(key, format!("unknown class `{name}`")))
         };
-        let default_class = class_index("default_class", &self.default_class)?;
-        let admin_token = match &self.admin_token_env {
+        let default_class = class_index("default_class", &file.default_class)?;
+        let admin_token = match &file.admin_token_env {
             Some(var) => Some(env.get(var).filter(|t| t.len() >= 16).ok_or_else(|| {
                 err(
                     "admin_token_env",
@@ -729,12 +423,12 @@ impl GatewayConfigFile {
             })?),
             None => None,
         };
-        if self.pools.is_empty() {
+        if file.pools.is_empty() {
             return Err(err("pool", "at least one [[pool]] is needed"));
         }
         let mut pools: Vec<PoolConfig> = Vec::new();
         let mut endpoint_names: Vec<String> = Vec::new();
-        for (i, p) in self.pools.iter().enumerate() {
+        for (i, p) in file.pools.iter().enumerate() {
             let key = format!("pool[{i}]");
             if p.name.is_empty() {
                 return Err(err(format!("{key}.name"), "must not be empty"));
@@ -866,7 +560,7 @@ impl GatewayConfigFile {
             });
         }
         let mut api_keys: Vec<ApiKeyConfig> = Vec::new();
-        for (i, k) in self.api_keys.iter().enumerate() {
+        for (i, k) in file.api_keys.iter().enumerate() {
             let key = format!("api_key[{i}]");
             let value = env
                 .get(&k.key_env)
@@ -896,9 +590,9 @@ impl GatewayConfigFile {
                 rate: rate.map(|r| (r, burst.unwrap_or(r.max(1.0)))),
             });
         }
-        let per_day = positive("budget.per_day_usd", self.budget.per_day_usd)?;
-        let per_month = positive("budget.per_month_usd", self.budget.per_month_usd)?;
-        for (i, a) in self.budget.actions.iter().enumerate() {
+        let per_day = positive("budget.per_day_usd", file.budget.per_day_usd)?;
+        let per_month = positive("budget.per_month_usd", file.budget.per_month_usd)?;
+        for (i, a) in file.budget.actions.iter().enumerate() {
             let key = format!("budget.action[{i}]");
             let t = a.threshold();
             if !(t.is_finite() && t >= 0.0) {
@@ -945,18 +639,18 @@ impl GatewayConfigFile {
                 sla: c.sla,
             })
             .collect();
-        let budget_rules = BudgetRules::compile(&self.budget.actions, &planner_classes);
-        if self.retry.attempts == 0 {
+        let budget_rules = BudgetRules::compile(&file.budget.actions, &planner_classes);
+        if file.retry.attempts == 0 {
             return Err(err("retry.attempts", "must be at least 1"));
         }
-        if self.breaker.failures == 0 {
+        if file.breaker.failures == 0 {
             return Err(err("breaker.failures", "must be at least 1"));
         }
-        if self.max_body_bytes == 0 {
+        if file.max_body_bytes == 0 {
             return Err(err("max_body_bytes", "must be at least 1"));
         }
-        let listener = self.listener.limits(self.max_header_bytes)?;
-        if self.store.batch == 0 || self.store.queue == 0 {
+        let listener = listener_limits(&file.listener, file.max_header_bytes)?;
+        if file.store.batch == 0 || file.store.queue == 0 {
             return Err(err(
                 "store.batch",
                 "store.batch and store.queue must be at least 1",
@@ -966,17 +660,17 @@ impl GatewayConfigFile {
             listen,
             default_class,
             admin_token,
-            max_body_bytes: self.max_body_bytes,
+            max_body_bytes: file.max_body_bytes,
             listener,
-            max_concurrency: self.max_concurrency.max(1),
-            retry_attempts: self.retry.attempts,
-            retry_backoff: Duration::from_millis(self.retry.backoff_ms),
-            breaker_failures: self.breaker.failures,
-            breaker_open: Duration::from_millis(self.breaker.open_ms.max(1)),
-            health_interval: Duration::from_millis(self.health.interval_ms),
-            health_path: self.health.path.clone(),
-            health_timeout: Duration::from_millis(self.health.timeout_ms.max(1)),
-            store: self.store,
+            max_concurrency: file.max_concurrency.max(1),
+            retry_attempts: file.retry.attempts,
+            retry_backoff: Duration::from_millis(file.retry.backoff_ms),
+            breaker_failures: file.breaker.failures,
+            breaker_open: Duration::from_millis(file.breaker.open_ms.max(1)),
+            health_interval: Duration::from_millis(file.health.interval_ms),
+            health_path: file.health.path.clone(),
+            health_timeout: Duration::from_millis(file.health.timeout_ms.max(1)),
+            store: file.store,
             pools,
             classes,
             api_keys,

@@ -6,10 +6,11 @@
 use chrono::{Duration, Utc};
 use serde_json::json;
 use strata_controller::{
-    loadgen::{Arrival, Lengths, Sla},
+    loadgen::{Arrival, Lengths, ReplayRecord, RequestRecord, Sla},
     pilot::{
         Calibration, CalibrationSample, ClassComparison, Comparison, HostPace, PilotReport,
-        REPORT_SCHEMA_VERSION, ReplayReport, SampleTime, SimulationPair, plan_summary,
+        REPORT_SCHEMA_VERSION, ReplayInputs, ReplayPredictions, ReplayReport, ReplaySetup,
+        ReportInputs, SampleTime, SimulationPair, plan_summary,
     },
     planning::{self, StoredLoadPoint},
     profile::{self, NamedShape},
@@ -17,9 +18,10 @@ use strata_controller::{
 };
 use strata_planner::{
     catalog::Catalog,
-    pace::{Band, PaceSpread},
+    pace::{Band, PaceSpread, predict_replay_over_paces},
     pilot::{
-        PairedTasks, PilotSpec, VerdictInput, WeightQuality, gate_quality, replay_load, verdict,
+        PairedTasks, PilotSpec, VerdictInput, WeightQuality, gate_quality, replay_load,
+        replay_trace, verdict,
     },
     plan::{Plan, PlanInput, plan},
     profile::ConfigProfile,
@@ -137,7 +139,6 @@ pub(crate) fn pilot_report(
         spec: &spec,
         replay: &[],
     });
-    let kind = serde_json::to_value(decision.kind).expect("a verdict kind");
     let step_model = StepModel {
         decode_s_by_batch: vec![(1.0, 0.02), (8.0, 0.05)],
         prompt_token_s: 0.0004,
@@ -217,23 +218,96 @@ pub(crate) fn pilot_report(
         all_as_profiled: None,
     };
     let now = Utc::now();
-    PilotReport {
-        schema_version: REPORT_SCHEMA_VERSION,
+    PilotReport::new(ReportInputs {
         workload: workload.name.clone(),
-        verdict: kind.as_str().unwrap_or_default().to_owned(),
-        exit_code: decision.kind.exit_code(),
-        summary: decision.summary.clone(),
-        monthly_savings_usd: decision.monthly_savings_usd,
         started_at: now - Duration::minutes(12),
         finished_at: now - Duration::minutes(1),
+        decision,
         reproduce: json!({"seed": spec.seed, "engine_version": "0.1.0", "hardware": {"fingerprint": "abc123"}}),
         quality: gates,
         configs: Vec::new(),
         plan: Some(plan_summary(plan, plan_id.0)),
         simulation: SimulationPair { planned, double },
         replay: Some(replay),
-        decision,
-    }
+    })
+}
+
+/// The report `strata pilot` builds from a replay, made by its own constructors: the example
+/// workload's busiest hour sampled at the plan's load, each request answered at a pace that grows with
+/// its lengths, set against the simulator's prediction of the same requests over a spread of paces.
+#[allow(dead_code)]
+pub(crate) fn replayed_pilot_report(
+    workload: &Workload,
+    profiles: &[ConfigProfile],
+    plan: &Plan,
+    plan_id: PlanId,
+) -> PilotReport {
+    let spec = example_pilot_spec();
+    let mut report = pilot_report(workload, profiles, plan, plan_id);
+    let load = replay_load(plan, false);
+    let trace = replay_trace(workload, &load, spec.replay_s, spec.seed);
+    let records: Vec<ReplayRecord> = trace
+        .iter()
+        .map(|r| {
+            let ttft_s = 0.05 + 0.0004 * f64::from(r.prompt_tokens);
+            ReplayRecord {
+                class: workload.classes[r.class].name.clone(),
+                record: RequestRecord {
+                    arrival_s: r.t_s,
+                    ttft_s,
+                    itl_s: Vec::new(),
+                    e2e_s: ttft_s + 0.03 * f64::from(r.output_tokens),
+                    prompt_tokens: r.prompt_tokens as usize,
+                    output_tokens: r.output_tokens as usize,
+                    error: None,
+                    route: Some("pool=cpu-pilot endpoint=cpu-0".to_owned()),
+                },
+            }
+        })
+        .collect();
+    let spread = PaceSpread {
+        sigma: 0.03,
+        runs: 5,
+        block_s: 10.0,
+    };
+    let predict = |steps: Option<&StepModel>, spread: PaceSpread| {
+        predict_replay_over_paces(
+            plan, workload, profiles, &trace, false, spec.seed, steps, spread,
+        )
+        .expect("the replay is predicted")
+    };
+    let replay_steps = profiles
+        .iter()
+        .find(|p| p.id == plan.chosen.config)
+        .and_then(|p| p.step_model.as_ref())
+        .map(|m| m.scaled(1.04, 1.1));
+    let predictions = ReplayPredictions {
+        calibrated: predict(None, spread),
+        spread: Some(spread),
+        on_replay_steps: replay_steps
+            .as_ref()
+            .map(|steps| predict(Some(steps), PaceSpread::NONE)),
+        as_profiled: Some(predict(None, spread)),
+    };
+    let replay = ReplayReport::new(ReplayInputs {
+        setup: ReplaySetup {
+            workload,
+            gpu_fallback: &plan.gpu_fallback,
+            load,
+            trace: &trace,
+            duration_s: spec.replay_s,
+            config: plan.chosen.config.clone(),
+            with_gpu: false,
+        },
+        host_hourly_usd: plan.chosen.hourly_cost,
+        records: &records,
+        host_pace: None,
+        step_model: replay_steps,
+        calibration: None,
+        predictions,
+    });
+    report.replay = Some(replay);
+    report
 }
 
 /// A capacity curve point at `rate` requests/s.

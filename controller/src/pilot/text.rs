@@ -1,0 +1,181 @@
+//! The report in words, as `strata pilot` prints it: verdict, classes, quality, plan, and the replay
+//! predicted against observed.
+
+use std::fmt::Write as _;
+
+use strata_planner::pace::Band;
+
+use super::report::{Comparison, PilotReport};
+
+impl PilotReport {
+    /// The human summary: verdict, per-class findings, quality, plan, and predicted against observed.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let d = &self.decision;
+        let _ = writeln!(
+            out,
+            "verdict: {} (exit {}) - {}",
+            self.verdict, self.exit_code, self.summary
+        );
+        let _ = writeln!(
+            out,
+            "cost per month: ${:.2} planned vs ${:.2} all on the GPU baseline; savings ${:.2}",
+            d.monthly_cost_usd, d.monthly_baseline_usd, d.monthly_savings_usd
+        );
+        for reason in &d.reasons {
+            let _ = writeln!(out, "  - {reason}");
+        }
+        let _ = writeln!(
+            out,
+            "\n{:<14} {:>8} {:>10} {:>11} {:>11} {:>12}  notes",
+            "class", "migrate", "CPU share", "attainment", "at 2x load", "GPU at 2x"
+        );
+        for c in &d.classes {
+            let _ = writeln!(
+                out,
+                "{:<14} {:>8} {:>9.1}% {:>10.2}% {:>10.2}% {:>11.1}%  {}",
+                c.class,
+                if c.migrate { "yes" } else { "no" },
+                c.cpu_share * 100.0,
+                c.attainment * 100.0,
+                c.attainment_2x * 100.0,
+                c.gpu_share_2x * 100.0,
+                c.reasons.join("; ")
+            );
+        }
+        let _ = writeln!(out, "\nquality against f32 ({}):", crate::quality::TEXT_ID);
+        for g in &self.quality {
+            let tasks = g
+                .measured
+                .task_pass_rate
+                .map(|t| format!(", tasks {:.0}%", t * 100.0))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "  {:<6} {} perplexity {:.3} ({:+.2}%), top-1 {:.1}%{tasks}{}",
+                g.weights,
+                if g.passed { "pass" } else { "FAIL" },
+                g.measured.perplexity,
+                g.perplexity_increase * 100.0,
+                g.measured.top1_agreement * 100.0,
+                if g.reasons.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", g.reasons.join("; "))
+                }
+            );
+            for note in &g.notes {
+                let _ = writeln!(out, "         {note}");
+            }
+        }
+        if let Some(plan) = &self.plan {
+            let _ = writeln!(
+                out,
+                "\nplan {}: {} on {} ({}), peak {} CPU instances, GPU share {:.1}%",
+                plan.id,
+                plan.config,
+                plan.instance_type,
+                plan.region,
+                plan.peak_cpu_instances,
+                plan.gpu_share * 100.0
+            );
+        }
+        if let Some(replay) = self.replay.as_ref().filter(|r| r.requests == 0) {
+            let _ = writeln!(
+                out,
+                "\nreplay: nothing to replay, the plan serves no traffic on CPU{}",
+                if replay.with_gpu {
+                    ""
+                } else {
+                    " (and no --gpu-endpoint was given)"
+                }
+            );
+        }
+        if let Some(replay) = self.replay.as_ref().filter(|r| r.requests > 0) {
+            let _ = writeln!(
+                out,
+                "\nreplay: {} requests over {:.0} s at {:.2} req/s (plan hour {}, one host of {}), {} errors",
+                replay.requests,
+                replay.duration_s,
+                replay.load.rate_rps,
+                replay.load.hour,
+                replay.config,
+                replay.errors
+            );
+            let _ = writeln!(
+                out,
+                "{:<14} {:>5} {:>22} {:>22}",
+                "class", "reqs", "E2E p99 obs/pred (s)", "TTFT p99 obs/pred (s)"
+            );
+            for c in &replay.classes {
+                comparison_row(&mut out, &c.class, &c.p99);
+            }
+            comparison_row(&mut out, "all requests", &replay.all);
+            if let Some(as_profiled) = &replay.all_as_profiled {
+                comparison_row(&mut out, "  as profiled", as_profiled);
+            }
+            if let Some(c) = &replay.calibration {
+                let ratio = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.2}x"));
+                let _ = writeln!(
+                    out,
+                    "calibration: {} requests over {:.0} s through the gateway, {}; engine steps {} (decode) and \
+                     {} (prompts) of the profile's step model, which the prediction is scaled by",
+                    c.requests,
+                    c.duration_s,
+                    c.timing(),
+                    ratio(c.decode_over_profiled),
+                    ratio(c.prompt_over_profiled)
+                );
+            }
+            if let Some(spread) = &replay.pace_spread {
+                let band = |b: Option<Band>| {
+                    b.map_or("-".into(), |b| format!("{:.2}-{:.2} s", b.low, b.high))
+                };
+                let _ = writeln!(
+                    out,
+                    "prediction: the median of {} simulations with the engine's pace spread by {:.1}% (for a whole \
+                     run, and afresh every {:.0} s); p99 E2E {} and TTFT {} in the middle 80% of them",
+                    spread.runs,
+                    spread.sigma * 100.0,
+                    spread.block_s,
+                    band(replay.all.predicted_e2e_p99_band_s),
+                    band(replay.all.predicted_ttft_p99_band_s)
+                );
+            }
+            let _ = writeln!(
+                out,
+                "replay cost ${:.4} observed vs ${:.4} predicted",
+                replay.observed_cost_usd, replay.predicted_cost_usd
+            );
+            if let Some(pace) = &replay.host_pace {
+                let _ = writeln!(
+                    out,
+                    "host pace ({}): {:.1} output tokens/s profiled, {:.1} before the replay, {:.1} after ({:.0}%)",
+                    pace.shape,
+                    pace.profiled_output_tokens_per_s,
+                    pace.before_replay_output_tokens_per_s,
+                    pace.after_replay_output_tokens_per_s,
+                    pace.replay_over_profiled * 100.0
+                );
+            }
+        }
+        out
+    }
+}
+
+/// One line of the replay table: requests, then p99 E2E and TTFT observed/predicted with the error.
+fn comparison_row(out: &mut String, name: &str, c: &Comparison) {
+    let err = |e: Option<f64>| e.map_or("-".into(), |e| format!("{:+.0}%", e * 100.0));
+    let _ = writeln!(
+        out,
+        "{:<14} {:>5} {:>8.2}/{:<6.2} {:>6} {:>8.2}/{:<6.2} {:>6}",
+        name,
+        c.requests,
+        c.observed_e2e_p99_s,
+        c.predicted_e2e_p99_s,
+        err(c.e2e_p99_error),
+        c.observed_ttft_p99_s,
+        c.predicted_ttft_p99_s,
+        err(c.ttft_p99_error)
+    );
+}

@@ -1,0 +1,14 @@
+//! The gateway's wire format, shared by the gateway, the pilot and the load generator: the headers a
+//! request and its answer carry, and the serde types of the gateway's TOML file.
+
+mod gateway_file;
+
+pub use gateway_file::{
+    ApiKeyFile, BreakerFile, BudgetFile, ClassFile, DEFAULT_MAX_HEADER_BYTES, EndpointFile,
+    GatewayConfigFile, HealthFile, ListenerFile, PoolFile, RetryFile, StoreFile,
+};
+
+/// The request header naming a request's SLA class at a Strata gateway.
+pub const SLA_CLASS_HEADER: &str = "x-strata-sla";
+/// The answer header in which a Strata gateway says where a request went.
+pub const ROUTE_HEADER: &str = "x-strata-route";
