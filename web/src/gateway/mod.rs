@@ -19,6 +19,8 @@ mod select;
 mod state;
 mod status;
 mod table;
+#[cfg(test)]
+mod testing;
 pub mod upstream;
 
 use std::{path::PathBuf, sync::Arc};

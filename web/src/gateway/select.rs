@@ -289,3 +289,107 @@ pub(crate) fn reason_codes(d: &RouteDecision) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use strata_planner::route::Reason;
+
+    use super::*;
+    use crate::gateway::testing::{LAX, TIGHT, config, cpu_pool, gpu_pool, request, table};
+
+    const CPU: [&str; 2] = ["http://127.0.0.1:1", "http://127.0.0.1:2"];
+    const GPU: [&str; 2] = ["http://127.0.0.1:3", "http://127.0.0.1:4"];
+
+    fn pick(table: &Table, class: usize, now: Instant, draws: Draws) -> Choice {
+        let plan = PlanShares::default();
+        let snapshot = Snapshot {
+            table,
+            plan: &plan,
+            spent: Spent::default(),
+            now,
+        };
+        select(&snapshot, &request(class, false), &[], draws).expect("a choice")
+    }
+
+    fn endpoint_name(c: &Choice) -> &str {
+        &c.endpoint.as_ref().expect("an endpoint").config.name
+    }
+
+    const FIRST: Draws = Draws {
+        route: 0,
+        gpu_pick: 0,
+    };
+
+    #[test]
+    fn the_cheap_cpu_pool_that_meets_the_sla_is_chosen_over_the_gpu() {
+        let pools = format!("{}{}", gpu_pool(&GPU), cpu_pool("cpu", 1e5, &CPU));
+        let t = table(config(&pools, 4, 1));
+        let c = pick(&t, LAX, Instant::now(), FIRST);
+        assert_eq!(t.pools[c.pool].config.name, "cpu");
+        assert!(matches!(c.decision.target, Target::Cpu { pool: 1, .. }));
+        assert!(
+            c.decision
+                .reasons
+                .iter()
+                .any(|r| matches!(r, Reason::CpuMeetsSla))
+        );
+        assert_eq!(reason_codes(&c.decision), "cpu_meets_sla");
+    }
+
+    #[test]
+    fn a_cpu_pool_predicted_to_miss_the_sla_is_skipped_for_the_gpu_fallback() {
+        // 100 prompt tokens at 10 tokens/s: 10 s to the first token against a 150 ms SLA.
+        let pools = format!("{}{}", cpu_pool("cpu", 10.0, &CPU), gpu_pool(&GPU));
+        let t = table(config(&pools, 4, 1));
+        let c = pick(&t, TIGHT, Instant::now(), FIRST);
+        assert_eq!(t.pools[c.pool].config.name, "gpu");
+        assert!(matches!(c.decision.target, Target::Gpu { pool: 1 }));
+        assert!(
+            c.decision
+                .reasons
+                .iter()
+                .any(|r| matches!(r, Reason::CpuPredictedMiss { .. })),
+            "{:?}",
+            c.decision.reasons
+        );
+        let lax = pick(&t, LAX, Instant::now(), FIRST);
+        assert_eq!(t.pools[lax.pool].config.name, "cpu", "a lax SLA is met");
+    }
+
+    #[test]
+    fn an_endpoint_whose_breaker_is_open_is_not_chosen() {
+        let t = table(config(&cpu_pool("cpu", 1e5, &CPU), 4, 1));
+        let now = Instant::now();
+        let broken = &t.pools[0].endpoints[0];
+        for _ in 0..t.config.breaker_failures {
+            broken.health.on_failure(now);
+        }
+        assert!(!broken.health.available(now));
+        for r in 0..64u64 {
+            let draws = Draws {
+                route: r | (r << 16),
+                gpu_pick: r,
+            };
+            let c = pick(&t, LAX, now, draws);
+            assert_eq!(endpoint_name(&c), "127.0.0.1:2", "draw {r}");
+        }
+    }
+
+    #[test]
+    fn between_two_equal_endpoints_the_draws_decide() {
+        let pools = format!("{}{}", cpu_pool("cpu", 1e5, &CPU), gpu_pool(&GPU));
+        let t = table(config(&pools, 4, 1));
+        let now = Instant::now();
+        let second = Draws {
+            route: 1 | (1 << 16),
+            gpu_pick: 1 | (1 << 20),
+        };
+        assert_eq!(endpoint_name(&pick(&t, LAX, now, FIRST)), "127.0.0.1:1");
+        assert_eq!(endpoint_name(&pick(&t, LAX, now, second)), "127.0.0.1:2");
+        // The GPU pool (the CPU one misses a tight SLA when it prefills slowly).
+        let slow = format!("{}{}", cpu_pool("cpu", 10.0, &CPU), gpu_pool(&GPU));
+        let t = table(config(&slow, 4, 1));
+        assert_eq!(endpoint_name(&pick(&t, TIGHT, now, FIRST)), "127.0.0.1:3");
+        assert_eq!(endpoint_name(&pick(&t, TIGHT, now, second)), "127.0.0.1:4");
+    }
+}
