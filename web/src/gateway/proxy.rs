@@ -424,3 +424,169 @@ impl Drop for InFlight {
         self.0.health.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::gateway::{
+        testing::{LAX, config, cpu_pool, gpu_pool, request},
+        upstream::{BodyError, Target, UpstreamResponse},
+    };
+
+    /// An upstream that answers by endpoint name and records whom it was sent to.
+    struct Fake {
+        answer: fn(&str) -> Result<UpstreamResponse, UpstreamError>,
+        calls: Mutex<Vec<String>>,
+    }
+
+    impl Fake {
+        fn new(answer: fn(&str) -> Result<UpstreamResponse, UpstreamError>) -> Self {
+            Self {
+                answer,
+                calls: Mutex::new(Vec::new()),
+            }
+        }
+
+        fn calls(&self) -> Vec<String> {
+            self.calls.lock().expect("calls").clone()
+        }
+    }
+
+    #[async_trait]
+    impl Upstream for Fake {
+        async fn send(
+            &self,
+            to: Target<'_>,
+            _path: &'static str,
+            _body: Bytes,
+        ) -> Result<UpstreamResponse, UpstreamError> {
+            self.calls
+                .lock()
+                .expect("calls")
+                .push(to.endpoint.name.clone());
+            (self.answer)(&to.endpoint.name)
+        }
+    }
+
+    fn failure(message: &str, status: Option<StatusCode>) -> UpstreamError {
+        UpstreamError {
+            source: ErrorSource::Upstream,
+            retryable: true,
+            status,
+            message: message.to_owned(),
+        }
+    }
+
+    fn answer(chunks: Vec<Result<Bytes, BodyError>>) -> UpstreamResponse {
+        UpstreamResponse {
+            status: StatusCode::OK,
+            content_type: None,
+            body: Box::pin(futures_util::stream::iter(chunks)),
+        }
+    }
+
+    async fn run(
+        config: crate::gateway::config::GatewayConfig,
+        stream: bool,
+        fake: &Fake,
+    ) -> (Arc<GatewayState>, Response) {
+        let state = GatewayState::new(config, None, None).expect("state");
+        let table = state.table();
+        let admitted = Admitted {
+            req: request(LAX, stream),
+            arrived: Instant::now(),
+            permit: state.try_slot().expect("a slot"),
+        };
+        let response = forward(&state, &table, fake, admitted).await;
+        (state, response)
+    }
+
+    async fn text(response: Response) -> String {
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .expect("a body");
+        String::from_utf8_lossy(&body).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_connect_error_on_the_cpu_endpoint_fails_over_to_the_gpu_once() {
+        let pools = format!(
+            "{}{}",
+            cpu_pool("cpu", 1e5, &["http://127.0.0.1:1"]),
+            gpu_pool(&["http://127.0.0.1:3"])
+        );
+        let fake = Fake::new(|name| match name {
+            "127.0.0.1:1" => Err(failure("127.0.0.1:1: cannot connect", None)),
+            _ => Ok(answer(vec![Ok(Bytes::from_static(
+                br#"{"usage":{"prompt_tokens":3,"completion_tokens":2}}"#,
+            ))])),
+        });
+        let (state, response) = run(config(&pools, 4, 1), false, &fake).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let route = response.headers()[ROUTE_HEADER].to_str().expect("text");
+        assert!(
+            route.contains("pool=gpu") && route.contains("attempt=2"),
+            "{route}"
+        );
+        assert_eq!(fake.calls(), ["127.0.0.1:1", "127.0.0.1:3"]);
+        assert_eq!(state.metrics.failovers.get(), 1);
+        assert_eq!(state.metrics.retries.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_failure_after_the_first_byte_of_a_stream_is_not_retried() {
+        let cpu = cpu_pool("cpu", 1e5, &["http://127.0.0.1:1", "http://127.0.0.1:2"]);
+        let fake = Fake::new(|_| {
+            Ok(answer(vec![
+                Ok(Bytes::from_static(
+                    b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n",
+                )),
+                Err(BodyError),
+            ]))
+        });
+        let (state, response) = run(config(&cpu, 4, 1), true, &fake).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(response.headers()[header::CACHE_CONTROL], "no-cache");
+        let body = text(response).await;
+        assert!(body.starts_with("data: {\"choices\""), "{body}");
+        assert!(body.ends_with(std::str::from_utf8(upstream::STREAM_ERROR_EVENT).expect("text")));
+        assert_eq!(fake.calls().len(), 1, "one attempt: {:?}", fake.calls());
+        assert_eq!(state.metrics.retries.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn retries_stop_at_the_configured_count_with_doubling_backoff() {
+        let urls: Vec<String> = (1..=5).map(|p| format!("http://127.0.0.1:{p}")).collect();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        let fake = Fake::new(|name| {
+            Err(failure(
+                &format!("{name}: answered 503"),
+                Some(StatusCode::SERVICE_UNAVAILABLE),
+            ))
+        });
+        let started = Instant::now();
+        let (state, response) =
+            run(config(&cpu_pool("cpu", 1e5, &urls), 3, 20), false, &fake).await;
+        assert!(
+            started.elapsed() >= Duration::from_millis(20 + 40),
+            "backoff 20 ms then 40 ms: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+        assert_eq!(response.headers()[REQUEST_ID_HEADER], "req-1");
+        assert_eq!(fake.calls().len(), 3, "{:?}", fake.calls());
+        assert_eq!(state.metrics.retries.get(), 2);
+        assert!(text(response).await.contains("answered 503"));
+    }
+
+    #[test]
+    fn the_backoff_doubles_from_the_base() {
+        let base = Duration::from_millis(10);
+        let waits: Vec<Duration> = (1..=4).map(|a| backoff(base, a)).collect();
+        assert_eq!(waits, [10, 20, 40, 80].map(Duration::from_millis));
+    }
+}
