@@ -2,16 +2,17 @@
 //! probe when the open time is over -> closed on success, open again with a doubled wait on failure), and
 //! live load figures (in-flight count, EWMA of TTFT and of time per output token) for the router.
 //!
-//! Who probes an open breaker depends on the gateway: with active health checks ([`check_loop`]) the
-//! first check after the open time is the probe, and live traffic never goes to an endpoint until a
-//! probe has succeeded; without them, the first live request after the open time is the probe.
+//! Who probes an open breaker depends on the gateway: with active health checks (the background
+//! `check_loop`) the first check after the open time is the probe, and live traffic never goes to an
+//! endpoint until a probe has succeeded; without them, the first live request after the open time is
+//! the probe.
 //!
 //! The breaker takes the current [`Instant`] as an argument, so its tests drive a fake clock and never
 //! sleep.
 
 use std::{
     sync::{
-        Arc, Mutex,
+        Mutex,
         atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
@@ -304,45 +305,6 @@ impl EndpointHealth {
     pub fn latency(&self, now: Instant) -> (f64, f64) {
         let l = self.latency.lock().unwrap_or_else(|p| p.into_inner());
         (l.ttft.get(now), l.tpot.get(now))
-    }
-}
-
-/// Checks every endpoint each `interval` with GET `base + path`; 2xx counts as a success for its breaker,
-/// anything else as a failure. Runs until the table's `stop` is set.
-pub async fn check_loop(state: Arc<super::GatewayState>) {
-    let interval = state.config().health_interval;
-    if interval.is_zero() {
-        return;
-    }
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        if state.stopping() {
-            return;
-        }
-        let table = state.table();
-        let config = state.config();
-        let checks = table
-            .pools
-            .iter()
-            .flat_map(|p| p.endpoints.iter())
-            .map(|e| {
-                let client = state.client.clone();
-                let url = format!("{}{}", e.config.url, config.health_path);
-                let key = e.config.api_key.clone();
-                let timeout = config.health_timeout;
-                let e = e.clone();
-                async move {
-                    let mut req = client.get(url).timeout(timeout);
-                    if let Some(k) = key {
-                        req = req.bearer_auth(k);
-                    }
-                    let ok = matches!(req.send().await, Ok(r) if r.status().is_success());
-                    e.health.on_check(ok, Instant::now());
-                }
-            });
-        futures_util::future::join_all(checks).await;
     }
 }
 

@@ -1,6 +1,6 @@
-//! Talking to upstreams: one reqwest client per pool (connection pool, connect timeout), a time limit
-//! to the response head, classification of failures as retryable or not, and the streaming relay that
-//! passes server-sent events through chunk by chunk.
+//! Talking to upstreams: the [`Upstream`] the proxy sends through and [`Http`], its reqwest
+//! implementation (one client per pool, a time limit to the response head), classification of failures
+//! as retryable or not, and the streaming relay that passes server-sent events through chunk by chunk.
 //!
 //! The relay never buffers a stream: an upstream chunk is forwarded as soon as it arrives. It only holds
 //! back the bytes of an event that is cut across two chunks, and only when it has to look inside events
@@ -13,8 +13,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use axum::body::Bytes;
-use futures_util::Stream;
+use async_trait::async_trait;
+use axum::{body::Bytes, http::HeaderValue};
+use futures_util::{Stream, StreamExt};
 use reqwest::StatusCode;
 
 use super::config::EndpointConfig;
@@ -62,6 +63,83 @@ impl UpstreamError {
     }
 }
 
+/// A body chunk that did not arrive: the connection broke or the upstream cut the body off.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the upstream body broke off")]
+pub struct BodyError;
+
+/// An upstream body, chunk by chunk.
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes, BodyError>> + Send>>;
+
+/// An upstream's answer whose head arrived: its body is still to be read.
+pub struct UpstreamResponse {
+    /// The upstream's status (never 5xx or 429: those are errors).
+    pub status: StatusCode,
+    /// Its `content-type`, if it sent one.
+    pub content_type: Option<HeaderValue>,
+    /// The body.
+    pub body: BodyStream,
+}
+
+impl std::fmt::Debug for UpstreamResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamResponse")
+            .field("status", &self.status)
+            .field("content_type", &self.content_type)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where one attempt goes: an endpoint, over its pool's connections.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// The pool's client (its connection pool and connect timeout).
+    pub client: &'a reqwest::Client,
+    /// The endpoint.
+    pub endpoint: &'a EndpointConfig,
+    /// How long to wait for the response head.
+    pub first_byte: Duration,
+}
+
+/// Sends a request body to an endpoint and returns the answer's head; the proxy's only way out.
+#[async_trait]
+pub trait Upstream: Send + Sync {
+    /// POSTs `body` to `path` on `to.endpoint`.
+    ///
+    /// # Errors
+    /// An [`UpstreamError`] when the endpoint cannot be reached, is too slow or answers 5xx/429.
+    async fn send(
+        &self,
+        to: Target<'_>,
+        path: &'static str,
+        body: Bytes,
+    ) -> Result<UpstreamResponse, UpstreamError>;
+}
+
+/// The real upstream: HTTP over the pool's reqwest client.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Http;
+
+#[async_trait]
+impl Upstream for Http {
+    async fn send(
+        &self,
+        to: Target<'_>,
+        path: &'static str,
+        body: Bytes,
+    ) -> Result<UpstreamResponse, UpstreamError> {
+        let response = post(to.client, to.endpoint, path, body, to.first_byte).await?;
+        Ok(UpstreamResponse {
+            status: response.status(),
+            content_type: response
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .cloned(),
+            body: Box::pin(response.bytes_stream().map(|r| r.map_err(|_| BodyError))),
+        })
+    }
+}
+
 /// Builds the client of one pool.
 ///
 /// # Errors
@@ -80,7 +158,7 @@ pub fn client(connect_timeout: Duration) -> reqwest::Result<reqwest::Client> {
 ///
 /// # Errors
 /// An [`UpstreamError`] as above.
-pub async fn send(
+async fn post(
     client: &reqwest::Client,
     endpoint: &EndpointConfig,
     path: &str,
@@ -130,14 +208,13 @@ pub async fn send(
 /// # Errors
 /// An [`UpstreamError`] when the body fails, stalls or is too large.
 pub async fn read_all(
-    response: reqwest::Response,
+    response: UpstreamResponse,
     idle: Duration,
     limit: usize,
     name: &str,
 ) -> Result<Bytes, UpstreamError> {
-    use futures_util::StreamExt;
-    let status = response.status();
-    let mut stream = response.bytes_stream();
+    let status = response.status;
+    let mut stream = response.body;
     let mut first: Option<Bytes> = None;
     let mut rest: Vec<u8> = Vec::new();
     loop {
@@ -216,12 +293,10 @@ pub struct StreamSummary {
 /// The event sent when the upstream fails mid-stream.
 pub const STREAM_ERROR_EVENT: &[u8] = b"data: {\"error\":{\"message\":\"The upstream failed during the answer\",\"type\":\"server_error\",\"param\":null,\"code\":\"upstream_error\"}}\n\n";
 
-type ByteStream = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
-
 /// Relays an upstream SSE body to the client chunk by chunk; reads `usage` on the way, drops the usage
 /// event the gateway asked for on the client's behalf, and calls `on_end` once, however the stream ends.
 pub struct Relay<F: FnOnce(StreamSummary) + Send + Unpin> {
-    inner: ByteStream,
+    inner: BodyStream,
     first: Option<Bytes>,
     idle: Duration,
     sleep: Pin<Box<tokio::time::Sleep>>,
@@ -236,14 +311,14 @@ impl<F: FnOnce(StreamSummary) + Send + Unpin> Relay<F> {
     /// A relay of `inner` whose first chunk `first` was already read.
     pub fn new(
         first: Bytes,
-        inner: impl Stream<Item = reqwest::Result<Bytes>> + Send + 'static,
+        inner: BodyStream,
         idle: Duration,
         drop_usage: bool,
         on_end: F,
     ) -> Self {
         let now = Instant::now();
         Self {
-            inner: Box::pin(inner),
+            inner,
             first: Some(first),
             idle,
             sleep: Box::pin(tokio::time::sleep(idle)),
@@ -413,7 +488,6 @@ impl<F: FnOnce(StreamSummary) + Send + Unpin> Drop for Relay<F> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use futures_util::StreamExt;
     use std::sync::{Arc, Mutex};
 
     async fn relay(chunks: Vec<&'static str>, drop_usage: bool) -> (String, StreamSummary) {
@@ -421,11 +495,11 @@ mod tests {
         let s2 = seen.clone();
         let mut it = chunks
             .into_iter()
-            .map(|c| Ok(Bytes::from_static(c.as_bytes())));
+            .map(|c| Ok::<_, BodyError>(Bytes::from_static(c.as_bytes())));
         let first = it.next().and_then(Result::ok).unwrap_or_default();
         let r = Relay::new(
             first,
-            futures_util::stream::iter(it.collect::<Vec<reqwest::Result<Bytes>>>()),
+            Box::pin(futures_util::stream::iter(it.collect::<Vec<_>>())),
             Duration::from_secs(5),
             drop_usage,
             move |s| *s2.lock().unwrap() = Some(s),
