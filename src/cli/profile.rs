@@ -89,11 +89,7 @@ pub(crate) struct ProfileArgs {
 impl ProfileArgs {
     /// Runs the command.
     pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .context("starting the async runtime")?;
+        let runtime = super::runtime(super::Workers::Two)?;
         match (&self.sweep, &self.endpoint) {
             (Some(path), _) => runtime.block_on(self.run_sweep(global, path)),
             (None, Some(url)) => runtime.block_on(self.run_endpoint(global, url)),

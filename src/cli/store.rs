@@ -22,17 +22,11 @@ impl StoreCommand {
     /// Runs the subcommand.
     pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
         match self {
-            StoreCommand::Status => runtime()?.block_on(status(global)),
+            StoreCommand::Status => {
+                super::runtime(super::Workers::CallerOnly)?.block_on(status(global))
+            }
         }
     }
-}
-
-/// A single-threaded runtime for commands that only talk to the store.
-pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")
 }
 
 /// The store named by `--database-url` / `STRATA_DATABASE_URL`, else the embedded SQLite file.
