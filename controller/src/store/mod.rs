@@ -24,6 +24,9 @@ mod postgres;
 mod rows;
 mod shared;
 mod sqlite;
+mod summary_query;
+#[doc(hidden)]
+pub mod testing;
 
 use std::{fmt, path::Path, sync::Arc};
 
