@@ -1,11 +1,13 @@
 //! Scratch files and folders inside the cache: removed when dropped, and when left over by a run that
 //! died, once they are stale.
 
+use std::{
+    fs, io,
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicU64, Ordering},
+};
+
 use super::{ModelCacheError, Result, STALE_SCRATCH};
-use std::fs::{self};
-use std::io::{self};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Removes scratch files and folders older than [`STALE_SCRATCH`]; failures are only logged.
 pub(super) fn remove_stale_scratch(cache_dir: &Path) {

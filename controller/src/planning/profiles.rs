@@ -1,16 +1,20 @@
 //! Measured runs as the planner's [`ConfigProfile`]s: stored load points, service curves and the
 //! profile of each config on each host.
 
-use super::{PlanningError, Result};
-use crate::loadgen::{Arrival, Lengths};
-use crate::store::{
-    CapacityResultRow, ConfigRow, HardwareId, HardwareRow, ModelRow, ProfileRunRow, Store,
-};
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, hash_map::Entry};
+
+use serde::{Deserialize, Serialize};
 use strata_planner::{
-    profile::ConfigProfile, profile::LoadPoint, profile::MeasuredOn, profile::Provenance,
-    profile::Scaling, profile::ScalingRule, service::ServiceCurve, service::StepModel,
+    profile::{ConfigProfile, LoadPoint, MeasuredOn, Provenance, Scaling, ScalingRule},
+    service::{ServiceCurve, StepModel},
+};
+
+use super::{PlanningError, Result};
+use crate::{
+    loadgen::{Arrival, Lengths},
+    store::{
+        CapacityResultRow, ConfigRow, HardwareId, HardwareRow, ModelRow, ProfileRunRow, Store,
+    },
 };
 
 /// One point of a capacity result's `load_curve`, as profiling records it: at `rate_rps` offered load,

@@ -1,14 +1,16 @@
 //! What planning records: prices from a catalog, plans and the workloads they plan for.
 
-use super::{PlanningError, Result};
-use crate::store::{
-    CatalogPriceRow, NewCatalogPrice, NewPlan, NewWorkload, PlanRow, Store, WorkloadRow, constraint,
-};
 use chrono::NaiveDate;
 use serde_json::Value;
 use strata_planner::{
-    catalog::Catalog, catalog::HOURS_PER_MONTH, catalog::InstanceType, plan::Plan,
+    catalog::{Catalog, HOURS_PER_MONTH, InstanceType},
+    plan::Plan,
     workload::Workload,
+};
+
+use super::{PlanningError, Result};
+use crate::store::{
+    CatalogPriceRow, NewCatalogPrice, NewPlan, NewWorkload, PlanRow, Store, WorkloadRow, constraint,
 };
 
 /// The store's price row for an instance type. The store keeps one committed price per hour: the

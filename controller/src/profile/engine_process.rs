@@ -1,11 +1,13 @@
 //! The engine under test: a `strata serve` child process on loopback, with its memory and CPU time.
 
-use super::{EngineSettings, ProfileError, Result};
-use crate::{process::ChildServer, step_fit};
-use serde_json::Value;
 use std::{path::Path, process::Command};
+
+use serde_json::Value;
 use strata_engine::serve::StepTimes;
 use strata_planner::service::StepModel;
+
+use super::{EngineSettings, ProfileError, Result};
+use crate::{process::ChildServer, step_fit};
 
 /// A running `strata serve` process, stopped when dropped.
 pub struct EngineProcess {

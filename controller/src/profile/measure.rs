@@ -1,18 +1,22 @@
 //! Measuring one config: a shape's load run, recorded as a profile run, and the capacity search at
 //! an SLA with the step model fitted from the engine's own timings.
 
-use super::{CapacitySearch, EngineProcess, EngineSettings, NamedShape, Result, SERVED_NAME};
-use crate::loadgen::{self, Api, Arrival, LoadReport, LoadSpec, Shape, Sla};
-use crate::planning::StoredLoadPoint;
-use crate::store::{
-    ConfigRow, HardwareRow, ModelRow, NewCapacityResult, NewConfig, NewProfileRun, ProfileRunRow,
-    Store, StoreError,
-};
+use std::time::Duration;
+
 use chrono::Utc;
 use serde::Serialize;
 use serde_json::{Value, json};
-use std::time::Duration;
 use strata_planner::service::StepModel;
+
+use super::{CapacitySearch, EngineProcess, EngineSettings, NamedShape, Result, SERVED_NAME};
+use crate::{
+    loadgen::{self, Api, Arrival, LoadReport, LoadSpec, Shape, Sla},
+    planning::StoredLoadPoint,
+    store::{
+        ConfigRow, HardwareRow, ModelRow, NewCapacityResult, NewConfig, NewProfileRun,
+        ProfileRunRow, Store, StoreError,
+    },
+};
 
 /// What one (config, shape) run measured.
 #[derive(Debug, Clone, Serialize)]

@@ -1,11 +1,13 @@
 //! Profiling one config end to end: start its engine, run or reuse every shape, search its capacity.
 
+use std::path::Path;
+
+use serde::Serialize;
+
 use super::{
     CurvePoint, EngineProcess, EngineSettings, ProfileError, Result, RunContext, RunOutcome, Sweep,
     capacity_search, ensure_config, find_existing, measure_shape, shape_json,
 };
-use serde::Serialize;
-use std::path::Path;
 
 /// Progress of a config's profiling, for a progress bar.
 #[derive(Debug, Clone)]

@@ -1,10 +1,11 @@
 //! A sweep file: the engine settings to combine, the workload shapes to run each with, and the
 //! optional capacity search.
 
-use super::{ProfileError, Result};
-use crate::loadgen::{Arrival, Lengths, Sla};
 use serde::{Deserialize, Serialize};
 use strata_engine::placement::Placement;
+
+use super::{ProfileError, Result};
+use crate::loadgen::{Arrival, Lengths, Sla};
 
 /// One workload shape of a sweep, by name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
