@@ -4,9 +4,9 @@
 
 use std::process::Command;
 
-use strata_controller::store;
+use strata_controller::store::{self, testing::with_postgres};
 
-use crate::common::{in_ci, smollm2_path};
+use crate::common::smollm2_path;
 
 const SWEEP: &str = r#"
 model = "MODEL"
@@ -139,45 +139,6 @@ async fn a_sweep_runs_end_to_end_on_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}", dir.path().join("store.db").display());
     sweep_lands_in(&url).await;
-}
-
-/// Runs `test` against a fresh PostgreSQL database, dropped afterwards; fails under CI when the
-/// server is unreachable, skips loudly otherwise.
-async fn with_postgres<F, Fut>(name: &str, test: F)
-where
-    F: FnOnce(String) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    use sqlx::{Connection, Executor, PgConnection};
-    let server = std::env::var("STRATA_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-    let mut admin = match PgConnection::connect(&server).await {
-        Ok(admin) => admin,
-        Err(e) if in_ci() => panic!("CI needs PostgreSQL at {server}: {e}"),
-        Err(e) => {
-            eprintln!("skipped: PostgreSQL at {server} is unreachable: {e}");
-            return;
-        }
-    };
-    let database = format!("strata_test_{name}_{}", std::process::id());
-    admin
-        .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {database}")))
-        .await
-        .expect("create database");
-    let url = match server.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{database}"),
-        None => panic!("a database URL: {server}"),
-    };
-    let outcome = tokio::spawn(test(url)).await;
-    admin
-        .execute(sqlx::AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
-        )))
-        .await
-        .expect("drop database");
-    if let Err(failure) = outcome {
-        std::panic::resume_unwind(failure.into_panic());
-    }
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@
 pub mod hardware;
 pub mod loadgen;
 pub mod model_cache;
+pub mod model_identity;
 pub mod pilot;
 pub mod planning;
 pub mod process;

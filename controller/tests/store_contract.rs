@@ -4,8 +4,8 @@
 //! fresh database with the migrations applied: a file in a temporary folder for SQLite; for PostgreSQL a
 //! `strata_test_*` database created on the server at `STRATA_TEST_POSTGRES_URL` (default
 //! `postgres://postgres@127.0.0.1:5432/postgres`) and dropped afterwards, also when the test fails.
-//! When that server cannot be reached the PostgreSQL tests fail if `CI=true` and are skipped, loudly,
-//! otherwise.
+//! When that server cannot be reached the PostgreSQL tests fail under CI (`CI=true`) and are skipped,
+//! loudly, otherwise (`store::testing::with_postgres`).
 
 use std::{collections::HashSet, sync::Arc};
 
@@ -14,20 +14,9 @@ use serde_json::json;
 use strata_controller::store::{self, constraint, *};
 
 mod harness {
-    use std::{
-        env,
-        future::Future,
-        sync::{
-            Arc,
-            atomic::{AtomicU32, Ordering},
-        },
-        time::{SystemTime, UNIX_EPOCH},
-    };
+    use std::{future::Future, sync::Arc};
 
-    use sqlx::{AssertSqlSafe, Connection, PgConnection};
-    use strata_controller::store::{self, Store};
-
-    const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+    use strata_controller::store::{self, Store, testing};
 
     /// Runs `test` against a fresh SQLite file.
     pub(crate) async fn with_sqlite<F, Fut>(test: F)
@@ -49,39 +38,7 @@ mod harness {
         F: FnOnce(Arc<dyn Store>) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let server = env::var("STRATA_TEST_POSTGRES_URL")
-            .unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned());
-        let mut admin = match PgConnection::connect(&server).await {
-            Ok(admin) => admin,
-            Err(err) if env::var("CI").is_ok_and(|ci| ci == "true") => {
-                panic!(
-                    "postgres store contract test {name}: cannot reach {server}: {err} (CI=true needs PostgreSQL)"
-                )
-            }
-            Err(err) => {
-                eprintln!(
-                    "SKIPPED postgres store contract test {name}: cannot reach {server}: {err}"
-                );
-                return;
-            }
-        };
-        let database = unique_database_name();
-        let create = sqlx::raw_sql(AssertSqlSafe(format!("CREATE DATABASE {database}")));
-        create
-            .execute(&mut admin)
-            .await
-            .expect("create test database");
-
-        let outcome = tokio::spawn(run(with_database(&server, &database), test)).await;
-
-        let drop = sqlx::raw_sql(AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {database} WITH (FORCE)"
-        )));
-        drop.execute(&mut admin).await.expect("drop test database");
-        admin.close().await.ok();
-        if let Err(failure) = outcome {
-            std::panic::resume_unwind(failure.into_panic());
-        }
+        testing::with_postgres(name, |url| run(url, test)).await;
     }
 
     async fn run<F, Fut>(url: String, test: F)
@@ -92,44 +49,6 @@ mod harness {
         let store = store::open(&url).await.expect("open the store");
         test(Arc::clone(&store)).await;
         store.close().await;
-    }
-
-    fn unique_database_name() -> String {
-        static SEQUENCE: AtomicU32 = AtomicU32::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let sequence = SEQUENCE.fetch_add(1, Ordering::Relaxed);
-        format!("strata_test_{}_{sequence}_{nanos:x}", std::process::id())
-    }
-
-    /// `server` (a `postgres://` URL) with its database replaced by `database`.
-    fn with_database(server: &str, database: &str) -> String {
-        let (base, query) = server
-            .split_once('?')
-            .map_or((server, None), |(b, q)| (b, Some(q)));
-        let authority_start = base.find("://").map_or(0, |i| i + 3);
-        let path_start = base[authority_start..]
-            .find('/')
-            .map_or(base.len(), |i| authority_start + i);
-        let mut url = format!("{}/{database}", &base[..path_start]);
-        if let Some(query) = query {
-            url = format!("{url}?{query}");
-        }
-        url
-    }
-
-    #[test]
-    fn database_urls_swap_the_database() {
-        assert_eq!(
-            with_database("postgres://u@h:5432/postgres", "t"),
-            "postgres://u@h:5432/t"
-        );
-        assert_eq!(with_database("postgres://u@h", "t"), "postgres://u@h/t");
-        assert_eq!(
-            with_database("postgresql://h/x?sslmode=disable", "t"),
-            "postgresql://h/t?sslmode=disable"
-        );
     }
 }
 

@@ -20,11 +20,7 @@ pub(crate) struct DashboardArgs {
 impl DashboardArgs {
     /// Runs the subcommand.
     pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .context("starting the async runtime")?
-            .block_on(self.serve(global))
+        super::runtime(super::Workers::PerCore)?.block_on(self.serve(global))
     }
 
     async fn serve(self, global: &GlobalArgs) -> anyhow::Result<()> {

@@ -82,10 +82,7 @@ impl GatewayArgs {
                 None => Some(store),
             }
         };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .context("starting the async runtime")?;
+        let runtime = super::runtime(super::Workers::PerCore)?;
         runtime.block_on(gateway::run(
             config,
             sink,

@@ -15,7 +15,34 @@ mod worker;
 
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+
+/// How many worker threads a subcommand's async runtime gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Workers {
+    /// None: the calling thread runs everything (commands that only talk to the store).
+    CallerOnly,
+    /// Two (commands that drive an engine or a load generator beside their own work).
+    Two,
+    /// One per core (long-running servers).
+    PerCore,
+}
+
+/// The async runtime a subcommand runs on, with I/O and timers enabled.
+pub(crate) fn runtime(workers: Workers) -> anyhow::Result<tokio::runtime::Runtime> {
+    let mut builder = match workers {
+        Workers::CallerOnly => tokio::runtime::Builder::new_current_thread(),
+        Workers::Two | Workers::PerCore => tokio::runtime::Builder::new_multi_thread(),
+    };
+    if workers == Workers::Two {
+        builder.worker_threads(2);
+    }
+    builder
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
 
 /// Decide where LLM inference should run, and run it there.
 #[derive(Debug, Parser)]

@@ -168,7 +168,8 @@ impl ModelCommand {
             ModelCommand::Pull { name, dir } => {
                 let dir = dir.resolve()?;
                 let path = pull(&name, &dir)?;
-                super::store::runtime()?.block_on(register(global, &name, &path))?;
+                super::runtime(super::Workers::CallerOnly)?
+                    .block_on(register(global, &name, &path))?;
                 println!("{}", path.display());
             }
             ModelCommand::Path { name, dir } => {

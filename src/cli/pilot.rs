@@ -70,11 +70,7 @@ pub(crate) struct PilotArgs {
 impl PilotArgs {
     /// Runs the pilot; the exit status is the verdict's.
     pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .context("starting the async runtime")?;
+        let runtime = super::runtime(super::Workers::Two)?;
         runtime.block_on(self.run_async(global))
     }
 

@@ -58,7 +58,7 @@ pub(crate) struct PlanArgs {
 impl PlanArgs {
     /// Runs the command.
     pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
-        store::runtime()?.block_on(self.run_async(global))
+        super::runtime(super::Workers::CallerOnly)?.block_on(self.run_async(global))
     }
 
     async fn run_async(self, global: &GlobalArgs) -> anyhow::Result<()> {

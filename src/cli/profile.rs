@@ -2,7 +2,6 @@
 //! a real server) or any OpenAI-compatible endpoint, with a progress bar and a summary table.
 
 use std::{
-    io::Read,
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -10,17 +9,15 @@ use std::{
 use anyhow::Context;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use sha2::{Digest, Sha256};
 use strata_controller::{
     hardware,
     loadgen::{self, Api, Arrival, Lengths, LoadReport, LoadSpec, Shape, Sla},
-    model_cache,
     profile::{self, Progress, RunContext, Sweep},
     quality,
-    store::{EndpointRunRow, ModelRow, NewEndpoint, NewEndpointRun, NewModel, Store},
 };
 
-use strata_engine::format::gguf::GgufFile;
+/// `strata pilot` records its model the same way.
+pub(crate) use strata_controller::model_identity::ensure_model;
 
 use super::{GlobalArgs, generate::resolve_model};
 
@@ -89,11 +86,7 @@ pub(crate) struct ProfileArgs {
 impl ProfileArgs {
     /// Runs the command.
     pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .context("starting the async runtime")?;
+        let runtime = super::runtime(super::Workers::Two)?;
         match (&self.sweep, &self.endpoint) {
             (Some(path), _) => runtime.block_on(self.run_sweep(global, path)),
             (None, Some(url)) => runtime.block_on(self.run_endpoint(global, url)),
@@ -152,7 +145,14 @@ impl ProfileArgs {
         spinner.finish_and_clear();
         if !self.no_store {
             let (shown, store) = super::store::open(global).await?;
-            let run = record_endpoint_run(store.as_ref(), &spec, &report, started_at).await?;
+            let run = profile::record_endpoint_run(
+                store.as_ref(),
+                &spec,
+                &report,
+                started_at,
+                env!("CARGO_PKG_VERSION"),
+            )
+            .await?;
             store.close().await;
             eprintln!(
                 "recorded as endpoint run {} of {} ({}) in {shown}",
@@ -240,7 +240,7 @@ impl ProfileArgs {
         }
         let quality = if sweep.quality {
             bar.set_message("scoring quality per weight type");
-            record_quality(&ctx, &model_file, &sweep, self.force).await?
+            profile::record_sweep_quality(&ctx, &model_file, &sweep, self.force).await?
         } else {
             Vec::new()
         };
@@ -304,99 +304,6 @@ impl ProfileArgs {
         );
         Ok(())
     }
-}
-
-/// Records an endpoint run: the endpoint (by base URL and served model) on first use, then the run's
-/// headline figures and whole report in one row.
-async fn record_endpoint_run(
-    store: &dyn Store,
-    spec: &LoadSpec,
-    report: &LoadReport,
-    started_at: chrono::DateTime<chrono::Utc>,
-) -> anyhow::Result<EndpointRunRow> {
-    let endpoint = NewEndpoint {
-        base_url: spec.base_url.clone(),
-        model_name: spec.model.clone(),
-    };
-    let endpoint = match store.find_endpoint(&endpoint).await? {
-        Some(row) => row,
-        None => store.insert_endpoint(&endpoint).await?,
-    };
-    let finished_at = started_at
-        + chrono::Duration::from_std(Duration::from_secs_f64(report.duration_s.max(0.0)))
-            .unwrap_or_default();
-    let mut whole = serde_json::to_value(report)?;
-    if let Some(fields) = whole.as_object_mut() {
-        // Per-request records make the row large; the percentiles already summarize them.
-        fields.remove("records");
-    }
-    Ok(store
-        .insert_endpoint_run(&NewEndpointRun {
-            endpoint_id: endpoint.id,
-            started_at,
-            finished_at,
-            api: match spec.api {
-                Api::Chat => "chat",
-                Api::Completions => "completions",
-            }
-            .into(),
-            workload_shape: serde_json::to_value(&spec.shape)?,
-            request_count: i64::try_from(report.requests)?,
-            error_count: i64::try_from(report.errors)?,
-            ttft_p50_ms: report.ttft_ms.p50,
-            ttft_p99_ms: report.ttft_ms.p99,
-            tpot_p50_ms: report.tpot_ms.p50,
-            tpot_p99_ms: report.tpot_ms.p99,
-            e2e_p50_ms: report.e2e_ms.p50,
-            e2e_p99_ms: report.e2e_ms.p99,
-            output_tokens_per_s: report.output_tokens_per_s,
-            requests_per_s: report.requests_per_s,
-            goodput_requests_per_s: report.goodput_requests_per_s,
-            sla_attainment: report.sla_attainment,
-            report: whole,
-            client_version: env!("CARGO_PKG_VERSION").into(),
-        })
-        .await?)
-}
-
-/// Scores every weight type of the sweep and records the scores for each config of that type,
-/// unless all of them already hold a score for the text (or `force`).
-async fn record_quality(
-    ctx: &RunContext<'_>,
-    model_file: &Path,
-    sweep: &Sweep,
-    force: bool,
-) -> anyhow::Result<Vec<quality::QualityScore>> {
-    let configs = sweep.configs();
-    let mut rows = Vec::new();
-    for settings in &configs {
-        rows.push((
-            settings.weights.clone(),
-            profile::ensure_config(ctx.store, ctx.model, settings).await?,
-        ));
-    }
-    let mut scored_already = true;
-    for (_, row) in &rows {
-        let results = ctx.store.list_quality_results_for_config(row.id).await?;
-        scored_already &= results.iter().any(|q| q.text_id == quality::TEXT_ID);
-    }
-    if scored_already && !force {
-        return Ok(Vec::new());
-    }
-    let mut weights: Vec<String> = configs.iter().map(|c| c.weights.clone()).collect();
-    weights.sort();
-    weights.dedup();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let path = model_file.to_path_buf();
-    let scores = tokio::task::spawn_blocking(move || quality::score(&path, &weights, threads))
-        .await
-        .context("the quality scorer stopped")??;
-    for (weights, row) in &rows {
-        if let Some(score) = scores.iter().find(|s| &s.weights == weights) {
-            quality::record(ctx.store, row, score).await?;
-        }
-    }
-    Ok(scores)
 }
 
 fn progress_bar(total: u64, hidden: bool) -> ProgressBar {
@@ -469,53 +376,4 @@ fn print_errors(report: &LoadReport) {
     for e in &report.error_samples {
         eprintln!("error: {e}");
     }
-}
-
-/// The model's row, recorded on first use (by the cache's checksum, or the file's own).
-pub(crate) async fn ensure_model(
-    store: &dyn Store,
-    name: &str,
-    path: &Path,
-) -> anyhow::Result<ModelRow> {
-    let (display, sha256) = match model_cache::spec(name) {
-        Ok(spec) => (spec.name.to_owned(), spec.sha256.to_owned()),
-        Err(_) => (
-            path.file_name()
-                .map_or_else(|| name.to_owned(), |n| n.to_string_lossy().into_owned()),
-            file_sha256(path)?,
-        ),
-    };
-    if let Some(row) = store.find_model_by_sha256(&sha256).await? {
-        return Ok(row);
-    }
-    let size = std::fs::metadata(path).map_or(0, |m| m.len());
-    Ok(store
-        .insert_model(&NewModel {
-            name: display,
-            path: path.display().to_string(),
-            format: if path.is_dir() { "safetensors" } else { "gguf" }.to_owned(),
-            sha256,
-            size_bytes: i64::try_from(size)?,
-            parameters: None,
-            synthetic: !path.is_dir() && GgufFile::open(path)?.is_synthetic(),
-        })
-        .await?)
-}
-
-fn file_sha256(path: &Path) -> anyhow::Result<String> {
-    if path.is_dir() {
-        return Ok(format!("{:x}", Sha256::digest(path.display().to_string())));
-    }
-    let mut file =
-        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(format!("{:x}", hasher.finalize()))
 }

@@ -109,11 +109,7 @@ impl ServeArgs {
         server_options.api_key = self.api_key.clone();
         server_options.placement = engine.model().model.placement().to_string();
         let router = server::router(engine.clone(), server_options)?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .context("starting the async runtime")?;
+        let runtime = super::runtime(super::Workers::Two)?;
         runtime.block_on(async {
             let addr = SocketAddr::new(self.host, self.port);
             let listener = tokio::net::TcpListener::bind(addr)

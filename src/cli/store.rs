@@ -25,19 +25,12 @@ pub(crate) enum StoreCommand {
 impl StoreCommand {
     /// Runs the subcommand.
     pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
+        let runtime = super::runtime(super::Workers::CallerOnly)?;
         match self {
-            StoreCommand::Status => runtime()?.block_on(status(global)),
-            StoreCommand::Check => runtime()?.block_on(check(global)),
+            StoreCommand::Status => runtime.block_on(status(global)),
+            StoreCommand::Check => runtime.block_on(check(global)),
         }
     }
-}
-
-/// A single-threaded runtime for commands that only talk to the store.
-pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")
 }
 
 /// The store named by `--database-url` / `STRATA_DATABASE_URL`, else the embedded SQLite file.

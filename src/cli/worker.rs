@@ -28,11 +28,7 @@ pub(crate) struct WorkerArgs {
 impl WorkerArgs {
     /// Runs the worker.
     pub(crate) fn run(self, global: &GlobalArgs) -> anyhow::Result<()> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .context("starting the async runtime")?;
+        let runtime = super::runtime(super::Workers::Two)?;
         runtime.block_on(async {
             let (url, store) = super::store::open(global).await?;
             let hardware = hardware::ensure_recorded(store.as_ref()).await?;

@@ -25,6 +25,9 @@ mod rows;
 mod schema;
 mod shared;
 mod sqlite;
+mod summary_query;
+#[doc(hidden)]
+pub mod testing;
 
 use std::{fmt, path::Path, sync::Arc};
 

@@ -1,0 +1,125 @@
+//! The engine under test: a `strata serve` child process on loopback, with its memory and CPU time.
+
+use std::{path::Path, process::Command};
+
+use serde_json::Value;
+use strata_engine::serve::StepTimes;
+use strata_planner::service::StepModel;
+
+use super::{EngineSettings, ProfileError, Result};
+use crate::{process::ChildServer, step_fit};
+
+/// A running `strata serve` process, stopped when dropped.
+pub struct EngineProcess {
+    server: ChildServer,
+    /// `http://127.0.0.1:PORT`.
+    pub base_url: String,
+    /// What `/health` reported at start.
+    pub health: Value,
+}
+
+/// The name the profiler serves models under.
+pub const SERVED_NAME: &str = "profiled";
+
+impl EngineProcess {
+    /// Starts `exe serve` for `model` with `settings` on a free loopback port and waits until it
+    /// answers `/health`.
+    ///
+    /// # Errors
+    /// When the process does not start, exits, or does not answer.
+    pub async fn start(exe: &Path, model: &Path, settings: &EngineSettings) -> Result<Self> {
+        Self::start_named(exe, model, settings, SERVED_NAME).await
+    }
+
+    /// As [`EngineProcess::start`], serving the model under `served_name`.
+    ///
+    /// # Errors
+    /// When the process does not start, exits, or does not answer.
+    pub async fn start_named(
+        exe: &Path,
+        model: &Path,
+        settings: &EngineSettings,
+        served_name: &str,
+    ) -> Result<Self> {
+        let mut command = Command::new(exe);
+        command
+            .arg("serve")
+            .arg("--model")
+            .arg(model)
+            .args(["--weights", &settings.weights])
+            .args(["--threads", &settings.threads.to_string()])
+            .args(["--max-batch", &settings.max_batch.to_string()])
+            .args(["--kv-mem", &settings.kv_mem_mib.to_string()])
+            .args(["--numa", &settings.numa])
+            .args(["--port", "0", "--served-model-name", served_name]);
+        let server = ChildServer::spawn(command, &format!("`strata serve` for {settings}"))
+            .await
+            .map_err(ProfileError::Server)?;
+        let base_url = server.base_url.clone();
+        let health = reqwest::get(format!("{base_url}/health"))
+            .await
+            .map_err(|e| ProfileError::Server(e.to_string()))?
+            .json::<Value>()
+            .await
+            .map_err(|e| ProfileError::Server(e.to_string()))?;
+        Ok(Self {
+            server,
+            base_url,
+            health,
+        })
+    }
+
+    /// The engine's step timings so far (its `/steps`).
+    ///
+    /// # Errors
+    /// When the server does not answer with them.
+    pub async fn step_times(&self) -> Result<StepTimes> {
+        let failed = |e: reqwest::Error| ProfileError::Server(format!("step timings: {e}"));
+        reqwest::get(format!("{}/steps", self.base_url))
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(failed)?
+            .json::<StepTimes>()
+            .await
+            .map_err(failed)
+    }
+
+    /// The step model fitted to the steps run since `before` (an earlier [`Self::step_times`]);
+    /// `None` when the steps were too few or a reading failed (logged: the planner then derives the
+    /// steps from the load curve).
+    pub async fn step_model_since(&self, before: Result<StepTimes>) -> Option<StepModel> {
+        step_fit::fit(&self.steps_since(before).await?)
+    }
+
+    /// The steps run since `before` (an earlier [`Self::step_times`]); `None` when a reading failed
+    /// (logged).
+    pub async fn steps_since(&self, before: Result<StepTimes>) -> Option<StepTimes> {
+        match (before, self.step_times().await) {
+            (Ok(before), Ok(after)) => Some(after.since(&before)),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!(error = %e, "no step timings from the engine");
+                None
+            }
+        }
+    }
+
+    /// Peak resident memory so far (VmHWM), bytes.
+    pub fn peak_rss_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.server.id())).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib << 10)
+    }
+
+    /// CPU time used so far (user + system), seconds; clock ticks taken as 100 per second, the
+    /// Linux default.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.server.id())).ok()?;
+        // Fields after the command name (which may hold spaces) start after the last ')'.
+        let rest = &stat[stat.rfind(')')? + 2..];
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let utime: f64 = fields.get(11)?.parse().ok()?;
+        let stime: f64 = fields.get(12)?.parse().ok()?;
+        Some((utime + stime) / 100.0)
+    }
+}
