@@ -322,6 +322,16 @@ fn two_replicas_enforce_one_daily_budget_at_its_threshold_not_at_twice() {
     drop(cluster.gateways.drain(..));
 }
 
+/// A worker process, killed and reaped when dropped.
+struct Worker(std::process::Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A sweep of four small configs, a few seconds each.
 const SWEEP: &str = r#"
 model = "smollm2-135m-instruct"
@@ -387,7 +397,7 @@ fn profiling_workers_on_two_hosts_split_one_sweep_and_a_killed_one_is_taken_over
             .env("RUST_LOG", "warn")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null());
-        command.spawn().expect("a worker starts")
+        Worker(command.spawn().expect("a worker starts"))
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -425,14 +435,14 @@ fn profiling_workers_on_two_hosts_split_one_sweep_and_a_killed_one_is_taken_over
             .find(|(_, by)| by.as_deref() == Some("host-w1"))
         {
             std::thread::sleep(Duration::from_millis(500));
-            first.kill().expect("kills worker 1");
-            first.wait().expect("reaps worker 1");
+            first.0.kill().expect("kills worker 1");
+            first.0.wait().expect("reaps worker 1");
             break *id;
         }
         assert!(Instant::now() < deadline, "worker 1 never claimed a job");
         std::thread::sleep(Duration::from_millis(100));
     };
-    let status = second.wait().expect("worker 2 finishes");
+    let status = second.0.wait().expect("worker 2 finishes");
     assert!(status.success(), "worker 2 exited with {status}");
     let done = jobs("done");
     assert_eq!(
