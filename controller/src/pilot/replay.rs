@@ -5,7 +5,7 @@
 use std::{collections::BTreeMap, process::Command, time::Duration};
 
 use strata_planner::{
-    pace::{PaceSpread, predict_replay_over_paces},
+    pace::{PaceSpread, ReplayCase, predict_replay_over_paces},
     pilot as decide,
     plan::Plan,
     profile::ConfigProfile,
@@ -47,16 +47,15 @@ pub(super) async fn replay(
     // The prediction on `steps` in place of the chosen profile's step model (none: as profiled), over
     // `spread` (none: one simulation).
     let predict_on = |steps: Option<&StepModel>, spread: Option<PaceSpread>| {
-        predict_replay_over_paces(
+        let case = ReplayCase {
             plan,
-            pilot.workload,
+            workload: pilot.workload,
             profiles,
-            &trace,
+            trace: &trace,
             with_gpu,
-            spec.seed,
-            steps,
-            spread.unwrap_or(PaceSpread::NONE),
-        )
+            seed: spec.seed,
+        };
+        predict_replay_over_paces(case, steps, spread.unwrap_or(PaceSpread::NONE))
     };
     let profile = profiles
         .iter()

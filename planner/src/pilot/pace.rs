@@ -20,6 +20,24 @@ use crate::sim::{ClassSim, PaceDrift, SimReport};
 use crate::step::StepModel;
 use crate::workload::{TraceRecord, Workload};
 
+/// A replay to predict: the plan with its workload and profiles, the trace replayed, whether a GPU
+/// endpoint takes the fallback, and the simulation's seed.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplayCase<'a> {
+    /// The plan whose chosen config serves the replay.
+    pub plan: &'a Plan,
+    /// Its workload.
+    pub workload: &'a Workload,
+    /// The profiles the plan was made from.
+    pub profiles: &'a [ConfigProfile],
+    /// The requests replayed.
+    pub trace: &'a [TraceRecord],
+    /// Whether a GPU endpoint takes the fallback.
+    pub with_gpu: bool,
+    /// The simulation's seed.
+    pub seed: u64,
+}
+
 /// How the engine's pace is spread around its calibrated value.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct PaceSpread {
@@ -95,17 +113,19 @@ pub struct SpreadPrediction {
 ///
 /// # Errors
 /// As [`crate::pilot::predict_replay`].
-#[allow(clippy::too_many_arguments)]
 pub fn predict_replay_over_paces(
-    plan: &Plan,
-    workload: &Workload,
-    profiles: &[ConfigProfile],
-    trace: &[TraceRecord],
-    with_gpu: bool,
-    seed: u64,
+    case: ReplayCase<'_>,
     steps: Option<&StepModel>,
     spread: PaceSpread,
 ) -> Result<SpreadPrediction> {
+    let ReplayCase {
+        plan,
+        workload,
+        profiles,
+        trace,
+        with_gpu,
+        seed,
+    } = case;
     let chosen = profiles
         .iter()
         .position(|p| p.id == plan.chosen.config)

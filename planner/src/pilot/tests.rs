@@ -512,19 +512,35 @@ fn the_replay_samples_the_busiest_hour_and_the_simulator_predicts_it() {
 /// model to scale, is the one prediction.
 #[test]
 fn the_replay_predicted_over_paces_is_the_mean_of_its_runs() {
-    use super::pace::{PaceSpread, predict_replay_over_paces};
+    use super::pace::{PaceSpread, ReplayCase, predict_replay_over_paces};
     use crate::step::StepModel;
     let (p, w, mut profiles) = planned();
     let load = replay_load(&p, false);
     let trace = replay_trace(&w, &load, 300.0, 3);
     let one = predict_replay(&p, &w, &profiles, &trace, false, 3).expect("predicts");
+    // The profiles change below: each call takes them afresh.
+    let base = ReplayCase {
+        plan: &p,
+        workload: &w,
+        profiles: &[],
+        trace: &trace,
+        with_gpu: false,
+        seed: 3,
+    };
     let spread = PaceSpread {
         sigma: 0.1,
         runs: 9,
         block_s: 0.0,
     };
-    let curve_only =
-        predict_replay_over_paces(&p, &w, &profiles, &trace, false, 3, None, spread).expect("one");
+    let curve_only = predict_replay_over_paces(
+        ReplayCase {
+            profiles: &profiles,
+            ..base
+        },
+        None,
+        spread,
+    )
+    .expect("one");
     assert_eq!(curve_only.paces, [1.0]);
     assert_eq!(curve_only.point, one);
     assert_eq!(curve_only.all.e2e_s.low, one.e2e_p99_s);
@@ -541,12 +557,26 @@ fn the_replay_predicted_over_paces_is_the_mean_of_its_runs() {
         runs: 5,
         block_s: 10.0,
     };
-    let flat =
-        predict_replay_over_paces(&p, &w, &profiles, &trace, false, 3, None, still).expect("flat");
+    let flat = predict_replay_over_paces(
+        ReplayCase {
+            profiles: &profiles,
+            ..base
+        },
+        None,
+        still,
+    )
+    .expect("flat");
     assert_eq!(flat.paces, [1.0; 5]);
     assert!((flat.point.e2e_p99_s - at_one.e2e_p99_s).abs() < 1e-6);
-    let spread_out = predict_replay_over_paces(&p, &w, &profiles, &trace, false, 3, None, spread)
-        .expect("spread");
+    let spread_out = predict_replay_over_paces(
+        ReplayCase {
+            profiles: &profiles,
+            ..base
+        },
+        None,
+        spread,
+    )
+    .expect("spread");
     assert_eq!(spread_out.paces.len(), 9);
     let bands = std::iter::once(&spread_out.all).chain(&spread_out.classes);
     let points = std::iter::once((spread_out.point.ttft_p99_s, spread_out.point.e2e_p99_s)).chain(

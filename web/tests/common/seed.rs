@@ -18,7 +18,7 @@ use strata_controller::{
 };
 use strata_planner::{
     catalog::Catalog,
-    pace::{Band, PaceSpread, predict_replay_over_paces},
+    pace::{Band, PaceSpread, ReplayCase, predict_replay_over_paces},
     pilot::{
         PairedTasks, PilotSpec, VerdictInput, WeightQuality, gate_quality, replay_load,
         replay_trace, verdict,
@@ -271,10 +271,15 @@ pub(crate) fn replayed_pilot_report(
         block_s: 10.0,
     };
     let predict = |steps: Option<&StepModel>, spread: PaceSpread| {
-        predict_replay_over_paces(
-            plan, workload, profiles, &trace, false, spec.seed, steps, spread,
-        )
-        .expect("the replay is predicted")
+        let case = ReplayCase {
+            plan,
+            workload,
+            profiles,
+            trace: &trace,
+            with_gpu: false,
+            seed: spec.seed,
+        };
+        predict_replay_over_paces(case, steps, spread).expect("the replay is predicted")
     };
     let replay_steps = profiles
         .iter()

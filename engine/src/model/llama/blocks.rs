@@ -17,17 +17,17 @@ use crate::{
 };
 
 impl Llama {
-    #[allow(clippy::too_many_arguments)]
+    /// Attention of layer `index` over the pass's tokens, storing their keys and values.
     pub(super) fn attention_block(
         &self,
         split: Split<'_>,
         index: usize,
-        layer: &Layer,
         b: &mut Buffers,
         pass: &Pass<'_>,
         storage: &mut KvStorage,
         kv_dim: usize,
     ) {
+        let layer = &self.layers[index];
         let c = &self.config;
         let n = pass.tokens.len();
         rms_norm(split, &b.x, &layer.attn_norm, c.rms_eps, &mut b.xb);

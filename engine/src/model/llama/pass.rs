@@ -172,7 +172,7 @@ impl Llama {
             }
         }
         for (index, layer) in self.layers.iter().enumerate() {
-            self.attention_block(split, index, layer, b, pass, storage, kv_dim);
+            self.attention_block(split, index, b, pass, storage, kv_dim);
             self.ffn_block(split, layer, b, n);
         }
         self.head(split, b, pass.logit_rows, out);
