@@ -412,18 +412,24 @@ async fn a_client_gone_mid_body_leaves_nothing_running() {
     }
     let c = client();
     assert_eq!(normal_completion(&c, &server.base).await, StatusCode::OK);
-    let health: Value = c
-        .get(format!("{}/health", server.base))
-        .send()
-        .await
-        .expect("answers")
-        .json()
-        .await
-        .expect("JSON");
-    assert_eq!(
-        (health["waiting"].as_u64(), health["running"].as_u64()),
-        (Some(0), Some(0))
-    );
+    // The completed request leaves the scheduler just after its answer is sent: wait for that, briefly.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let counts = loop {
+        let health: Value = c
+            .get(format!("{}/health", server.base))
+            .send()
+            .await
+            .expect("answers")
+            .json()
+            .await
+            .expect("JSON");
+        let counts = (health["waiting"].as_u64(), health["running"].as_u64());
+        if counts == (Some(0), Some(0)) || Instant::now() > deadline {
+            break counts;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(counts, (Some(0), Some(0)));
     server.stop().await;
 }
 
