@@ -1061,6 +1061,18 @@ async fn gateway_decisions_list_within_a_window(store: Arc<dyn Store>) {
         output_tokens: 120,
         cost_usd: 0.000_125,
         source: "pilot:support".to_owned(),
+        predicted_ttft_ms: Some(95.5),
+        observed_ttft_ms: None,
+        raw_predicted_ttft_ms: Some(80.0),
+        raw_predicted_latency_ms: Some(400.25),
+        other_pools: Some(
+            serde_json::to_value([PoolPrediction {
+                pool: "gpu".to_owned(),
+                ttft_ms: 250.0,
+                e2e_ms: 1_774.0,
+            }])
+            .unwrap(),
+        ),
     };
     let row = store
         .insert_gateway_decision(&decision("req-1", at(1, 10, 0)))
@@ -1096,10 +1108,35 @@ async fn gateway_decisions_list_within_a_window(store: Arc<dyn Store>) {
         ),
         (Some(420.0), None, 350, 120, 0.000_125, "pilot:support")
     );
+    assert_eq!(
+        (
+            row.predicted_ttft_ms,
+            row.observed_ttft_ms,
+            row.raw_predicted_ttft_ms,
+            row.raw_predicted_latency_ms,
+            &row.other_pools
+        ),
+        (
+            Some(95.5),
+            None,
+            Some(80.0),
+            Some(400.25),
+            &expected.other_pools
+        )
+    );
+    let others: Vec<PoolPrediction> =
+        serde_json::from_value(row.other_pools.clone().unwrap()).unwrap();
+    assert_eq!(others[0].pool, "gpu");
     let mut observed = decision("req-2", at(1, 11, 0));
     observed.observed_latency_ms = Some(388.5);
+    observed.observed_ttft_ms = Some(91.0);
+    observed.other_pools = None;
     let later = store.insert_gateway_decision(&observed).await.unwrap();
     assert_eq!(later.observed_latency_ms, Some(388.5));
+    assert_eq!(
+        (later.observed_ttft_ms, &later.other_pools),
+        (Some(91.0), &None)
+    );
     store
         .insert_gateway_decision(&decision("req-3", at(2, 0, 0)))
         .await

@@ -566,8 +566,9 @@ macro_rules! impl_store {
                     let row = query_as::<Db, GatewayDecisionRow>(
                         "INSERT INTO gateway_decisions (decided_at, request_id, sla_class, pool, endpoint, \
                          reason, predicted_latency_ms, observed_latency_ms, prompt_tokens, output_tokens, \
-                         cost_usd, source) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-                         RETURNING *",
+                         cost_usd, source, predicted_ttft_ms, observed_ttft_ms, raw_predicted_ttft_ms, \
+                         raw_predicted_latency_ms, other_pools) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
+                         $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING *",
                     )
                     .bind(stored(new.decided_at))
                     .bind(&new.request_id)
@@ -581,6 +582,11 @@ macro_rules! impl_store {
                     .bind(new.output_tokens)
                     .bind(new.cost_usd)
                     .bind(&new.source)
+                    .bind(new.predicted_ttft_ms)
+                    .bind(new.observed_ttft_ms)
+                    .bind(new.raw_predicted_ttft_ms)
+                    .bind(new.raw_predicted_latency_ms)
+                    .bind(new.other_pools.as_ref().map(Json))
                     .fetch_one(&self.pool)
                     .await?;
                     Ok(row)

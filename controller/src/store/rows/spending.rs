@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sqlx::FromRow;
 
 use super::{GatewayDecisionId, LedgerEntryId};
@@ -12,6 +13,17 @@ pub const LIVE_TRAFFIC: &str = "live";
 /// The source of the traffic a pilot of `workload` replays through its gateway.
 pub fn pilot_replay_source(workload: &str) -> String {
     format!("pilot:{workload}")
+}
+
+/// What a pool was predicted to give a request, stored beside a decision for the pools not chosen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolPrediction {
+    /// The pool's name.
+    pub pool: String,
+    /// Predicted time to first token, milliseconds.
+    pub ttft_ms: f64,
+    /// Predicted end-to-end latency, milliseconds.
+    pub e2e_ms: f64,
 }
 
 new_and_row! {
@@ -30,9 +42,10 @@ new_and_row! {
         pub endpoint: String,
         /// Why (the policy's reason code).
         pub reason: String,
-        /// The latency the policy predicted, in milliseconds.
+        /// The end-to-end latency the route predicted (after the endpoint's online correction), in
+        /// milliseconds, for the output tokens the answer had.
         pub predicted_latency_ms: Option<f64>,
-        /// The latency observed, in milliseconds, once known.
+        /// The end-to-end latency observed, in milliseconds, once known.
         pub observed_latency_ms: Option<f64>,
         /// Prompt tokens.
         pub prompt_tokens: i64,
@@ -43,6 +56,16 @@ new_and_row! {
         /// Where the traffic came from: [`LIVE_TRAFFIC`] for a gateway's own requests, `pilot:WORKLOAD`
         /// for a pilot's replay.
         pub source: String,
+        /// The time to first token the route predicted (after the online correction), milliseconds.
+        pub predicted_ttft_ms: Option<f64>,
+        /// The time to first token observed (streamed answers only), milliseconds.
+        pub observed_ttft_ms: Option<f64>,
+        /// The service model's own TTFT prediction, before the online correction, milliseconds.
+        pub raw_predicted_ttft_ms: Option<f64>,
+        /// The service model's own end-to-end prediction, before the online correction, milliseconds.
+        pub raw_predicted_latency_ms: Option<f64>,
+        /// What each pool not chosen was predicted to give: a list of [`PoolPrediction`].
+        pub other_pools: Option<Value>,
     }
 
     /// A recorded gateway decision. See [`NewGatewayDecision`] for the fields.
