@@ -126,6 +126,7 @@ fn bench_route(c: &mut Criterion) {
         service: Some(&curve),
         gpu_ttft_s: 0.0,
         gpu_tpot_s: 0.0,
+        corrections: &[],
     };
     let pools = [
         cpu,
@@ -164,6 +165,7 @@ fn bench_route(c: &mut Criterion) {
                 prompt_tokens: 200 + (i % 300) as u32,
                 expected_output_tokens: 250,
                 sla: class.sla,
+                tpot_s: None,
                 draw: (i % 1000) as f64 / 1000.0,
                 pick: [i, i / 3],
             };

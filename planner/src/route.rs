@@ -20,8 +20,11 @@ pub struct RouteRequest {
     pub prompt_tokens: u32,
     /// Output tokens to plan for (e.g. the class's p99 or the request's max_tokens).
     pub expected_output_tokens: u32,
-    /// The class's SLA.
+    /// The SLA that applies: the class's, with the request's own TTFT target in its place when it
+    /// brought one.
     pub sla: Sla,
+    /// The request's own time-per-output-token target, seconds (none: no TPOT bound).
+    pub tpot_s: Option<f64>,
     /// Uniform draw in [0, 1) for the plan's GPU split, supplied by the caller.
     pub draw: f64,
     /// Two instance indices drawn by the caller for power-of-two-choices (taken modulo the pool size).
@@ -67,6 +70,143 @@ pub struct PoolState<'a> {
     pub gpu_ttft_s: f64,
     /// GPU: p99 TPOT, seconds.
     pub gpu_tpot_s: f64,
+    /// Online corrections of the service model: per instance for a CPU pool (in the order of
+    /// `instances`), per endpoint for a GPU pool (their mean applies). Missing: none.
+    pub corrections: &'a [Correction],
+}
+
+/// A latency prediction, seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Prediction {
+    /// Time to first token.
+    pub ttft_s: f64,
+    /// End to end.
+    pub e2e_s: f64,
+}
+
+impl Prediction {
+    /// Seconds per output token after the first, for an answer of `output_tokens` (0 for one token).
+    pub fn tpot_s(&self, output_tokens: u32) -> f64 {
+        if output_tokens > 1 {
+            (self.e2e_s - self.ttft_s).max(0.0) / f64::from(output_tokens - 1)
+        } else {
+            0.0
+        }
+    }
+
+    /// The same prediction, made for `planned` output tokens, for an answer of `output_tokens`: the
+    /// first token as predicted, then the predicted pace for each token after it.
+    pub fn for_output(&self, planned: u32, output_tokens: u32) -> Prediction {
+        let tpot = self.tpot_s(planned);
+        Prediction {
+            ttft_s: self.ttft_s,
+            e2e_s: self.ttft_s + tpot * f64::from(output_tokens.saturating_sub(1)),
+        }
+    }
+}
+
+/// The online correction of one endpoint's service model: how much longer than predicted its first
+/// tokens and its decode pace turned out (1: as predicted).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Correction {
+    /// Observed over predicted time to first token.
+    pub first_token: f64,
+    /// Observed over predicted time per output token after the first.
+    pub decode: f64,
+}
+
+impl Correction {
+    /// No correction.
+    pub const NONE: Correction = Correction {
+        first_token: 1.0,
+        decode: 1.0,
+    };
+
+    /// `raw` corrected: its first token scaled by `first_token`, the time after it by `decode`.
+    pub fn apply(self, raw: Prediction) -> Prediction {
+        let ttft = raw.ttft_s * self.first_token;
+        Prediction {
+            ttft_s: ttft,
+            e2e_s: ttft + (raw.e2e_s - raw.ttft_s).max(0.0) * self.decode,
+        }
+    }
+
+    /// The geometric mean of `corrections` (none: [`Correction::NONE`]).
+    pub fn mean(corrections: &[Correction]) -> Correction {
+        if corrections.is_empty() {
+            return Correction::NONE;
+        }
+        let n = corrections.len() as f64;
+        let mean = |f: fn(&Correction) -> f64| {
+            (corrections.iter().map(|c| f(c).ln()).sum::<f64>() / n).exp()
+        };
+        Correction {
+            first_token: mean(|c| c.first_token),
+            decode: mean(|c| c.decode),
+        }
+    }
+}
+
+impl Default for Correction {
+    fn default() -> Self {
+        Correction::NONE
+    }
+}
+
+/// What one pool is predicted to give a request: the instance it would take (CPU pools), the service
+/// model's own prediction and the corrected one that routing uses.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PoolPrediction {
+    /// The instance the request would go to (CPU pools; none for GPU).
+    pub instance: Option<usize>,
+    /// The service model's prediction.
+    pub raw: Prediction,
+    /// `raw` after the online correction.
+    pub corrected: Prediction,
+}
+
+/// What `pool` is predicted to give `req`: on a CPU pool at the less loaded of the request's two picks,
+/// on a GPU pool at its fixed figures; none for an unhealthy pool, a CPU pool without instances or
+/// service model.
+pub fn predict_pool(pool: &PoolState<'_>, req: &RouteRequest) -> Option<PoolPrediction> {
+    if !pool.healthy {
+        return None;
+    }
+    match pool.kind {
+        PoolKind::Gpu => {
+            let out = f64::from(req.expected_output_tokens);
+            let raw = Prediction {
+                ttft_s: pool.gpu_ttft_s,
+                e2e_s: pool.gpu_ttft_s + pool.gpu_tpot_s * (out - 1.0).max(0.0),
+            };
+            Some(PoolPrediction {
+                instance: None,
+                raw,
+                corrected: Correction::mean(pool.corrections).apply(raw),
+            })
+        }
+        PoolKind::Cpu => {
+            let service = pool.service?;
+            let n = pool.instances.len();
+            if n == 0 {
+                return None;
+            }
+            let (a, b) = (req.pick[0] % n, req.pick[1] % n);
+            let instance = if pool.instances[b].in_flight < pool.instances[a].in_flight {
+                b
+            } else {
+                a
+            };
+            let (ttft_s, e2e_s) = predict_cpu(service, pool.instances[instance], req);
+            let raw = Prediction { ttft_s, e2e_s };
+            let correction = pool.corrections.get(instance).copied().unwrap_or_default();
+            Some(PoolPrediction {
+                instance: Some(instance),
+                raw,
+                corrected: correction.apply(raw),
+            })
+        }
+    }
 }
 
 /// Spend so far.
@@ -187,6 +327,11 @@ pub enum Reason {
         /// Predicted E2E, s.
         e2e_s: f64,
     },
+    /// The CPU instance is predicted to miss the request's own TPOT target.
+    CpuPredictedSlowTokens {
+        /// Predicted time per output token, s.
+        tpot_s: f64,
+    },
     /// Recent observed latency (EWMA) of the CPU pool is over the SLA.
     CpuEwmaOverSla,
     /// No healthy CPU pool with instances and a service model.
@@ -228,6 +373,11 @@ impl fmt::Display for Reason {
                     "CPU predicted to miss SLA (ttft {ttft_s:.2}s, e2e {e2e_s:.2}s)"
                 )
             }
+            Reason::CpuPredictedSlowTokens { tpot_s } => write!(
+                f,
+                "CPU predicted to miss the TPOT target ({:.0}ms per token)",
+                tpot_s * 1e3
+            ),
             Reason::CpuEwmaOverSla => f.write_str("CPU pool's recent latency is over SLA"),
             Reason::NoCpu => f.write_str("no healthy CPU pool"),
             Reason::NoGpu => f.write_str("no healthy GPU pool"),
@@ -284,10 +434,22 @@ pub struct RouteDecision {
     pub target: Target,
     /// Why.
     pub reasons: Reasons,
-    /// Predicted TTFT at the target, seconds (0 for rejects).
+    /// Predicted TTFT at the target after its online correction, seconds (0 for rejects).
     pub predicted_ttft_s: f64,
-    /// Predicted E2E at the target, seconds (0 for rejects).
+    /// Predicted E2E at the target after its online correction, seconds (0 for rejects).
     pub predicted_e2e_s: f64,
+    /// The service model's own prediction at the target, before the correction (0 for rejects).
+    pub raw: Prediction,
+}
+
+impl RouteDecision {
+    /// The corrected prediction at the target.
+    pub fn predicted(&self) -> Prediction {
+        Prediction {
+            ttft_s: self.predicted_ttft_s,
+            e2e_s: self.predicted_e2e_s,
+        }
+    }
 }
 
 /// Decides where `req` goes. Order: budget rejection by priority; the plan's GPU share (unless the budget
@@ -307,6 +469,7 @@ pub fn route(
         reasons,
         predicted_ttft_s: 0.0,
         predicted_e2e_s: 0.0,
+        raw: Prediction::default(),
     };
     for &(t, below) in &policy.budget.reject_below {
         if spent >= t && req.priority < below {
@@ -314,10 +477,11 @@ pub fn route(
             return reject(reasons);
         }
     }
-    let mut sla = req.sla;
+    let (mut sla, mut tpot_target) = (req.sla, req.tpot_s);
     for &(t, class, factor) in &policy.budget.relax {
         if spent >= t && class == req.class {
             sla = sla.relaxed(factor);
+            tpot_target = tpot_target.map(|s| s * factor);
             reasons.push(Reason::SlaRelaxed { factor });
         }
     }
@@ -332,17 +496,21 @@ pub fn route(
         .iter()
         .position(|p| p.kind == PoolKind::Gpu && p.healthy);
     let cpu = pools.iter().enumerate().find_map(|(i, p)| {
-        let usable = p.kind == PoolKind::Cpu && p.healthy && !p.instances.is_empty();
-        p.service.filter(|_| usable).map(|s| (i, s))
+        let predicted = predict_pool(p, req).filter(|_| p.kind == PoolKind::Cpu)?;
+        Some((i, predicted.instance?, predicted))
     });
     let to_gpu = |pool: usize, reasons: Reasons| {
-        let p = &pools[pool];
-        let out = f64::from(req.expected_output_tokens);
+        let p = predict_pool(&pools[pool], req).unwrap_or(PoolPrediction {
+            instance: None,
+            raw: Prediction::default(),
+            corrected: Prediction::default(),
+        });
         RouteDecision {
             target: Target::Gpu { pool },
             reasons,
-            predicted_ttft_s: p.gpu_ttft_s,
-            predicted_e2e_s: p.gpu_ttft_s + p.gpu_tpot_s * (out - 1.0).max(0.0),
+            predicted_ttft_s: p.corrected.ttft_s,
+            predicted_e2e_s: p.corrected.e2e_s,
+            raw: p.raw,
         }
     };
     let share = policy.gpu_share.get(req.class).copied().unwrap_or(0.0);
@@ -355,7 +523,7 @@ pub fn route(
         reasons.push(Reason::PlanShed { share: shed });
         return reject(reasons);
     }
-    let Some((c, service)) = cpu else {
+    let Some((c, instance, predicted)) = cpu else {
         reasons.push(Reason::NoCpu);
         return match (gpu, gpu_allowed) {
             (Some(g), true) => to_gpu(g, reasons),
@@ -367,29 +535,28 @@ pub fn route(
         };
     };
     let pool = &pools[c];
-    let n = pool.instances.len();
-    let (a, b) = (req.pick[0] % n, req.pick[1] % n);
-    let instance = if pool.instances[b].in_flight < pool.instances[a].in_flight {
-        b
-    } else {
-        a
-    };
-    let (ttft, e2e) = predict_cpu(service, pool.instances[instance], req);
+    let PoolPrediction { raw, corrected, .. } = predicted;
+    let (ttft, e2e) = (corrected.ttft_s, corrected.e2e_s);
     let cpu = RouteDecision {
         target: Target::Cpu { pool: c, instance },
         reasons,
         predicted_ttft_s: ttft,
         predicted_e2e_s: e2e,
+        raw,
     };
     let ewma_over = (pool.ewma_ttft_s > 0.0 || pool.ewma_e2e_s > 0.0)
         && !sla.met_by(pool.ewma_ttft_s, pool.ewma_e2e_s);
-    if sla.met_by(ttft, e2e) && !ewma_over {
+    let tpot = corrected.tpot_s(req.expected_output_tokens);
+    let tpot_over = tpot_target.is_some_and(|t| tpot > t);
+    if sla.met_by(ttft, e2e) && !ewma_over && !tpot_over {
         let mut d = cpu;
         d.reasons.push(Reason::CpuMeetsSla);
         return d;
     }
     reasons.push(if ewma_over {
         Reason::CpuEwmaOverSla
+    } else if sla.met_by(ttft, e2e) {
+        Reason::CpuPredictedSlowTokens { tpot_s: tpot }
     } else {
         Reason::CpuPredictedMiss {
             ttft_s: ttft,
@@ -434,6 +601,7 @@ mod tests {
                 ttft_p99_s: Some(1.0),
                 e2e_p99_s: Some(5.0),
             },
+            tpot_s: None,
             draw,
             pick: [0, 1],
         }
@@ -449,6 +617,7 @@ mod tests {
             service: Some(curve),
             gpu_ttft_s: 0.0,
             gpu_tpot_s: 0.0,
+            corrections: &[],
         };
         [
             cpu,
@@ -560,5 +729,124 @@ mod tests {
             d.reasons.iter().next().map(ToString::to_string).as_deref(),
             Some("budget rejects priority below 2")
         );
+    }
+
+    fn policy(rules: &BudgetRules) -> RoutePolicy<'_> {
+        RoutePolicy {
+            gpu_share: &[0.0],
+            shed_share: &[0.0],
+            overflow_to_gpu: true,
+            budget: rules,
+        }
+    }
+
+    /// A request's own targets decide where it goes: a TTFT the CPU pool is predicted to miss sends
+    /// it to GPU, a loose one keeps it on CPU, and a TPOT target below the predicted pace does too.
+    #[test]
+    fn the_request_s_own_targets_decide() {
+        let curve = ServiceCurve::from_profile(
+            &smol(),
+            Scaling {
+                rule: ScalingRule::PerCore,
+                factor: 1.0,
+            },
+        );
+        let rules = BudgetRules::default();
+        let loads = [InstanceLoad::default()];
+        let p = pools(&curve, &loads);
+        let b = BudgetState::default();
+        let base = req(0.5);
+        let predicted = predict_pool(&p[0], &base).expect("a CPU prediction");
+        let ttft = predicted.corrected.ttft_s;
+        let tight = RouteRequest {
+            sla: Sla {
+                ttft_p99_s: Some(ttft * 0.5),
+                e2e_p99_s: None,
+            },
+            ..base
+        };
+        let d = route(&tight, &p, &b, &policy(&rules));
+        assert_eq!(d.target, Target::Gpu { pool: 1 }, "{:?}", d.reasons);
+        let loose = RouteRequest {
+            sla: Sla {
+                ttft_p99_s: Some(ttft * 2.0),
+                e2e_p99_s: None,
+            },
+            ..base
+        };
+        let d = route(&loose, &p, &b, &policy(&rules));
+        assert!(matches!(d.target, Target::Cpu { .. }), "{:?}", d.reasons);
+        let pace = predicted.corrected.tpot_s(base.expected_output_tokens);
+        let slow = RouteRequest {
+            tpot_s: Some(pace * 0.5),
+            ..loose
+        };
+        let d = route(&slow, &p, &b, &policy(&rules));
+        assert_eq!(d.target, Target::Gpu { pool: 1 });
+        assert!(
+            d.reasons
+                .iter()
+                .any(|r| matches!(r, Reason::CpuPredictedSlowTokens { .. })),
+            "{:?}",
+            d.reasons
+        );
+    }
+
+    /// The online correction scales the first token and the decode pace apart, and a slow endpoint's
+    /// correction can move a request that its raw prediction kept on CPU.
+    #[test]
+    fn corrections_scale_the_prediction_and_can_move_a_request() {
+        let raw = Prediction {
+            ttft_s: 0.2,
+            e2e_s: 1.2,
+        };
+        let c = Correction {
+            first_token: 1.5,
+            decode: 2.0,
+        };
+        let corrected = c.apply(raw);
+        assert!((corrected.ttft_s - 0.3).abs() < 1e-12);
+        assert!((corrected.e2e_s - 2.3).abs() < 1e-12);
+        assert_eq!(Correction::NONE.apply(raw), raw);
+        let m = Correction::mean(&[
+            c,
+            Correction {
+                first_token: 1.5 / 2.25,
+                decode: 0.5,
+            },
+        ]);
+        assert!((m.first_token - 1.0).abs() < 1e-12 && (m.decode - 1.0).abs() < 1e-12);
+        let at_five = raw.for_output(11, 5);
+        assert!((at_five.e2e_s - 0.6).abs() < 1e-12, "{at_five:?}");
+
+        let curve = ServiceCurve::from_profile(
+            &smol(),
+            Scaling {
+                rule: ScalingRule::PerCore,
+                factor: 1.0,
+            },
+        );
+        let rules = BudgetRules::default();
+        let loads = [InstanceLoad::default()];
+        let mut p = pools(&curve, &loads);
+        let b = BudgetState::default();
+        let predicted = predict_pool(&p[0], &req(0.5)).expect("a CPU prediction");
+        let r = RouteRequest {
+            sla: Sla {
+                ttft_p99_s: Some(predicted.raw.ttft_s * 1.5),
+                e2e_p99_s: None,
+            },
+            ..req(0.5)
+        };
+        let d = route(&r, &p, &b, &policy(&rules));
+        assert!(matches!(d.target, Target::Cpu { .. }));
+        assert_eq!(d.raw, predicted.raw);
+        let slow = [Correction {
+            first_token: 2.0,
+            decode: 1.0,
+        }];
+        p[0].corrections = &slow;
+        let d = route(&r, &p, &b, &policy(&rules));
+        assert_eq!(d.target, Target::Gpu { pool: 1 }, "{:?}", d.reasons);
     }
 }

@@ -625,6 +625,7 @@ impl<'a> Run<'a> {
             prompt_tokens: prompt,
             expected_output_tokens: self.out_p99[class],
             sla: cl.sla,
+            tpot_s: None,
             draw,
             pick,
         };
@@ -642,6 +643,7 @@ impl<'a> Run<'a> {
                 service: Some(self.curve),
                 gpu_ttft_s: 0.0,
                 gpu_tpot_s: 0.0,
+                corrections: &[],
             },
             PoolState {
                 kind: PoolKind::Gpu,
@@ -652,6 +654,7 @@ impl<'a> Run<'a> {
                 service: None,
                 gpu_ttft_s: g.ttft_p99_s,
                 gpu_tpot_s: g.tpot_p99_s,
+                corrections: &[],
             },
         ];
         let frac = (t % 3600.0) / 3600.0;
