@@ -408,13 +408,21 @@ async fn send(
     class: &str,
     body: &Value,
 ) -> (StatusCode, String, String) {
-    let r = c
-        .post(format!("{base}/v1/chat/completions"))
-        .header("x-strata-sla", class)
-        .json(body)
-        .send()
-        .await
-        .expect("the gateway answers");
+    send_with(c, base, &[("x-strata-sla", class)], body).await
+}
+
+/// A chat completion with `headers`: its status, `x-strata-route` and body.
+async fn send_with(
+    c: &reqwest::Client,
+    base: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+) -> (StatusCode, String, String) {
+    let mut request = c.post(format!("{base}/v1/chat/completions")).json(body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let r = request.send().await.expect("the gateway answers");
     let status = r.status();
     let route = r
         .headers()
@@ -1310,4 +1318,186 @@ fn the_pilots_replay_gateway_file_validates() {
         (config.retry_attempts, config.health_interval),
         (1, Duration::ZERO)
     );
+}
+
+/// The CPU pool's config of [`config`] prefilling `tokens_per_s` prompt tokens a second.
+fn prefilling_at(toml: &str, tokens_per_s: f64) -> String {
+    let slow = format!("prefill_tokens_per_s = {tokens_per_s:?}");
+    assert!(toml.contains("prefill_tokens_per_s = 100000.0"));
+    toml.replace("prefill_tokens_per_s = 100000.0", &slow)
+}
+
+/// `x-slo-ttft-ms` and `x-slo-tpot-ms` set a request's own targets in place of its class's: a
+/// 200 ms first token that the CPU pool is predicted to miss goes to the GPU pool, a loose one stays on
+/// CPU, a per-token target below the CPU pool's pace goes to GPU too, and `x-strata-route` names the
+/// targets that applied and where each came from. A target that is not a number is refused naming
+/// the header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_s_own_latency_targets_choose_its_pool() {
+    let cpu = MockServer::start(Mode::Fast, Duration::ZERO);
+    let gpu = MockServer::start(Mode::Fast, Duration::ZERO);
+    // 50 prompt tokens a second: the CPU pool's first token is predicted at half a second or more.
+    let toml = prefilling_at(&config(&[&cpu.url], &[&gpu.url], 2, ""), 50.0);
+    let gw = Gateway::start(&toml, None).await;
+    let c = client();
+    let lax = ("x-strata-sla", "lax");
+    let (status, route, body) = send_with(
+        &c,
+        &gw.base,
+        &[lax, ("x-slo-ttft-ms", "200")],
+        &chat("tight", false),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(
+        route.starts_with("pool=gpu;")
+            && route.contains("cpu_predicted_miss")
+            && route.contains("targets=ttft:200ms:request,e2e:600000ms:class;"),
+        "{route}"
+    );
+    // The CPU pool decodes at 200 ms a token (before any answer from it has taught its correction).
+    let (status, route, _) = send_with(
+        &c,
+        &gw.base,
+        &[lax, ("x-slo-tpot-ms", "50")],
+        &chat("slow", false),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        route.starts_with("pool=gpu;")
+            && route.contains("cpu_predicted_slow_tokens")
+            && route.contains("targets=e2e:600000ms:class,tpot:50ms:request;"),
+        "{route}"
+    );
+    let (status, route, _) = send_with(
+        &c,
+        &gw.base,
+        &[lax, ("x-slo-ttft-ms", "60000")],
+        &chat("loose", false),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        route.starts_with("pool=cpu;")
+            && route.contains("cpu_meets_sla")
+            && route.contains("targets=ttft:60000ms:request,e2e:600000ms:class;"),
+        "{route}"
+    );
+    let (_, route, _) = send(&c, &gw.base, "lax", &chat("plain", false)).await;
+    assert!(
+        route.starts_with("pool=cpu;") && route.contains("targets=e2e:600000ms:class;"),
+        "{route}"
+    );
+    let (status, _, body) = send_with(
+        &c,
+        &gw.base,
+        &[lax, ("x-slo-ttft-ms", "fast")],
+        &chat("bad", false),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body.contains("x-slo-ttft-ms") && body.contains("`fast`"),
+        "{body}"
+    );
+    assert_eq!(gpu.answered(), ["tight", "slow"]);
+    assert_eq!(cpu.answered(), ["loose", "plain"]);
+    gw.shutdown().await;
+}
+
+/// Every answered request is scored against its prediction and teaches its endpoint's correction:
+/// the decision rows carry the raw and the corrected predictions beside the observed latencies (and
+/// what the GPU pool was predicted to give), the metrics hold both errors, and after a few requests
+/// the corrected prediction is closer than the raw one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn predictions_are_scored_and_corrected_online() {
+    // First chunk after 250 ms, then one every 50 ms: slower to start and faster to decode than the
+    // pool's service model (200 prompt tokens/s, 200 ms a token) says.
+    let cpu = MockServer::start(Mode::Fast, Duration::from_millis(200));
+    let gpu = MockServer::start(Mode::Fast, Duration::ZERO);
+    let store = Arc::new(FakeStore::default());
+    let toml = prefilling_at(&config(&[&cpu.url], &[&gpu.url], 4, ""), 200.0);
+    let gw = Gateway::start(&toml, Some(store.clone() as Arc<dyn Sink>)).await;
+    let c = client();
+    const N: usize = 15;
+    for i in 0..N {
+        let (status, route, _) = send(&c, &gw.base, "lax", &chat(&format!("s{i}"), true)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(route.starts_with("pool=cpu;"), "{route}");
+    }
+    for _ in 0..100 {
+        if store.decisions.lock().unwrap().len() == N {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut rows = store.decisions.lock().unwrap().clone();
+    assert_eq!(rows.len(), N);
+    rows.sort_by_key(|r| r.decided_at);
+    let error = |p: Option<f64>, o: Option<f64>| (p.unwrap() - o.unwrap()).abs() / o.unwrap();
+    let first = &rows[0];
+    assert_eq!(
+        first.predicted_ttft_ms, first.raw_predicted_ttft_ms,
+        "nothing learned yet"
+    );
+    for r in &rows {
+        assert!(r.observed_ttft_ms.is_some_and(|t| t >= 200.0), "{r:?}");
+        let others = r
+            .other_pools
+            .as_ref()
+            .expect("the other pools' predictions");
+        assert_eq!(others[0]["pool"], "gpu", "{others}");
+        assert!(others[0]["ttft_ms"].as_f64().is_some_and(|t| t > 0.0));
+    }
+    let last = &rows[N - 5..];
+    let mean = |f: &dyn Fn(&NewGatewayDecision) -> f64| {
+        last.iter().map(f).sum::<f64>() / last.len() as f64
+    };
+    let raw_ttft = mean(&|r| error(r.raw_predicted_ttft_ms, r.observed_ttft_ms));
+    let corrected_ttft = mean(&|r| error(r.predicted_ttft_ms, r.observed_ttft_ms));
+    let raw_e2e = mean(&|r| error(r.raw_predicted_latency_ms, r.observed_latency_ms));
+    let corrected_e2e = mean(&|r| error(r.predicted_latency_ms, r.observed_latency_ms));
+    assert!(
+        corrected_ttft < 0.15 && corrected_ttft < raw_ttft / 2.0,
+        "TTFT error: raw {raw_ttft}, corrected {corrected_ttft}"
+    );
+    assert!(
+        corrected_e2e < 0.15 && corrected_e2e < raw_e2e / 2.0,
+        "E2E error: raw {raw_e2e}, corrected {corrected_e2e}"
+    );
+    let metrics = c
+        .get(format!("{}/metrics", gw.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for prediction in ["raw", "corrected"] {
+        for latency in ["ttft", "e2e"] {
+            let count = metrics
+                .lines()
+                .find(|l| {
+                    l.starts_with("strata_gateway_prediction_relative_error_count")
+                        && l.contains(&format!("prediction=\"{prediction}\""))
+                        && l.contains(&format!("latency=\"{latency}\""))
+                })
+                .unwrap_or_else(|| panic!("no {latency} {prediction} count in {metrics}"));
+            assert!(count.ends_with(&format!(" {N}")), "{count}");
+        }
+    }
+    let factor = |part: &str| -> f64 {
+        let line = metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("strata_gateway_correction_factor")
+                    && l.contains(&format!("part=\"{part}\""))
+            })
+            .unwrap_or_else(|| panic!("no {part} correction in {metrics}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert!(factor("first_token") > 1.2, "{metrics}");
+    assert!(factor("decode") < 0.8, "{metrics}");
+    gw.shutdown().await;
 }

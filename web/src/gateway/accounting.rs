@@ -533,6 +533,11 @@ mod tests {
                 output_tokens: 2,
                 cost_usd: cost,
                 source: LIVE_TRAFFIC.to_owned(),
+                predicted_ttft_ms: None,
+                observed_ttft_ms: None,
+                raw_predicted_ttft_ms: None,
+                raw_predicted_latency_ms: None,
+                other_pools: None,
             },
         }
     }

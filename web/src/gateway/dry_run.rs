@@ -52,6 +52,17 @@ pub(crate) async fn dry_run(
     let pool = &p.config.name;
     let endpoint = choice.endpoint.as_ref().map(|e| e.config.name.clone());
     let decision = choice.decision;
+    let others: Vec<Value> = choice
+        .others
+        .iter()
+        .map(|&(i, p)| {
+            json!({
+                "pool": table.pools[i].config.name,
+                "predicted_ttft_ms": p.ttft_s * 1e3,
+                "predicted_e2e_ms": p.e2e_s * 1e3,
+            })
+        })
+        .collect();
     let reasons: Vec<Value> = decision
         .reasons
         .iter()
@@ -65,6 +76,10 @@ pub(crate) async fn dry_run(
         "reasons": reasons,
         "predicted_ttft_ms": decision.predicted_ttft_s * 1e3,
         "predicted_e2e_ms": decision.predicted_e2e_s * 1e3,
+        "raw_predicted_ttft_ms": decision.raw.ttft_s * 1e3,
+        "raw_predicted_e2e_ms": decision.raw.e2e_s * 1e3,
+        "targets": choice.targets,
+        "other_pools": others,
         "prompt_tokens_estimate": req.prompt_tokens,
         "output_tokens_planned": req.output_tokens,
     })))

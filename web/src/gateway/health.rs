@@ -18,6 +18,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use strata_planner::route::Correction;
+
 /// Where a breaker is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakerState {
@@ -218,6 +220,73 @@ impl Default for Ewma {
     }
 }
 
+/// The online correction of an endpoint's service model: running averages of the log of observed over
+/// predicted, one for the first token and one for the decode pace. The first observations are averaged
+/// plainly; from the [`Learner::WINDOW`]th on, each weighs [`Learner::ALPHA`] (an EWMA), so the
+/// correction follows a host whose pace changes. Ratios are clamped to [1/LIMIT, LIMIT] so one stray
+/// request cannot throw it far.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Learner {
+    first_token: LogAverage,
+    decode: LogAverage,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct LogAverage {
+    log: f64,
+    seen: u64,
+}
+
+impl LogAverage {
+    fn observe(&mut self, observed: f64, predicted: f64) {
+        if !(observed > 0.0 && predicted > 0.0 && observed.is_finite() && predicted.is_finite()) {
+            return;
+        }
+        let x = (observed / predicted)
+            .clamp(1.0 / Learner::LIMIT, Learner::LIMIT)
+            .ln();
+        self.seen += 1;
+        let weight = if self.seen <= Learner::WINDOW {
+            1.0 / self.seen as f64
+        } else {
+            Learner::ALPHA
+        };
+        self.log += weight * (x - self.log);
+    }
+
+    fn factor(&self) -> f64 {
+        self.log.exp()
+    }
+}
+
+impl Learner {
+    /// Weight of a new observation once [`Learner::WINDOW`] have been seen.
+    pub const ALPHA: f64 = 0.1;
+    /// Observations averaged plainly before the EWMA takes over.
+    pub const WINDOW: u64 = 10;
+    /// Largest ratio of observed over predicted taken as it is.
+    pub const LIMIT: f64 = 10.0;
+
+    /// Learns from a first token observed after `observed` seconds where `predicted` were predicted.
+    pub fn observe_first_token(&mut self, observed: f64, predicted: f64) {
+        self.first_token.observe(observed, predicted);
+    }
+
+    /// Learns from a time per output token observed at `observed` seconds where `predicted` were
+    /// predicted.
+    pub fn observe_decode(&mut self, observed: f64, predicted: f64) {
+        self.decode.observe(observed, predicted);
+    }
+
+    /// The correction learned so far.
+    pub fn correction(&self) -> Correction {
+        Correction {
+            first_token: self.first_token.factor(),
+            decode: self.decode.factor(),
+        }
+    }
+}
+
 /// Latency figures of an endpoint.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Latency {
@@ -236,6 +305,7 @@ pub struct EndpointHealth {
     pub drained: AtomicBool,
     breaker: Mutex<Breaker>,
     latency: Mutex<Latency>,
+    learner: Mutex<Learner>,
     /// Requests completed, for tests and metrics.
     pub completed: AtomicU64,
 }
@@ -248,6 +318,7 @@ impl EndpointHealth {
             drained: AtomicBool::new(false),
             breaker: Mutex::new(breaker),
             latency: Mutex::new(Latency::default()),
+            learner: Mutex::new(Learner::default()),
             completed: AtomicU64::new(0),
         }
     }
@@ -284,6 +355,19 @@ impl EndpointHealth {
     /// The breaker's state.
     pub fn breaker_state(&self) -> BreakerState {
         self.breaker().state()
+    }
+
+    /// The online correction of this endpoint's service model.
+    pub fn correction(&self) -> Correction {
+        self.learner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .correction()
+    }
+
+    /// Teaches the correction from one answered request: `learn` gets the learner.
+    pub fn learn(&self, learn: impl FnOnce(&mut Learner)) {
+        learn(&mut self.learner.lock().unwrap_or_else(|p| p.into_inner()));
     }
 
     /// Adds an observed TTFT and per-token time.
@@ -437,5 +521,27 @@ mod tests {
         assert!((e.get(t0) - 1.2).abs() < 1e-12);
         let later = t0 + Ewma::DECAY;
         assert!((e.get(later) - 1.2 / std::f64::consts::E).abs() < 1e-9);
+    }
+
+    /// The first observations are averaged plainly, later ones move the correction by a tenth of their
+    /// log ratio; stray ratios are clamped, non-positive ones ignored.
+    #[test]
+    fn the_learner_averages_log_ratios_then_follows_them() {
+        let mut l = Learner::default();
+        assert_eq!(l.correction(), Correction::NONE);
+        l.observe_first_token(2.0, 1.0);
+        l.observe_first_token(0.5, 1.0);
+        assert!((l.correction().first_token - 1.0).abs() < 1e-12, "{l:?}");
+        l.observe_decode(0.0, 1.0);
+        l.observe_decode(1.0, f64::NAN);
+        assert_eq!(l.correction().decode, 1.0);
+        for _ in 0..200 {
+            l.observe_decode(1.5, 1.0);
+        }
+        assert!((l.correction().decode - 1.5).abs() < 1e-9);
+        l.observe_decode(1e6, 1.0);
+        let after = l.correction().decode;
+        let expected = (1.5f64.ln() + Learner::ALPHA * (Learner::LIMIT.ln() - 1.5f64.ln())).exp();
+        assert!((after - expected).abs() < 1e-9, "{after} vs {expected}");
     }
 }

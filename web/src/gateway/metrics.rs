@@ -11,6 +11,11 @@ const LATENCY_BUCKETS: &[f64] = &[
     5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
 ];
 
+/// Buckets of a relative error |predicted - observed| / observed: 1% to 10x.
+const RELATIVE_ERROR_BUCKETS: &[f64] = &[
+    0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0,
+];
+
 /// Every metric the gateway exports.
 #[derive(Debug, Clone)]
 pub struct Metrics {
@@ -33,6 +38,12 @@ pub struct Metrics {
     pub retries: IntCounter,
     /// Requests that failed over from a CPU pool to a GPU pool.
     pub failovers: IntCounter,
+    /// Relative error of each answered request's latency prediction, by pool, endpoint, `latency`
+    /// (`ttft` or `e2e`) and `prediction` (`raw`: the service model's; `corrected`: after the
+    /// endpoint's online correction, the one routing used).
+    pub prediction_error: HistogramVec,
+    /// The online correction factor of each endpoint, by `part` (`first_token` or `decode`).
+    pub correction: GaugeVec,
     /// Accounting rows waiting for the store.
     pub accounting_queue: IntGauge,
     /// Accounting rows dropped (queue full).
@@ -84,6 +95,21 @@ impl Metrics {
             Opts::new("in_flight", "Requests in flight per endpoint"),
             &["endpoint"],
         )?;
+        let prediction_error = HistogramVec::new(
+            HistogramOpts::new(
+                "prediction_relative_error",
+                "|predicted - observed| / observed latency of answered requests",
+            )
+            .buckets(RELATIVE_ERROR_BUCKETS.to_vec()),
+            &["pool", "endpoint", "latency", "prediction"],
+        )?;
+        let correction = GaugeVec::new(
+            Opts::new(
+                "correction_factor",
+                "Online correction of an endpoint's service model (observed over predicted)",
+            ),
+            &["endpoint", "part"],
+        )?;
         let retries = IntCounter::new("retries_total", "Attempts retried on another endpoint")?;
         let failovers = IntCounter::new("failovers_total", "Requests failed over from CPU to GPU")?;
         let accounting_queue =
@@ -99,6 +125,8 @@ impl Metrics {
         registry.register(Box::new(spend.clone()))?;
         registry.register(Box::new(breaker.clone()))?;
         registry.register(Box::new(in_flight.clone()))?;
+        registry.register(Box::new(prediction_error.clone()))?;
+        registry.register(Box::new(correction.clone()))?;
         registry.register(Box::new(retries.clone()))?;
         registry.register(Box::new(failovers.clone()))?;
         registry.register(Box::new(accounting_queue.clone()))?;
@@ -112,6 +140,8 @@ impl Metrics {
             spend,
             breaker,
             in_flight,
+            prediction_error,
+            correction,
             retries,
             failovers,
             accounting_queue,

@@ -42,6 +42,10 @@ use config::GatewayConfig;
 
 /// The request header that names the SLA class.
 pub const SLA_HEADER: &str = strata_controller::loadgen::SLA_CLASS_HEADER;
+/// The request header setting a request's own TTFT target, milliseconds.
+pub const SLO_TTFT_HEADER: &str = strata_controller::protocol::SLO_TTFT_HEADER;
+/// The request header setting a request's own TPOT target, milliseconds.
+pub const SLO_TPOT_HEADER: &str = strata_controller::protocol::SLO_TPOT_HEADER;
 /// The response header that says where a request went and why.
 pub const ROUTE_HEADER: &str = strata_controller::loadgen::ROUTE_HEADER;
 /// The request/response header carrying the request id.

@@ -8,7 +8,10 @@ use axum::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{REQUEST_ID_HEADER, SLA_HEADER, keys::KeyIndex, prompt, table::Table};
+use super::{
+    REQUEST_ID_HEADER, SLA_HEADER, SLO_TPOT_HEADER, SLO_TTFT_HEADER, keys::KeyIndex, prompt,
+    table::Table,
+};
 use crate::openai_error::ApiError;
 
 #[derive(Debug, Deserialize)]
@@ -47,12 +50,55 @@ impl Api {
     }
 }
 
+/// A request's own latency targets, from `x-slo-ttft-ms` and `x-slo-tpot-ms`; each one set takes the
+/// place of its class's.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Targets {
+    /// Time to first token, seconds.
+    pub(crate) ttft_s: Option<f64>,
+    /// Time per output token after the first, seconds.
+    pub(crate) tpot_s: Option<f64>,
+}
+
+/// Longest target a header may set: an hour.
+const MAX_TARGET_MS: f64 = 3_600_000.0;
+
+impl Targets {
+    /// The targets `headers` set.
+    ///
+    /// # Errors
+    /// A 400 [`ApiError`] naming the header whose value is not a positive number of milliseconds.
+    pub(crate) fn from_headers(headers: &HeaderMap) -> Result<Targets, ApiError> {
+        Ok(Targets {
+            ttft_s: target_s(headers, SLO_TTFT_HEADER)?,
+            tpot_s: target_s(headers, SLO_TPOT_HEADER)?,
+        })
+    }
+}
+
+/// The target header `name` sets, in seconds; none when it is absent.
+fn target_s(headers: &HeaderMap, name: &str) -> Result<Option<f64>, ApiError> {
+    let Some(v) = headers.get(name) else {
+        return Ok(None);
+    };
+    let text = String::from_utf8_lossy(v.as_bytes());
+    match text.trim().parse::<f64>() {
+        Ok(ms) if ms > 0.0 && ms <= MAX_TARGET_MS => Ok(Some(ms / 1e3)),
+        _ => Err(ApiError::invalid(format!(
+            "{name}: `{}` is not a number of milliseconds above 0 and at most {MAX_TARGET_MS}",
+            crate::openai_error::echo(text.trim())
+        ))),
+    }
+}
+
 /// A parsed request, ready to route.
 pub(crate) struct Prepared {
     /// The request id (the client's `x-request-id`, else a new one).
     pub(crate) id: String,
     /// Index of its SLA class.
     pub(crate) class: usize,
+    /// Its own latency targets.
+    pub(crate) targets: Targets,
     /// The model asked for.
     pub(crate) model: String,
     /// True for a streamed answer.
@@ -83,6 +129,7 @@ pub(crate) fn prepare(
 ) -> Result<Prepared, ApiError> {
     let config = &table.config;
     let class = class_of(table, key, headers)?;
+    let targets = Targets::from_headers(headers)?;
     let peek: Peek = serde_json::from_slice(&body)
         .map_err(|e| ApiError::invalid(format!("The body is not a valid JSON request: {e}")))?;
     let model = peek
@@ -122,6 +169,7 @@ pub(crate) fn prepare(
     Ok(Prepared {
         id,
         class,
+        targets,
         model,
         stream: peek.stream,
         client_usage,

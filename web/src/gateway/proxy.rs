@@ -190,7 +190,7 @@ pub(crate) async fn forward(
         };
         endpoint.health.on_success();
         let done = done(&req, &choice, endpoint, arrived);
-        let route = route_header(pool, &done.endpoint, &done.reason, attempt);
+        let route = route_header(pool, &done.endpoint, &done.reason, &choice.targets, attempt);
         let out = match answer {
             Answer::Stream { head, first, rest } => {
                 let on_end =
@@ -266,7 +266,10 @@ fn done(req: &Prepared, choice: &Choice, endpoint: Arc<Endpoint>, arrived: Insta
         pool: choice.pool,
         endpoint,
         reason: reason_codes(&choice.decision),
-        predicted_e2e_s: choice.decision.predicted_e2e_s,
+        predicted: choice.decision.predicted(),
+        raw: choice.decision.raw,
+        planned_output: req.output_tokens,
+        others: choice.others.clone(),
         arrived,
         prompt_estimate: req.prompt_tokens,
     }
@@ -389,12 +392,20 @@ fn all_failed(
     with_id(e.into_response(), &req.id)
 }
 
-fn route_header(pool: &Pool, endpoint: &Endpoint, reason: &str, attempt: u32) -> HeaderValue {
+/// `x-strata-route`: the pool and endpoint, the reasons, the targets that applied and the attempt.
+fn route_header(
+    pool: &Pool,
+    endpoint: &Endpoint,
+    reason: &str,
+    targets: &str,
+    attempt: u32,
+) -> HeaderValue {
     let text = format!(
-        "pool={}; endpoint={}; reason={}; attempt={}",
+        "pool={}; endpoint={}; reason={}; targets={}; attempt={}",
         pool.config.name,
         endpoint.config.name,
         if reason.is_empty() { "none" } else { reason },
+        targets,
         attempt + 1
     );
     HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("unprintable"))

@@ -1,6 +1,11 @@
-//! What an answered request leaves behind: metrics, its endpoint's latency figures and one accounting
-//! row. Tokens come from the upstream's `usage`, else the estimate; a per-token price is charged on
-//! them, a per-hour price as the request's share of an endpoint-hour at the pool's `tokens_per_s`.
+//! What an answered request leaves behind: metrics, its endpoint's latency figures, the error of its
+//! latency prediction (which also teaches the endpoint's online correction) and one accounting row.
+//! Tokens come from the upstream's `usage`, else the estimate; a per-token price is charged on them, a
+//! per-hour price as the request's share of an endpoint-hour at the pool's `tokens_per_s`.
+//!
+//! A prediction is made for the output tokens planned (`max_tokens`); an answer that stopped earlier is
+//! compared with the same prediction carried to the tokens it had: the predicted first token, then the
+//! predicted pace for each token after it.
 
 use std::{
     sync::{Arc, atomic::Ordering},
@@ -8,7 +13,8 @@ use std::{
 };
 
 use chrono::Utc;
-use strata_controller::store::{LIVE_TRAFFIC, NewGatewayDecision};
+use strata_controller::store::{LIVE_TRAFFIC, NewGatewayDecision, PoolPrediction};
+use strata_planner::route::Prediction;
 
 use super::{
     accounting::Record,
@@ -29,8 +35,14 @@ pub(crate) struct Done {
     pub(crate) endpoint: Arc<Endpoint>,
     /// The routing reasons' codes.
     pub(crate) reason: String,
-    /// The predicted end-to-end latency.
-    pub(crate) predicted_e2e_s: f64,
+    /// The prediction routing used (after the endpoint's online correction).
+    pub(crate) predicted: Prediction,
+    /// The service model's own prediction, before the correction.
+    pub(crate) raw: Prediction,
+    /// The output tokens the predictions were made for.
+    pub(crate) planned_output: u32,
+    /// What the other pools were predicted to give, by pool index.
+    pub(crate) others: Vec<(usize, Prediction)>,
     /// When the request arrived.
     pub(crate) arrived: Instant,
     /// Prompt tokens as estimated before sending.
@@ -64,9 +76,35 @@ pub(crate) fn account(state: &GatewayState, table: &Table, done: &Done, seen: Se
     let (prompt, output) = seen
         .usage
         .unwrap_or((u64::from(done.prompt_estimate), seen.output_estimate));
+    let produced = u32::try_from(output).unwrap_or(u32::MAX).max(1);
+    let at_produced = |p: Prediction| p.for_output(done.planned_output, produced);
+    let (predicted, raw) = (at_produced(done.predicted), at_produced(done.raw));
     if seen.outcome == "ok" {
         observe_success(state, pool, class, done, &seen, output);
+        score_and_learn(
+            state,
+            pool,
+            done,
+            &seen,
+            Scored {
+                predicted,
+                raw,
+                produced,
+            },
+        );
     }
+    let others: Vec<PoolPrediction> = done
+        .others
+        .iter()
+        .map(|&(i, p)| {
+            let p = at_produced(p);
+            PoolPrediction {
+                pool: table.pools[i].config.name.clone(),
+                ttft_ms: p.ttft_s * 1e3,
+                e2e_ms: p.e2e_s * 1e3,
+            }
+        })
+        .collect();
     let cost = pool.config.price.cost(prompt + output);
     state.accounting.push(Record {
         decision: NewGatewayDecision {
@@ -76,14 +114,83 @@ pub(crate) fn account(state: &GatewayState, table: &Table, done: &Done, seen: Se
             pool: pool.config.name.clone(),
             endpoint: done.endpoint.config.name.clone(),
             reason: done.reason.clone(),
-            predicted_latency_ms: Some(done.predicted_e2e_s * 1e3),
+            predicted_latency_ms: Some(predicted.e2e_s * 1e3),
             observed_latency_ms: Some(seen.e2e.as_secs_f64() * 1e3),
             prompt_tokens: prompt as i64,
             output_tokens: output as i64,
             cost_usd: cost,
             source: LIVE_TRAFFIC.to_owned(),
+            predicted_ttft_ms: Some(predicted.ttft_s * 1e3),
+            observed_ttft_ms: seen.ttft.map(|t| t.as_secs_f64() * 1e3),
+            raw_predicted_ttft_ms: Some(raw.ttft_s * 1e3),
+            raw_predicted_latency_ms: Some(raw.e2e_s * 1e3),
+            other_pools: serde_json::to_value(others).ok(),
         },
     });
+}
+
+/// One answered request's predictions, carried to the output tokens it `produced`.
+struct Scored {
+    predicted: Prediction,
+    raw: Prediction,
+    produced: u32,
+}
+
+/// |predicted - observed| / observed (none for an observation of 0).
+fn relative_error(predicted: f64, observed: f64) -> Option<f64> {
+    (observed > 0.0).then(|| (predicted - observed).abs() / observed)
+}
+
+/// Puts the relative errors of a successful request's predictions (raw and corrected, TTFT when it was
+/// streamed, E2E always) in the metrics, and teaches its endpoint's correction from the raw one: the
+/// first token and the pace after it apart for a stream; for a whole answer, which shows only its
+/// total, both from the total.
+fn score_and_learn(state: &GatewayState, pool: &Pool, done: &Done, seen: &Seen, scored: Scored) {
+    let Scored {
+        predicted,
+        raw,
+        produced,
+    } = scored;
+    let e2e = seen.e2e.as_secs_f64();
+    let ttft = seen.ttft.map(|t| t.as_secs_f64());
+    let endpoint = done.endpoint.config.name.as_str();
+    let observe = |latency: &str, prediction: &str, p: f64, o: f64| {
+        if let Some(error) = relative_error(p, o) {
+            state
+                .metrics
+                .prediction_error
+                .with_label_values(&[pool.config.name.as_str(), endpoint, latency, prediction])
+                .observe(error);
+        }
+    };
+    observe("e2e", "raw", raw.e2e_s, e2e);
+    observe("e2e", "corrected", predicted.e2e_s, e2e);
+    if let Some(t) = ttft {
+        observe("ttft", "raw", raw.ttft_s, t);
+        observe("ttft", "corrected", predicted.ttft_s, t);
+    }
+    done.endpoint.health.learn(|l| match ttft {
+        Some(t) => {
+            l.observe_first_token(t, raw.ttft_s);
+            if produced > 1 {
+                l.observe_decode((e2e - t) / f64::from(produced - 1), raw.tpot_s(produced));
+            }
+        }
+        None => {
+            l.observe_first_token(e2e, raw.e2e_s);
+            l.observe_decode(e2e, raw.e2e_s);
+        }
+    });
+    let c = done.endpoint.health.correction();
+    let gauge = |part: &str, value: f64| {
+        state
+            .metrics
+            .correction
+            .with_label_values(&[endpoint, part])
+            .set(value);
+    };
+    gauge("first_token", c.first_token);
+    gauge("decode", c.decode);
 }
 
 /// The latency and SLA metrics of a successful request, and its endpoint's TTFT and per-token figures.

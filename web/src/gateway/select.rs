@@ -7,9 +7,12 @@ use std::{
     time::Instant,
 };
 
-use strata_planner::route::{
-    BudgetState, InstanceLoad, PoolState, Reason, RouteDecision, RoutePolicy, RouteRequest, Target,
-    route,
+use strata_planner::{
+    route::{
+        BudgetState, Correction, InstanceLoad, PoolState, Prediction, Reason, RouteDecision,
+        RoutePolicy, RouteRequest, Target, predict_pool, route,
+    },
+    workload::Sla,
 };
 
 use super::{
@@ -71,12 +74,18 @@ pub(crate) struct Choice {
     pub(crate) endpoint: Option<Arc<Endpoint>>,
     /// The planner's decision.
     pub(crate) decision: RouteDecision,
+    /// What each other pool that could have taken the request was predicted to give (corrected), by
+    /// pool index.
+    pub(crate) others: Vec<(usize, Prediction)>,
+    /// The latency targets that applied and where each came from, as `x-strata-route` shows them.
+    pub(crate) targets: String,
 }
 
 /// One pool's endpoints that may take the request, with their loads and the pool's latency figures.
 struct Candidates<'a> {
     endpoints: Vec<&'a Arc<Endpoint>>,
     loads: Vec<InstanceLoad>,
+    corrections: Vec<Correction>,
     ewma_ttft_s: f64,
     ewma_e2e_s: f64,
 }
@@ -111,6 +120,7 @@ pub(crate) fn select(
             service: p.config.service.as_ref(),
             gpu_ttft_s: p.config.gpu_ttft.as_secs_f64(),
             gpu_tpot_s: p.config.gpu_tpot.as_secs_f64(),
+            corrections: &c.corrections,
         })
         .collect();
     let policy = RoutePolicy {
@@ -126,22 +136,33 @@ pub(crate) fn select(
         &budget_state(config, snapshot.spent),
         &policy,
     );
-    match decision.target {
-        Target::Reject => Err(rejection(&decision)),
-        Target::Cpu { pool, instance } => Ok(Choice {
+    let (pool, endpoint) = match decision.target {
+        Target::Reject => return Err(rejection(&decision)),
+        Target::Cpu { pool, instance } => (
             pool,
-            endpoint: candidates[pool]
+            candidates[pool]
                 .endpoints
                 .get(instance)
                 .map(|e| (*e).clone()),
-            decision,
-        }),
-        Target::Gpu { pool } => Ok(Choice {
+        ),
+        Target::Gpu { pool } => (
             pool,
-            endpoint: less_loaded_of_two(&candidates[pool].endpoints, draws.gpu_pick),
-            decision,
-        }),
-    }
+            less_loaded_of_two(&candidates[pool].endpoints, draws.gpu_pick),
+        ),
+    };
+    let others = pools
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != pool)
+        .filter_map(|(i, p)| Some((i, predict_pool(p, &request)?.corrected)))
+        .collect();
+    Ok(Choice {
+        pool,
+        endpoint,
+        decision,
+        others,
+        targets: targets_text(class, req),
+    })
 }
 
 /// The endpoints of pool `i` that may take `req` at `now`, and the pool's mean EWMA latencies.
@@ -160,6 +181,7 @@ fn candidates<'a>(
         .filter(|e| usable && !tried.contains(&e.id) && e.health.available(now))
         .collect();
     let max = p.config.max_concurrency;
+    let corrections = endpoints.iter().map(|e| e.health.correction()).collect();
     let loads = endpoints
         .iter()
         .map(|e| {
@@ -186,6 +208,7 @@ fn candidates<'a>(
     Candidates {
         endpoints,
         loads,
+        corrections,
         ewma_ttft_s: ttft,
         ewma_e2e_s: e2e,
     }
@@ -214,14 +237,50 @@ fn budget_state(config: &GatewayConfig, spent: Spent) -> BudgetState {
     }
 }
 
-/// The planner's view of `req`: its class's SLA and priority, its token counts and the draw.
+/// The SLA that applies to `req`: its class's, with the request's own TTFT target in its place.
+fn applied_sla(class: &ClassConfig, req: &Prepared) -> Sla {
+    Sla {
+        ttft_p99_s: req.targets.ttft_s.or(class.sla.ttft_p99_s),
+        ..class.sla
+    }
+}
+
+/// The targets that applied to `req`, each with where it came from (`request` for a header, `class`
+/// for its SLA class), e.g. `ttft:200ms:request,e2e:10000ms:class`; `none` when nothing bounds it.
+pub(crate) fn targets_text(class: &ClassConfig, req: &Prepared) -> String {
+    let from = |own: bool| if own { "request" } else { "class" };
+    let sla = applied_sla(class, req);
+    let parts: Vec<String> = [
+        ("ttft", sla.ttft_p99_s, req.targets.ttft_s.is_some()),
+        ("e2e", sla.e2e_p99_s, false),
+        ("tpot", req.targets.tpot_s, true),
+    ]
+    .into_iter()
+    .filter_map(|(name, s, own)| Some(format!("{name}:{}ms:{}", ms(s?), from(own))))
+    .collect();
+    if parts.is_empty() {
+        "none".to_owned()
+    } else {
+        parts.join(",")
+    }
+}
+
+/// Seconds as milliseconds, to the microsecond, without trailing zeros.
+fn ms(s: f64) -> String {
+    let text = format!("{:.3}", s * 1e3);
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+/// The planner's view of `req`: the SLA that applies, its class's priority, its token counts and the
+/// draw.
 fn route_request(class: &ClassConfig, req: &Prepared, r: u64) -> RouteRequest {
     RouteRequest {
         class: req.class,
         priority: class.priority,
         prompt_tokens: req.prompt_tokens,
         expected_output_tokens: req.output_tokens,
-        sla: class.sla,
+        sla: applied_sla(class, req),
+        tpot_s: req.targets.tpot_s,
         draw: (r >> 11) as f64 / (1u64 << 53) as f64,
         pick: [(r & 0xffff) as usize, ((r >> 16) & 0xffff) as usize],
     }
@@ -268,6 +327,7 @@ pub(crate) fn reason_code(r: &Reason) -> &'static str {
         Reason::PlanGpuShare { .. } => "plan_gpu_share",
         Reason::CpuMeetsSla => "cpu_meets_sla",
         Reason::CpuPredictedMiss { .. } => "cpu_predicted_miss",
+        Reason::CpuPredictedSlowTokens { .. } => "cpu_predicted_slow_tokens",
         Reason::CpuEwmaOverSla => "cpu_ewma_over_sla",
         Reason::NoCpu => "no_cpu",
         Reason::NoGpu => "no_gpu",

@@ -6,7 +6,7 @@ use axum::body::Bytes;
 
 use super::{
     config::GatewayConfig,
-    prepare::{Api, Prepared},
+    prepare::{Api, Prepared, Targets},
     table::Table,
 };
 
@@ -64,6 +64,7 @@ pub(crate) fn request(class: usize, stream: bool) -> Prepared {
     Prepared {
         id: "req-1".into(),
         class,
+        targets: Targets::default(),
         model: "m".into(),
         stream,
         client_usage: false,
