@@ -7,6 +7,7 @@ pub mod model_cache;
 pub mod model_identity;
 pub mod pilot;
 pub mod planning;
+pub mod prediction_error;
 pub mod process;
 pub mod profile;
 pub mod protocol;

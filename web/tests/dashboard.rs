@@ -480,9 +480,31 @@ async fn plans_pilots_and_gateway_pages_and_api() {
             "setInterval",
             "id=\"sources\"",
             "pilot:smol-support",
+            "id=\"predictions-table\"",
+            "<td>20.0%</td><td>10.0%</td>",
+            "id=\"calibration-chart\"",
+            "observed = predicted",
         ],
     );
     let (_, json) = get_json(&app, "/api/gateway?window=60").await;
+    // Every seeded request was predicted at 0.9 (0.8 raw) of its observed E2E and at 0.2 (0.15 raw)
+    // against 0.21 of it for its first token.
+    let cpu = json["predictions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pool"] == "cpu-a")
+        .unwrap();
+    let close = |v: &Value, x: f64| (v.as_f64().unwrap() - x).abs() < 1e-9;
+    assert!(close(&cpu["e2e"]["corrected"]["mape"], 0.1), "{cpu}");
+    assert!(close(&cpu["e2e"]["raw"]["mape"], 0.2), "{cpu}");
+    assert!(close(&cpu["e2e"]["corrected"]["bias"], -0.1), "{cpu}");
+    assert!(
+        close(&cpu["ttft"]["corrected"]["p90"], 0.01 / 0.21),
+        "{cpu}"
+    );
+    assert!(close(&cpu["ttft"]["raw"]["mape"], 0.06 / 0.21), "{cpu}");
+    assert_eq!(json["calibration"].as_array().unwrap().len(), 48);
     assert_eq!(json["requests"], 48);
     assert_eq!(json["spend"]["today_usd"], 4.5);
     assert_eq!(json["sources"][0]["source"], "live");

@@ -8,7 +8,7 @@ use plotters::{coord::Shift, prelude::*};
 
 use strata_controller::planning::StoredLoadPoint;
 
-use super::view::{ConfigView, GpuBaseline, PlanHour, RunView};
+use super::view::{CalibrationPoint, ConfigView, GpuBaseline, PlanHour, RunView};
 
 const AXIS: RGBColor = RGBColor(128, 128, 128);
 const CPU: RGBColor = RGBColor(37, 99, 235);
@@ -351,6 +351,80 @@ pub(crate) fn plan_hours(hours: &[PlanHour]) -> String {
             .configure_series_labels()
             .position(SeriesLabelPosition::UpperLeft)
             .label_font(font(11))
+            .border_style(AXIS.mix(0.4))
+            .background_style(AXIS.mix(0.08))
+            .draw()?;
+        Ok(())
+    })
+}
+
+/// Observed against predicted end-to-end latency, one mark per request on log axes, the diagonal of a
+/// perfect prediction drawn: the corrected prediction (the one routing used) filled, the service
+/// model's raw one hollow and grey, so the correction's effect shows as the filled marks closing on the
+/// diagonal.
+pub(crate) fn calibration(points: &[CalibrationPoint]) -> String {
+    let finite = |v: f64| v.is_finite() && v > 0.0;
+    let corrected: Vec<(f64, f64)> = points
+        .iter()
+        .map(|p| (p.predicted_ms, p.observed_ms))
+        .filter(|(x, y)| finite(*x) && finite(*y))
+        .collect();
+    let raw: Vec<(f64, f64)> = points
+        .iter()
+        .filter_map(|p| Some((p.raw_predicted_ms?, p.observed_ms)))
+        .filter(|(x, y)| finite(*x) && finite(*y))
+        .collect();
+    svg(560, 460, |root| {
+        let (lo, hi) = corrected
+            .iter()
+            .chain(&raw)
+            .flat_map(|(x, y)| [*x, *y])
+            .fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
+                (lo.min(v), hi.max(v))
+            });
+        let (lo, hi) = if lo.is_finite() {
+            (lo / 1.3, hi * 1.3)
+        } else {
+            (1.0, 10.0)
+        };
+        let mut chart = ChartBuilder::on(root)
+            .margin(16)
+            .x_label_area_size(44)
+            .y_label_area_size(64)
+            .build_cartesian_2d((lo..hi).log_scale(), (lo..hi).log_scale())?;
+        chart
+            .configure_mesh()
+            .x_desc("predicted E2E (ms, log scale)")
+            .y_desc("observed E2E (ms, log scale)")
+            .axis_style(AXIS)
+            .light_line_style(AXIS.mix(0.12))
+            .bold_line_style(AXIS.mix(0.25))
+            .label_style(font(12))
+            .axis_desc_style(font(13))
+            .draw()?;
+        chart
+            .draw_series(LineSeries::new(
+                [(lo, lo), (hi, hi)],
+                FRONTIER.stroke_width(1),
+            ))?
+            .label("observed = predicted")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], FRONTIER.stroke_width(1)));
+        chart
+            .draw_series(raw.iter().map(|p| Circle::new(*p, 3, AXIS.stroke_width(1))))?
+            .label("service model (raw)")
+            .legend(|(x, y)| Circle::new((x + 8, y), 3, AXIS.stroke_width(1)));
+        chart
+            .draw_series(
+                corrected
+                    .iter()
+                    .map(|p| Circle::new(*p, 3, CPU.mix(0.7).filled())),
+            )?
+            .label("corrected (routed on)")
+            .legend(|(x, y)| Circle::new((x + 8, y), 3, CPU.filled()));
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font(font(12))
             .border_style(AXIS.mix(0.4))
             .background_style(AXIS.mix(0.08))
             .draw()?;

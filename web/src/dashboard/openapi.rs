@@ -152,7 +152,20 @@ pub(crate) fn document() -> Value {
                         "sla_attainment": {"type": ["number", "null"]}, "cost_usd": {"type": "number"}}}},
                     "spend": {"type": "object", "properties": {"today_usd": {"type": "number"},
                         "budget_per_day_usd": {"type": ["number", "null"]}, "used_fraction": {"type": ["number", "null"]}}},
-                    "breakers": {"type": "array"}, "recent": {"type": "array"}}}
+                    "predictions": {"type": "array", "items": {"type": "object", "properties": {
+                        "pool": {"type": "string"},
+                        "ttft": {"$ref": "#/components/schemas/LatencyErrors"},
+                        "e2e": {"$ref": "#/components/schemas/LatencyErrors"}}}},
+                    "calibration": {"type": "array", "items": {"type": "object", "properties": {
+                        "pool": {"type": "string"}, "raw_predicted_ms": {"type": ["number", "null"]},
+                        "predicted_ms": {"type": "number"}, "observed_ms": {"type": "number"}}}},
+                    "breakers": {"type": "array"}, "recent": {"type": "array"}}},
+                "LatencyErrors": {"type": "object", "properties": {
+                    "raw": {"$ref": "#/components/schemas/ErrorSummary"},
+                    "corrected": {"$ref": "#/components/schemas/ErrorSummary"}}},
+                "ErrorSummary": {"type": ["object", "null"], "properties": {
+                    "requests": {"type": "integer"}, "mape": {"type": "number"},
+                    "p90": {"type": "number"}, "bias": {"type": "number"}}}
             },
             "responses": {
                 "BadRequest": {"description": "A query parameter or path value is not valid; the message says which and why.",

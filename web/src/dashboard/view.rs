@@ -35,7 +35,7 @@ use super::{
 mod gateway;
 mod pilots;
 
-pub(crate) use gateway::{GatewayView, gateway};
+pub(crate) use gateway::{CalibrationPoint, GatewayView, gateway};
 pub(crate) use pilots::{PilotsView, pilots};
 
 /// The config table and Pareto chart.

@@ -623,6 +623,11 @@ pub(crate) async fn demo(store: &dyn Store) -> Seeded {
                 } else {
                     pilot_replay_source(&plan.workload)
                 },
+                predicted_ttft_ms: Some(latency * 0.2),
+                observed_ttft_ms: Some(latency * 0.21),
+                raw_predicted_ttft_ms: Some(latency * 0.15),
+                raw_predicted_latency_ms: Some(latency * 0.8),
+                other_pools: None,
             })
             .await
             .unwrap();

@@ -1,4 +1,5 @@
-//! `GET /gateway`: the gateway's requests by pool and class, SLA attainment, spend and breakers.
+//! `GET /gateway`: the gateway's requests by pool and class, SLA attainment, the prediction errors
+//! with a calibration plot, spend and breakers.
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -11,7 +12,9 @@ use chrono::Utc;
 use strata_controller::store::Store;
 
 use super::PageResult;
-use crate::dashboard::{fmt, query, view};
+use strata_controller::prediction_error::{ErrorSummary, LatencyErrors, PoolErrors};
+
+use crate::dashboard::{charts, fmt, query, view};
 
 #[derive(Template)]
 #[template(path = "gateway.html")]
@@ -27,6 +30,8 @@ struct GatewayPage {
     budget: String,
     budget_used: String,
     traffic: Vec<TrafficCells>,
+    predictions: Vec<PredictionCells>,
+    calibration_chart: String,
     breakers: Vec<(String, String, String, String)>,
 }
 
@@ -41,6 +46,41 @@ type TrafficCells = (
     String,
     String,
 );
+
+/// One pool's prediction errors of one latency, formatted: pool, latency, requests scored, MAPE raw
+/// and corrected, p90 raw and corrected, bias corrected.
+type PredictionCells = (
+    String,
+    &'static str,
+    usize,
+    String,
+    String,
+    String,
+    String,
+    String,
+);
+
+/// The rows of the prediction table: each pool's TTFT and E2E errors.
+fn prediction_cells(pools: &[PoolErrors]) -> Vec<PredictionCells> {
+    let share = |s: Option<ErrorSummary>, f: fn(ErrorSummary) -> f64| fmt::percent(s.map(f), 1);
+    pools
+        .iter()
+        .flat_map(|p| [("TTFT", p.ttft), ("E2E", p.e2e)].map(|(name, e)| (p, name, e)))
+        .filter(|(_, _, e)| e.corrected.is_some())
+        .map(|(p, name, e): (&PoolErrors, &'static str, LatencyErrors)| {
+            (
+                p.pool.clone(),
+                name,
+                e.corrected.map_or(0, |c| c.requests),
+                share(e.raw, |s| s.mape),
+                share(e.corrected, |s| s.mape),
+                share(e.raw, |s| s.p90),
+                share(e.corrected, |s| s.p90),
+                share(e.corrected, |s| s.bias),
+            )
+        })
+        .collect()
+}
 
 /// `GET /gateway`: requests by pool and class, SLA attainment, spend against budget, breakers.
 pub(crate) async fn gateway(
@@ -86,6 +126,8 @@ pub(crate) async fn gateway(
                 )
             })
             .collect(),
+        predictions: prediction_cells(&v.predictions),
+        calibration_chart: charts::calibration(&v.calibration),
         breakers: v
             .breakers
             .iter()

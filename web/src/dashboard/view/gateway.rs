@@ -1,11 +1,15 @@
-//! The gateway page: the recent traffic by source, pool and class, today's spend against the budget,
-//! and the endpoints' breakers.
+//! The gateway page: the recent traffic by source, pool and class, how close the per-request latency
+//! predictions came (per pool, before and after the online correction), today's spend against the
+//! budget, and the endpoints' breakers.
 
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Duration, Utc};
 use serde::Serialize;
-use strata_controller::store::{GatewayDecisionRow, Store, TimeWindow};
+use strata_controller::{
+    prediction_error::{PoolErrors, pool_errors},
+    store::{GatewayDecisionRow, Store, TimeWindow},
+};
 
 use super::{DashboardError, read_workload};
 
@@ -21,6 +25,10 @@ pub(crate) struct GatewayView {
     pub(crate) requests: usize,
     /// Requests by pool and SLA class.
     pub(crate) traffic: Vec<TrafficRow>,
+    /// How close each pool's latency predictions came.
+    pub(crate) predictions: Vec<PoolErrors>,
+    /// Predicted against observed E2E of the newest scored requests, for the calibration plot.
+    pub(crate) calibration: Vec<CalibrationPoint>,
     pub(crate) spend: Spend,
     /// The latest breaker event of each endpoint that had one.
     pub(crate) breakers: Vec<BreakerState>,
@@ -33,6 +41,34 @@ pub(crate) struct GatewayView {
 pub(crate) struct SourceCount {
     pub(crate) source: String,
     pub(crate) requests: usize,
+}
+
+/// One request's end-to-end latency, predicted (raw and corrected) and observed.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct CalibrationPoint {
+    pub(crate) pool: String,
+    pub(crate) raw_predicted_ms: Option<f64>,
+    pub(crate) predicted_ms: f64,
+    pub(crate) observed_ms: f64,
+}
+
+/// Most requests drawn in the calibration plot.
+const MAX_CALIBRATION_POINTS: usize = 2_000;
+
+/// The newest requests of `decisions` (newest first) with a predicted and an observed E2E.
+fn calibration_points(decisions: &[GatewayDecisionRow]) -> Vec<CalibrationPoint> {
+    decisions
+        .iter()
+        .filter_map(|d| {
+            Some(CalibrationPoint {
+                pool: d.pool.clone(),
+                raw_predicted_ms: d.raw_predicted_latency_ms,
+                predicted_ms: d.predicted_latency_ms?,
+                observed_ms: d.observed_latency_ms.filter(|o| *o > 0.0)?,
+            })
+        })
+        .take(MAX_CALIBRATION_POINTS)
+        .collect()
 }
 
 /// Requests of one class sent to one pool.
@@ -174,6 +210,8 @@ pub(crate) async fn gateway(
             .collect(),
         requests: decisions.len(),
         traffic,
+        predictions: pool_errors(&decisions),
+        calibration: calibration_points(&decisions),
         spend,
         breakers: breakers.into_values().collect(),
         recent: decisions.into_iter().take(20).collect(),
