@@ -13,6 +13,7 @@
 
 mod calibration;
 mod gateway_file;
+mod gateway_predictions;
 mod replay;
 mod report;
 mod stored;
@@ -37,6 +38,7 @@ use strata_planner::{
 };
 
 pub use gateway_file::ReplayGateway;
+pub use gateway_predictions::GatewayPredictions;
 pub use report::{
     Calibration, CalibrationSample, ClassComparison, Comparison, ConfigResult, FailedReport,
     HostPace, PilotReport, PlanSummary, REPORT_SCHEMA_VERSION, ReplayInputs, ReplayPredictions,
@@ -289,7 +291,15 @@ async fn evaluate(pilot: &Pilot<'_>, on_step: &mut impl FnMut(Step)) -> Result<P
             ..SimOptions::default()
         },
     )?;
-    let replay = replay::replay(pilot, &plan, &input.profiles, &paces, on_step).await?;
+    let mut replay = replay::replay(pilot, &plan, &input.profiles, &paces, on_step).await?;
+    let capacity = configs
+        .iter()
+        .find(|c| c.profile_id == plan.chosen.config)
+        .and_then(|c| c.capacity_rps)
+        .filter(|c| *c > 0.0);
+    if let Some(g) = replay.gateway_predictions.as_mut() {
+        g.load_over_capacity = capacity.map(|c| replay.load.rate_rps / c);
+    }
     let evidence: Vec<ReplayEvidence> = replay
         .classes
         .iter()

@@ -4,6 +4,8 @@
 
 use std::{collections::BTreeMap, process::Command, time::Duration};
 
+use chrono::Utc;
+
 use strata_planner::{
     pace::{PaceSpread, ReplayCase, predict_replay_over_paces},
     pilot as decide,
@@ -17,7 +19,7 @@ use super::{
     Pilot, PilotError, Result, Step,
     calibration::{SampleSteps, calibration, pace_spread, sample_steps},
     gateway_file::ReplayGateway,
-    profiling_shape,
+    gateway_predictions, profiling_shape,
     report::{HostPace, ReplayInputs, ReplayPredictions, ReplayReport, ReplaySetup, SampleTime},
 };
 use crate::{
@@ -167,10 +169,23 @@ pub(super) async fn replay(
         seconds: spec.replay_s,
     });
     let steps_before = engine.step_times().await;
+    let replay_start = Utc::now();
     let records = loadgen::replay(&load_spec, &timed).await?;
+    // The gateway records a request as its last byte leaves, a moment after the client has it.
+    let replay_window = (
+        replay_start,
+        Utc::now() + chrono::Duration::milliseconds(250),
+    );
     let step_model = engine.step_model_since(steps_before).await;
     let sample_after = sample(SampleTime::AfterReplay).await?;
     let after = measure_pace(&engine.base_url, served, &pace_shape, pace_seed).await?;
+    let gateway_predictions = gateway_predictions::replay_predictions(
+        pilot.ctx.store,
+        &pilot_replay_source(&pilot.workload.name),
+        replay_window,
+        records.len(),
+    )
+    .await?;
     drop(gateway);
     drop(engine);
     let samples: Vec<SampleSteps> = [sample_before, sample_after]
@@ -210,6 +225,7 @@ pub(super) async fn replay(
         step_model,
         calibration,
         predictions,
+        gateway_predictions,
     }))
 }
 

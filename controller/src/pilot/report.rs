@@ -14,6 +14,7 @@ use strata_planner::{
     workload::{GpuFallback, TraceRecord, Workload},
 };
 
+use super::gateway_predictions::GatewayPredictions;
 use crate::loadgen::{Percentiles, ReplayRecord};
 
 /// Version of the report's JSON layout; reports of older versions are read through
@@ -219,6 +220,10 @@ pub struct ReplayReport {
     /// Every request against the prediction from the profile's step model as profiled, over the same
     /// spread of paces (set when a calibration scaled the one in `all`).
     pub all_as_profiled: Option<Comparison>,
+    /// How close the replay gateway's own per-request predictions came, before and after its online
+    /// correction (none from reports made before the gateway kept them).
+    #[serde(default)]
+    pub gateway_predictions: Option<GatewayPredictions>,
 }
 
 /// What a replay sent: the workload's requests at a plan hour's load, through one config.
@@ -257,6 +262,8 @@ pub struct ReplayInputs<'a> {
     pub calibration: Option<Calibration>,
     /// The simulator's predictions of the same requests.
     pub predictions: ReplayPredictions,
+    /// The replay gateway's own per-request predictions.
+    pub gateway_predictions: Option<GatewayPredictions>,
 }
 
 impl<'a> ReplayInputs<'a> {
@@ -270,6 +277,7 @@ impl<'a> ReplayInputs<'a> {
             host_pace: None,
             step_model: None,
             calibration: None,
+            gateway_predictions: None,
             predictions: ReplayPredictions {
                 calibrated: prediction,
                 spread: None,
@@ -330,6 +338,7 @@ impl ReplayReport {
             calibration: inputs.calibration,
             pace_spread: predictions.spread,
             all_as_profiled: predictions.as_profiled.as_ref().map(against_all),
+            gateway_predictions: inputs.gateway_predictions,
         }
     }
 }

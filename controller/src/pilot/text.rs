@@ -5,7 +5,11 @@ use std::fmt::Write as _;
 
 use strata_planner::pace::Band;
 
-use super::report::{Comparison, PilotReport};
+use super::{
+    gateway_predictions::GatewayPredictions,
+    report::{Comparison, PilotReport},
+};
+use crate::prediction_error::ErrorSummary;
 
 impl PilotReport {
     /// The human summary: verdict, per-class findings, quality, plan, and predicted against observed.
@@ -142,6 +146,9 @@ impl PilotReport {
                     band(replay.all.predicted_ttft_p99_band_s)
                 );
             }
+            if let Some(g) = &replay.gateway_predictions {
+                gateway_prediction_lines(&mut out, g);
+            }
             let _ = writeln!(
                 out,
                 "replay cost ${:.4} observed vs ${:.4} predicted",
@@ -160,6 +167,40 @@ impl PilotReport {
             }
         }
         out
+    }
+}
+
+/// The replay gateway's per-request prediction errors: a line per pool and latency, raw and
+/// corrected.
+fn gateway_prediction_lines(out: &mut String, g: &GatewayPredictions) {
+    let load = g.load_over_capacity.map_or(String::new(), |l| {
+        format!(" at {:.0}% of the config's capacity", l * 100.0)
+    });
+    let _ = writeln!(
+        out,
+        "gateway's per-request predictions ({} requests{load}): MAPE and p90 of |error|, raw -> corrected online",
+        g.requests
+    );
+    let pct = |s: Option<ErrorSummary>, f: fn(&ErrorSummary) -> f64| {
+        s.as_ref()
+            .map_or("-".into(), |s| format!("{:.1}%", f(s) * 100.0))
+    };
+    for p in &g.pools {
+        for (name, e) in [("TTFT", p.ttft), ("E2E", p.e2e)] {
+            if e.corrected.is_none() {
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "  {:<10} {:<4} MAPE {} -> {}, p90 {} -> {}",
+                p.pool,
+                name,
+                pct(e.raw, |s| s.mape),
+                pct(e.corrected, |s| s.mape),
+                pct(e.raw, |s| s.p90),
+                pct(e.corrected, |s| s.p90)
+            );
+        }
     }
 }
 

@@ -216,6 +216,7 @@ pub(crate) fn pilot_report(
             block_s: 10.0,
         }),
         all_as_profiled: None,
+        gateway_predictions: None,
     };
     let now = Utc::now();
     PilotReport::new(ReportInputs {
@@ -310,6 +311,7 @@ pub(crate) fn replayed_pilot_report(
         step_model: replay_steps,
         calibration: None,
         predictions,
+        gateway_predictions: None,
     });
     report.replay = Some(replay);
     report
