@@ -13,6 +13,7 @@
 
 mod calibration;
 mod gateway_file;
+mod host_load;
 mod replay;
 mod report;
 mod stored;
@@ -39,8 +40,9 @@ use strata_planner::{
 pub use gateway_file::ReplayGateway;
 pub use report::{
     Calibration, CalibrationSample, ClassComparison, Comparison, ConfigResult, FailedReport,
-    HostPace, PilotReport, PlanSummary, REPORT_SCHEMA_VERSION, ReplayInputs, ReplayPredictions,
-    ReplayReport, ReplaySetup, ReportInputs, SampleTime, SimulationPair, plan_summary,
+    HostLoad, HostPace, PilotReport, PlanSummary, REPORT_SCHEMA_VERSION, ReplayInputs,
+    ReplayPredictions, ReplayReport, ReplaySetup, ReportInputs, SampleTime, SimulationPair,
+    plan_summary,
 };
 pub use stored::{StoredReport, StoredReportError, migrate_v1, read_stored};
 
