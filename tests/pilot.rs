@@ -1,8 +1,21 @@
 //! `strata pilot` on the real model: quality gate with a task, a capacity search, the plan, a short replay
 //! through a real gateway in front of a real engine, and the verdict, whose exit status matches the
-//! report; the report is stored and shown by the dashboard. Bad input is refused with a clear error.
+//! report; the report is stored and shown by the dashboard. On a host another process keeps busy, the
+//! report says so and the calibration measures the time lost outside the engine's steps. Bad input is
+//! refused with a clear error.
 
-use std::{path::Path, process::Command};
+use std::{
+    path::Path,
+    process::{Child, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::JoinHandle,
+    time::Duration,
+};
+
+use rustix::process::{Pid, Signal, kill_process};
 
 use serde_json::Value;
 use strata_controller::{
@@ -321,6 +334,144 @@ async fn a_pilot_replays_through_the_gpu_endpoint_when_one_is_given() {
     // The chat class cannot meet a 1 ms TTFT on CPU: it does not migrate.
     let classes = report["decision"]["classes"].as_array().expect("classes");
     assert_eq!(classes[0]["migrate"], false, "{}", report["decision"]);
+}
+
+/// A shell spinning on a core for `duty` of every `period` (stopped and continued by a thread of the
+/// test), as another tenant of the host; stopped, killed and reaped when dropped, on every path.
+struct CpuHog {
+    child: Child,
+    running: Arc<AtomicBool>,
+    toggler: Option<JoinHandle<()>>,
+}
+
+impl CpuHog {
+    fn start(period: Duration, duty: f64) -> Self {
+        let child = Command::new("sh")
+            .args(["-c", "while :; do :; done"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("sh starts");
+        let pid = Pid::from_child(&child);
+        let running = Arc::new(AtomicBool::new(true));
+        let (on, off) = (period.mul_f64(duty), period.mul_f64(1.0 - duty));
+        let toggler = std::thread::spawn({
+            let running = running.clone();
+            move || {
+                while running.load(Ordering::Relaxed) {
+                    std::thread::sleep(on);
+                    let _ = kill_process(pid, Signal::STOP);
+                    std::thread::sleep(off);
+                    let _ = kill_process(pid, Signal::CONT);
+                }
+            }
+        });
+        Self {
+            child,
+            running,
+            toggler: Some(toggler),
+        }
+    }
+}
+
+impl Drop for CpuHog {
+    fn drop(&mut self) {
+        // The toggler stops before the shell is reaped, so that no signal can reach a reused pid.
+        self.running.store(false, Ordering::Relaxed);
+        if let Some(toggler) = self.toggler.take() {
+            let _ = toggler.join();
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Another process holding a core half the time beside the pilot: the report says the host was
+/// shared, the calibration measured the gaps between the engine's steps and the time requests spent
+/// outside it, and put both into the step model of the prediction, which is then no lower than the
+/// prediction from the profile as it was measured, scaled by the calibration's step ratios.
+#[test]
+fn a_pilot_on_a_busy_host_says_so_and_predicts_the_time_outside_the_steps() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = store::sqlite_url(&dir.path().join("strata.db"));
+    let without_task = WORKLOAD.replace(
+        "[[pilot.task]]\nprompt = \"What is the capital of France? Answer in one word.\"\nexpect = \"Paris\"\n",
+        "",
+    );
+    assert_ne!(without_task, WORKLOAD);
+    let workload = write_workload(dir.path(), &without_task);
+    let output = {
+        let _hog = CpuHog::start(Duration::from_millis(100), 0.5);
+        pilot(
+            &url,
+            &[
+                "--workload",
+                workload.to_str().expect("utf-8"),
+                "--json",
+                "--exit-zero",
+            ],
+        )
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let report: Value = serde_json::from_str(&stdout).expect("a JSON report");
+    let replay = &report["replay"];
+    assert!(replay["requests"].as_u64() > Some(0), "{replay}");
+    // What the replay found, for `--nocapture`.
+    eprintln!(
+        "busy host: {}\ncalibration: {}\nobserved against calibrated: {}\nas profiled: {}",
+        replay["host_load"], replay["calibration"], replay["all"], replay["all_as_profiled"]
+    );
+
+    let load = &replay["host_load"];
+    assert_eq!(load["shared"], true, "{load}");
+    let others = load["other_cores"].as_f64().expect("other cores");
+    assert!(others > 0.25, "{load}");
+    assert!(load["pilot_cores"].as_f64() > Some(0.0), "{load}");
+
+    let calibration = &replay["calibration"];
+    assert!(calibration["step_gaps"].as_u64() > Some(0), "{calibration}");
+    let gap = calibration["step_gap_s"].as_f64().expect("a gap");
+    let overhead = calibration["request_overhead_s"]
+        .as_f64()
+        .expect("an overhead");
+    assert!(gap > 0.0 && gap < 1.0, "{calibration}");
+    assert!((0.0..10.0).contains(&overhead), "{calibration}");
+    let steps = &calibration["step_model"];
+    assert_eq!(steps["step_gap_s"].as_f64(), Some(gap), "{calibration}");
+    assert_eq!(
+        steps["request_overhead_s"].as_f64().unwrap_or(0.0),
+        overhead,
+        "{calibration}"
+    );
+    for sample in calibration["samples"].as_array().expect("samples") {
+        assert!(
+            sample["observed_ttft_p50_s"].as_f64() > Some(0.0),
+            "{sample}"
+        );
+        assert!(
+            sample["predicted_ttft_p50_s"].as_f64() > Some(0.0),
+            "{sample}"
+        );
+    }
+
+    // The calibration scales the profile's steps by its measured ratios and only adds time outside
+    // them: its prediction is no lower than the profile's scaled by the smaller ratio (the profile's
+    // own when the host ran no faster than profiled).
+    let ratio = |key: &str| calibration[key].as_f64().unwrap_or(1.0);
+    let floor = ratio("decode_over_profiled")
+        .min(ratio("prompt_over_profiled"))
+        .min(1.0);
+    let (calibrated, as_profiled) = (&replay["all"], &replay["all_as_profiled"]);
+    for key in ["predicted_ttft_p99_s", "predicted_e2e_p99_s"] {
+        let c = calibrated[key].as_f64().expect("calibrated");
+        let p = as_profiled[key].as_f64().expect("as profiled");
+        assert!(
+            p > 0.0 && c >= p * floor,
+            "{key}: {c} < {p} x {floor}\n{replay}"
+        );
+    }
 }
 
 #[test]

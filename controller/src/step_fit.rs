@@ -24,6 +24,8 @@ pub fn fit(times: &StepTimes) -> Option<StepModel> {
         prompt_token_s: 0.0,
         prompt_step_s: 0.0,
         steps: times.steps(),
+        step_gap_s: 0.0,
+        request_overhead_s: 0.0,
     };
     let (prompt_token_s, prompt_step_s) = prompt_line(times, &model)?;
     model.prompt_token_s = prompt_token_s;
@@ -199,6 +201,8 @@ mod tests {
             prompt_token_s: 0.002,
             prompt_step_s: 0.004,
             steps: 40,
+            step_gap_s: 0.0,
+            request_overhead_s: 0.0,
         };
         let mut times = StepTimes::with_max_batch(2);
         for b in 1..=2 {
@@ -243,6 +247,8 @@ mod tests {
             prompt_token_s: 0.002,
             prompt_step_s: 0.01,
             steps: 100,
+            step_gap_s: 0.0,
+            request_overhead_s: 0.0,
         };
         let block = |pace: f64, steps: usize| {
             let mut t = StepTimes::with_max_batch(2);

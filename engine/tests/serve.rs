@@ -1,7 +1,7 @@
 //! The serving engine on a tiny random model: batched outputs equal one-at-a-time outputs (also when
 //! the key/value pool is so small that sequences are preempted, and for a model with sliding-window
-//! layers), prefixes are reused, cancelled requests give their memory back, and bad requests are
-//! refused at the door.
+//! layers), prefixes are reused, cancelled requests give their memory back, bad requests are
+//! refused at the door, and the time between steps is summed only while requests run.
 
 use std::{
     path::{Path, PathBuf},
@@ -258,6 +258,29 @@ fn a_cached_prefix_is_reused() {
     );
     assert_eq!(ids_first.len(), 3);
     assert!(engine.stats().prefix_hit_rate() > 0.4);
+}
+
+/// Each step after the first of a request follows one that left it running: one gap each. The idle
+/// time between two requests served one after the other is no gap.
+#[test]
+fn gaps_between_steps_are_summed_while_requests_run() {
+    let engine = Engine::start(tiny(), ServeConfig::default()).expect("starts");
+    let idle = Duration::from_millis(300);
+    for salt in 0..2 {
+        let (r, rx, _) = request(prompt(10, salt), greedy(6));
+        engine.submit(r).expect("accepted");
+        let (_, _, done) = collect(&rx);
+        assert!(matches!(done, Event::Done(_)), "{done:?}");
+        std::thread::sleep(idle);
+    }
+    let times = engine.stats().step_times();
+    let gaps = times.between_steps;
+    assert!(times.steps() >= 4, "{times:?}");
+    assert_eq!(gaps.gaps, times.steps() - 2, "{times:?}");
+    assert!(
+        gaps.seconds > 0.0 && gaps.seconds < idle.as_secs_f64(),
+        "{times:?}"
+    );
 }
 
 #[test]

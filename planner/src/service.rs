@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::profile::{ConfigProfile, LoadPoint, Scaling};
 pub use crate::step::StepModel;
-use crate::step::interpolate;
+use crate::step::{interpolate, is_zero};
 
 /// How one instance serves requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,10 +33,14 @@ pub struct ServiceCurve {
     /// its prompt tokens' own time (0 unless the engine's step timings say otherwise).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub prompt_step_s: f64,
-}
-
-fn is_zero(x: &f64) -> bool {
-    *x == 0.0
+    /// Seconds between consecutive engine steps while requests run, added to every step that runs
+    /// something (0 unless a calibration measured it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub step_gap_s: f64,
+    /// Seconds each request served here spends outside the engine, added to its TTFT and E2E (0
+    /// unless a calibration measured it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub request_overhead_s: f64,
 }
 
 /// Tokens one engine step runs at most (decode tokens plus prompt chunks): the engine's default.
@@ -57,25 +61,31 @@ impl ServiceCurve {
         let slots = (f64::from(p.max_batch) * scaling.factor)
             .round()
             .clamp(1.0, 1e6) as u32;
-        let (step_prefill, decode_step_by_batch, prompt_step_s) = match &p.step_model {
-            Some(m) if m.is_usable() => (
-                1.0 / m.prompt_token_s,
-                m.decode_s_by_batch.clone(),
-                m.prompt_step_s,
-            ),
-            _ => {
-                let (prefill, steps) = step_model(p);
-                (prefill, steps, 0.0)
-            }
-        };
-        ServiceCurve {
+        let curve = |step_prefill, decode_step_by_batch, prompt_step_s| ServiceCurve {
             slots,
             prefill_tokens_per_s: p.prefill_rate(),
             decode_step_by_batch,
             step_prefill_tokens_per_s: Some(step_prefill),
             prompt_step_s,
-            tpot_by_batch: pts,
+            tpot_by_batch: pts.clone(),
             copies: scaling.factor,
+            step_gap_s: 0.0,
+            request_overhead_s: 0.0,
+        };
+        match &p.step_model {
+            Some(m) if m.is_usable() => ServiceCurve {
+                step_gap_s: m.step_gap_s,
+                request_overhead_s: m.request_overhead_s,
+                ..curve(
+                    1.0 / m.prompt_token_s,
+                    m.decode_s_by_batch.clone(),
+                    m.prompt_step_s,
+                )
+            },
+            _ => {
+                let (prefill, steps) = step_model(p);
+                curve(prefill, steps, 0.0)
+            }
         }
     }
 
@@ -89,6 +99,8 @@ impl ServiceCurve {
             decode_step_by_batch: Vec::new(),
             step_prefill_tokens_per_s: None,
             prompt_step_s: 0.0,
+            step_gap_s: 0.0,
+            request_overhead_s: 0.0,
         }
     }
 
@@ -100,8 +112,28 @@ impl ServiceCurve {
     /// Seconds of one engine step of the instance that runs one token of each of `decoding` requests
     /// and `prompt_tokens` prompt tokens: the decode-only step at that batch plus the prompt tokens at
     /// the prefill speed and, when there are some, the prompt step's own time (all scaled by the copies
-    /// of the measured host).
+    /// of the measured host), and the gap that follows a step before the next starts when it runs
+    /// anything at all.
     pub fn step_s(&self, decoding: f64, prompt_tokens: f64) -> f64 {
+        let gap = if decoding > 0.0 || prompt_tokens > 0.0 {
+            self.step_gap_s
+        } else {
+            0.0
+        };
+        self.step_work_s(decoding, prompt_tokens) + gap
+    }
+
+    /// A request's TTFT and E2E as its client sees them, from the engine's `ttft_s` and `e2e_s`: each
+    /// with the time the request spends outside the engine.
+    pub fn client_latencies(&self, ttft_s: f64, e2e_s: f64) -> (f64, f64) {
+        (
+            ttft_s + self.request_overhead_s,
+            e2e_s + self.request_overhead_s,
+        )
+    }
+
+    /// The time inside a step of [`Self::step_s`], without the gap after it.
+    fn step_work_s(&self, decoding: f64, prompt_tokens: f64) -> f64 {
         let decode = if decoding > 0.0 {
             let pts = if self.decode_step_by_batch.is_empty() {
                 &self.tpot_by_batch
@@ -255,6 +287,8 @@ mod tests {
             prompt_token_s: 0.002,
             prompt_step_s: 0.004,
             steps: 1000,
+            step_gap_s: 0.0,
+            request_overhead_s: 0.0,
         };
         p.step_model = Some(model.clone());
         let one_copy = Scaling {
@@ -273,6 +307,51 @@ mod tests {
         let derived = ServiceCurve::from_profile(&p, one_copy);
         p.step_model = None;
         assert_eq!(derived, ServiceCurve::from_profile(&p, one_copy));
+    }
+
+    /// A measured gap between steps lengthens every step that runs something, and nothing else; the
+    /// time outside the engine is added to a request's latencies, not to its steps.
+    #[test]
+    fn time_outside_the_steps_comes_from_the_step_model() {
+        let mut p = smol();
+        let model = StepModel {
+            decode_s_by_batch: vec![(1.0, 0.006), (4.0, 0.009)],
+            prompt_token_s: 0.002,
+            prompt_step_s: 0.004,
+            steps: 1000,
+            step_gap_s: 0.0,
+            request_overhead_s: 0.0,
+        };
+        let one_copy = Scaling {
+            rule: ScalingRule::PerCore,
+            factor: 1.0,
+        };
+        p.step_model = Some(model.clone());
+        let inside = ServiceCurve::from_profile(&p, one_copy);
+        p.step_model = Some(model.with_time_outside_steps(0.003, 0.25));
+        let c = ServiceCurve::from_profile(&p, one_copy);
+        for (decoding, prompt) in [(2.0, 0.0), (2.0, 100.0), (0.0, 50.0)] {
+            let with_gap = c.step_s(decoding, prompt);
+            let without = inside.step_s(decoding, prompt);
+            assert!(
+                (with_gap - without - 0.003).abs() < 1e-12,
+                "{decoding} {prompt}"
+            );
+        }
+        assert_eq!(c.step_s(0.0, 0.0), 0.0, "an empty step has no gap after it");
+        assert_eq!(c.client_latencies(1.0, 2.5), (1.25, 2.75));
+        assert_eq!(inside.client_latencies(1.0, 2.5), (1.0, 2.5));
+        let slower = model.with_time_outside_steps(0.003, 0.25).scaled(2.0, 1.0);
+        assert_eq!(
+            (slower.step_gap_s, slower.request_overhead_s),
+            (0.006, 0.25)
+        );
+        p.step_model = Some(model.with_time_outside_steps(-0.001, 0.0));
+        assert_eq!(
+            ServiceCurve::from_profile(&p, one_copy).step_gap_s,
+            0.0,
+            "a negative gap is no model"
+        );
     }
 
     /// A decode step is the TPOT without the prompts' share of the time; the derived curve rises with

@@ -1,5 +1,6 @@
-//! The engine step model a profile carries when profiling recorded the engine's own step timings, and
-//! the lookup on (batch, seconds) curves that it and the service curve share.
+//! The engine step model a profile carries when profiling recorded the engine's own step timings (with
+//! the time a calibration measured outside the steps, when one did), and the lookup on
+//! (batch, seconds) curves that it and the service curve share.
 
 use serde::{Deserialize, Serialize};
 
@@ -17,6 +18,20 @@ pub struct StepModel {
     pub prompt_step_s: f64,
     /// Steps the fit drew on.
     pub steps: u64,
+    /// Seconds between consecutive steps while requests run (the engine's loop, admission, event
+    /// delivery, its thread waiting for a core), added to every step that runs something; 0 unless
+    /// measured.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub step_gap_s: f64,
+    /// Seconds each request spends outside the engine (gateway, HTTP, tokenization, waiting before a
+    /// step takes it), added to its TTFT and E2E; 0 unless measured.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub request_overhead_s: f64,
+}
+
+/// Whether a time is exactly 0 (left out of JSON, where it is the default).
+pub(crate) fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl StepModel {
@@ -29,8 +44,9 @@ impl StepModel {
         }
     }
 
-    /// The same engine running its decode-only steps `decode` times and its prompt tokens' share of a
-    /// step `prompt` times as long (above 1: slower).
+    /// The same engine running its decode-only steps (and the gaps between steps) `decode` times and
+    /// its prompt tokens' share of a step `prompt` times as long (above 1: slower); the time requests
+    /// spend outside the engine stays as it is.
     pub fn scaled(&self, decode: f64, prompt: f64) -> StepModel {
         StepModel {
             decode_s_by_batch: self
@@ -41,16 +57,31 @@ impl StepModel {
             prompt_token_s: self.prompt_token_s * prompt,
             prompt_step_s: self.prompt_step_s * prompt,
             steps: self.steps,
+            step_gap_s: self.step_gap_s * decode,
+            request_overhead_s: self.request_overhead_s,
         }
     }
 
-    /// Whether it can stand for the engine: some decode steps, and prompt tokens that take time.
+    /// The same model with `step_gap_s` between steps and `request_overhead_s` outside the engine
+    /// per request in place of its own.
+    pub fn with_time_outside_steps(&self, step_gap_s: f64, request_overhead_s: f64) -> StepModel {
+        StepModel {
+            step_gap_s,
+            request_overhead_s,
+            ..self.clone()
+        }
+    }
+
+    /// Whether it can stand for the engine: some decode steps, prompt tokens that take time, and no
+    /// negative or endless time outside the steps.
     pub fn is_usable(&self) -> bool {
+        let time = |s: f64| s.is_finite() && s >= 0.0;
         !self.decode_s_by_batch.is_empty()
             && self.prompt_token_s.is_finite()
             && self.prompt_token_s > 0.0
-            && self.prompt_step_s.is_finite()
-            && self.prompt_step_s >= 0.0
+            && time(self.prompt_step_s)
+            && time(self.step_gap_s)
+            && time(self.request_overhead_s)
     }
 }
 

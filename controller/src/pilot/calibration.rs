@@ -1,19 +1,22 @@
 //! Calibration of the replay's prediction: samples of the replay's load sent through its gateway right
 //! before and right after it, the engine's steps under them read block by block and set against the
-//! profile's step model.
+//! profile's step model, and the time spent outside the steps measured: the gaps between the engine's
+//! steps, and what the samples' clients waited beyond the simulator's prediction of the same samples.
 
 use std::time::Duration;
 
 use strata_engine::serve::StepTimes;
-use strata_planner::{pace::PaceSpread, pilot as decide, pilot::ReplayLoad, service::StepModel};
+use strata_planner::{
+    pace::PaceSpread, pilot as decide, pilot::ReplayLoad, service::StepModel, workload::TraceRecord,
+};
 
 use super::{
     Pilot, Result,
     replay::timed_requests,
-    report::{Calibration, CalibrationSample, SampleTime},
+    report::{Calibration, CalibrationSample, SampleTime, went_to_gpu},
 };
 use crate::{
-    loadgen::{self, LoadSpec},
+    loadgen::{self, LoadSpec, Percentiles, ReplayRecord},
     profile::EngineProcess,
     step_fit,
 };
@@ -47,11 +50,13 @@ pub(super) fn pace_spread(calibration: &Calibration) -> PaceSpread {
     }
 }
 
-/// The engine's steps under one calibration sample, block by block.
+/// One calibration sample: the requests sent, what their clients saw, and the engine's steps under
+/// them, block by block.
 pub(super) struct SampleSteps {
     when: SampleTime,
     duration_s: f64,
-    requests: usize,
+    trace: Vec<TraceRecord>,
+    records: Vec<ReplayRecord>,
     blocks: Vec<StepTimes>,
 }
 
@@ -61,6 +66,18 @@ impl SampleSteps {
         let mut total = StepTimes::default();
         self.blocks.iter().for_each(|b| total.add(b));
         total
+    }
+
+    /// The median TTFT the sample's clients saw of the requests the engine served (failed ones and
+    /// those sent to GPU left out), seconds; `None` without any.
+    fn observed_ttft_p50_s(&self) -> Option<f64> {
+        let served: Vec<f64> = self
+            .records
+            .iter()
+            .filter(|r| r.record.error.is_none() && !went_to_gpu(r))
+            .map(|r| r.record.ttft_s)
+            .collect();
+        (!served.is_empty()).then(|| Percentiles::of(served.into_iter()).p50 / 1000.0)
     }
 }
 
@@ -81,10 +98,8 @@ pub(super) async fn sample_steps(
         SampleTime::BeforeReplay => CALIBRATION_SEED,
         SampleTime::AfterReplay => CALIBRATION_SEED + 1,
     });
-    let sample = timed_requests(
-        pilot.workload,
-        &decide::replay_trace(pilot.workload, load, duration_s, seed),
-    );
+    let trace = decide::replay_trace(pilot.workload, load, duration_s, seed);
+    let sample = timed_requests(pilot.workload, &trace);
     if sample.is_empty() {
         return Ok(None);
     }
@@ -108,7 +123,7 @@ pub(super) async fn sample_steps(
         loadgen::replay(&sample_spec, &sample),
         block_readings(engine, duration_s)
     );
-    sent?;
+    let records = sent?;
     let Some(after) = read("after").await else {
         return Ok(None);
     };
@@ -121,48 +136,90 @@ pub(super) async fn sample_steps(
     Ok(Some(SampleSteps {
         when,
         duration_s,
-        requests: sample.len(),
+        trace,
+        records,
         blocks,
     }))
 }
 
 /// The calibration of the profile's step `model` by `samples`: their steps pooled against it, each
-/// sample's own ratios beside, and the spread of their blocks' paces; `None` when the samples ran
-/// too few steps to say.
-pub(super) fn calibration(samples: &[SampleSteps], model: &StepModel) -> Option<Calibration> {
+/// sample's own ratios beside, the spread of their blocks' paces, and the time outside the steps:
+/// the mean gap between steps, and the time each request spent outside the engine (see
+/// [`request_overhead`]), for which `predict_ttft_p50` gives the simulator's median TTFT of a
+/// sample's trace on a step model. `None` when the samples ran too few steps to say.
+///
+/// # Errors
+/// What `predict_ttft_p50` returns.
+pub(super) fn calibration<E>(
+    samples: &[SampleSteps],
+    model: &StepModel,
+    predict_ttft_p50: impl Fn(&[TraceRecord], &StepModel) -> Result<f64, E>,
+) -> Result<Option<Calibration>, E> {
     let totals: Vec<StepTimes> = samples.iter().map(SampleSteps::total).collect();
     let mut pooled = StepTimes::default();
     totals.iter().for_each(|t| pooled.add(t));
     let drift = step_fit::drift(&pooled, model);
     if drift.decode.is_none() && drift.prompt.is_none() {
-        return None;
+        return Ok(None);
     }
     let blocks: Vec<&[StepTimes]> = samples.iter().map(|s| s.blocks.as_slice()).collect();
     let (block_decode_over_profiled, pace_spread) = step_fit::pace_spread(&blocks, model);
-    Some(Calibration {
+    let step_gap_s = pooled.between_steps.mean_s().unwrap_or(0.0);
+    let steps = step_fit::scaled(model, drift).with_time_outside_steps(step_gap_s, 0.0);
+    let mut own = Vec::with_capacity(samples.len());
+    for (s, total) in samples.iter().zip(&totals) {
+        let drift = step_fit::drift(total, model);
+        let observed = s.observed_ttft_p50_s();
+        let predicted = match observed {
+            Some(_) => Some(predict_ttft_p50(&s.trace, &steps)?),
+            None => None,
+        };
+        own.push(CalibrationSample {
+            when: s.when,
+            duration_s: s.duration_s,
+            requests: s.records.len(),
+            decode_over_profiled: drift.decode,
+            prompt_over_profiled: drift.prompt,
+            step_gap_s: total.between_steps.mean_s(),
+            observed_ttft_p50_s: observed,
+            predicted_ttft_p50_s: predicted,
+        });
+    }
+    let request_overhead_s = request_overhead(&own);
+    Ok(Some(Calibration {
         duration_s: samples.iter().map(|s| s.duration_s).sum(),
-        requests: samples.iter().map(|s| s.requests).sum(),
-        samples: samples
-            .iter()
-            .zip(&totals)
-            .map(|(s, total)| {
-                let own = step_fit::drift(total, model);
-                CalibrationSample {
-                    when: s.when,
-                    duration_s: s.duration_s,
-                    requests: s.requests,
-                    decode_over_profiled: own.decode,
-                    prompt_over_profiled: own.prompt,
-                }
-            })
-            .collect(),
+        requests: samples.iter().map(|s| s.records.len()).sum(),
+        samples: own,
         decode_over_profiled: drift.decode,
         prompt_over_profiled: drift.prompt,
         block_s: CALIBRATION_BLOCK_S,
         block_decode_over_profiled,
         pace_spread,
-        step_model: step_fit::scaled(model, drift),
-    })
+        step_gaps: pooled.between_steps.gaps,
+        step_gap_s,
+        request_overhead_s,
+        step_model: steps.with_time_outside_steps(step_gap_s, request_overhead_s),
+    }))
+}
+
+/// Seconds each request spends outside the engine's steps and gaps, from the samples: each sample's
+/// median TTFT as its clients saw it less the simulator's median TTFT of the same requests on the
+/// calibrated steps and gaps, averaged over the samples by their requests, and at least 0. Medians,
+/// because a few requests that queued behind a long prompt, or met a stall of the host, move a mean
+/// or a tail far more than the time every request spends in the gateway and on the wire.
+fn request_overhead(samples: &[CalibrationSample]) -> f64 {
+    let (mut weighted, mut requests) = (0.0, 0.0);
+    for s in samples {
+        if let (Some(observed), Some(predicted)) = (s.observed_ttft_p50_s, s.predicted_ttft_p50_s) {
+            weighted += s.requests as f64 * (observed - predicted);
+            requests += s.requests as f64;
+        }
+    }
+    if requests > 0.0 {
+        (weighted / requests).max(0.0)
+    } else {
+        0.0
+    }
 }
 
 /// The engine's step timings every [`CALIBRATION_BLOCK_S`] for `duration_s` (readings that fail are
@@ -198,8 +255,45 @@ mod tests {
         t
     }
 
+    /// `n` requests whose clients saw their first token after `ttft_s`, and one that failed and
+    /// one sent to GPU, both much slower.
+    fn records(n: usize, ttft_s: f64) -> Vec<ReplayRecord> {
+        let record = |ttft_s: f64, error: Option<String>, route: Option<String>| ReplayRecord {
+            class: "chat".into(),
+            record: crate::loadgen::RequestRecord {
+                arrival_s: 0.0,
+                ttft_s,
+                itl_s: Vec::new(),
+                e2e_s: ttft_s + 0.5,
+                prompt_tokens: 60,
+                output_tokens: 8,
+                error,
+                route,
+            },
+        };
+        let mut out: Vec<ReplayRecord> = (0..n).map(|_| record(ttft_s, None, None)).collect();
+        out.push(record(9.0, Some("timed out".into()), None));
+        out.push(record(9.0, None, Some("pool=gpu-baseline".into())));
+        out
+    }
+
+    /// Steps as [`steps_at`], with `gaps` gaps of `gap_s` between them.
+    fn steps_with_gaps(
+        model: &StepModel,
+        pace: f64,
+        decode_steps: u32,
+        gaps: u32,
+        gap_s: f64,
+    ) -> StepTimes {
+        let mut t = steps_at(model, pace, decode_steps);
+        (0..gaps).for_each(|_| t.record_gap(gap_s));
+        t
+    }
+
     /// Samples before and after the replay are pooled by their steps (a sample of more steps weighs
-    /// more), each keeps its own ratios, and the blocks of both spread the pace.
+    /// more), each keeps its own ratios, and the blocks of both spread the pace. The gaps between
+    /// steps are pooled into one mean gap, and the time outside the engine is what the clients
+    /// waited at the median beyond the prediction on the calibrated steps with that gap.
     #[test]
     fn calibration_samples_are_pooled_around_the_replay() {
         let model = StepModel {
@@ -207,24 +301,47 @@ mod tests {
             prompt_token_s: 0.001,
             prompt_step_s: 0.010,
             steps: 100,
+            step_gap_s: 0.0,
+            request_overhead_s: 0.0,
         };
-        let sample = |when, pace: f64, decode_steps: u32| {
+        let sample = |when, pace: f64, decode_steps: u32, gap_s: f64, ttft_s: f64| {
             let blocks = vec![
-                steps_at(&model, pace * 0.98, decode_steps / 2),
-                steps_at(&model, pace * 1.02, decode_steps / 2),
+                steps_with_gaps(
+                    &model,
+                    pace * 0.98,
+                    decode_steps / 2,
+                    decode_steps / 2,
+                    gap_s,
+                ),
+                steps_with_gaps(
+                    &model,
+                    pace * 1.02,
+                    decode_steps / 2,
+                    decode_steps / 2,
+                    gap_s,
+                ),
             ];
             SampleSteps {
                 when,
                 duration_s: 40.0,
-                requests: 30,
+                trace: Vec::new(),
+                records: records(28, ttft_s),
                 blocks,
             }
         };
         let samples = [
-            sample(SampleTime::BeforeReplay, 1.10, 100),
-            sample(SampleTime::AfterReplay, 1.00, 300),
+            sample(SampleTime::BeforeReplay, 1.10, 100, 0.002, 0.30),
+            sample(SampleTime::AfterReplay, 1.00, 300, 0.004, 0.25),
         ];
-        let c = calibration(&samples, &model).expect("a calibration");
+        let gap = (100.0 * 0.002 + 300.0 * 0.004) / 400.0;
+        let predict = |_: &[TraceRecord], steps: &StepModel| {
+            assert!((steps.step_gap_s - gap).abs() < 1e-12, "{steps:?}");
+            assert_eq!(steps.request_overhead_s, 0.0, "{steps:?}");
+            Ok::<f64, ()>(0.2)
+        };
+        let c = calibration(&samples, &model, predict)
+            .expect("predicted")
+            .expect("a calibration");
         assert_eq!((c.duration_s, c.requests), (80.0, 60));
         let own: Vec<f64> = c
             .samples
@@ -242,6 +359,46 @@ mod tests {
         assert_eq!(c.block_decode_over_profiled.len(), 4);
         assert!(c.pace_spread.expect("spread") > 0.02, "{c:?}");
         assert!((c.step_model.decode_s(2.0) - 1.025 * 0.007).abs() < 1e-12);
-        assert!(calibration(&[], &model).is_none());
+
+        assert_eq!(c.step_gaps, 400);
+        assert!((c.step_gap_s - gap).abs() < 1e-12, "{c:?}");
+        assert!((c.samples[0].step_gap_s.expect("gaps") - 0.002).abs() < 1e-12);
+        // The failed request and the one sent to GPU are left out of the observed medians.
+        let observed = c.samples[1].observed_ttft_p50_s.expect("observed");
+        assert!((observed - 0.25).abs() < 1e-3, "{observed}");
+        assert_eq!(c.samples[1].predicted_ttft_p50_s, Some(0.2));
+        // 0.10 s before the replay and 0.05 s after it, over as many requests each.
+        assert!((c.request_overhead_s - 0.075).abs() < 1e-3, "{c:?}");
+        assert_eq!(c.step_model.step_gap_s, c.step_gap_s);
+        assert_eq!(c.step_model.request_overhead_s, c.request_overhead_s);
+
+        let none = calibration(&[], &model, predict).expect("nothing to predict");
+        assert!(none.is_none());
+        let failed = calibration(&samples, &model, |_, _| Err("no such config"));
+        assert_eq!(failed.err(), Some("no such config"));
+    }
+
+    /// Clients that saw their first token sooner than predicted spent no negative time outside the
+    /// engine; a sample without a prediction does not count.
+    #[test]
+    fn the_time_outside_the_engine_is_never_negative() {
+        let sample = |requests, observed: f64, predicted: Option<f64>| CalibrationSample {
+            when: SampleTime::AfterReplay,
+            duration_s: 40.0,
+            requests,
+            decode_over_profiled: None,
+            prompt_over_profiled: None,
+            step_gap_s: None,
+            observed_ttft_p50_s: Some(observed),
+            predicted_ttft_p50_s: predicted,
+        };
+        assert_eq!(request_overhead(&[sample(10, 0.2, Some(0.3))]), 0.0);
+        let mixed = [
+            sample(10, 0.4, Some(0.3)),
+            sample(30, 0.28, Some(0.3)),
+            sample(50, 9.0, None),
+        ];
+        assert!((request_overhead(&mixed) - 0.01).abs() < 1e-12);
+        assert_eq!(request_overhead(&[]), 0.0);
     }
 }

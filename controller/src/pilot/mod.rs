@@ -14,6 +14,7 @@
 mod calibration;
 mod gateway_file;
 mod gateway_predictions;
+mod host_load;
 mod replay;
 mod report;
 mod stored;
@@ -41,8 +42,9 @@ pub use gateway_file::ReplayGateway;
 pub use gateway_predictions::GatewayPredictions;
 pub use report::{
     Calibration, CalibrationSample, ClassComparison, Comparison, ConfigResult, FailedReport,
-    HostPace, PilotReport, PlanSummary, REPORT_SCHEMA_VERSION, ReplayInputs, ReplayPredictions,
-    ReplayReport, ReplaySetup, ReportInputs, SampleTime, SimulationPair, plan_summary,
+    HostLoad, HostPace, PilotReport, PlanSummary, REPORT_SCHEMA_VERSION, ReplayInputs,
+    ReplayPredictions, ReplayReport, ReplaySetup, ReportInputs, SampleTime, SimulationPair,
+    plan_summary,
 };
 pub use stored::{StoredReport, StoredReportError, migrate_v1, read_stored};
 

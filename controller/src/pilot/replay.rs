@@ -19,7 +19,9 @@ use super::{
     Pilot, PilotError, Result, Step,
     calibration::{SampleSteps, calibration, pace_spread, sample_steps},
     gateway_file::ReplayGateway,
-    gateway_predictions, profiling_shape,
+    gateway_predictions,
+    host_load::HostLoadProbe,
+    profiling_shape,
     report::{HostPace, ReplayInputs, ReplayPredictions, ReplayReport, ReplaySetup, SampleTime},
 };
 use crate::{
@@ -169,6 +171,7 @@ pub(super) async fn replay(
         seconds: spec.replay_s,
     });
     let steps_before = engine.step_times().await;
+    let host_probe = HostLoadProbe::start(vec![std::process::id(), engine.pid(), gateway.id()]);
     let replay_start = Utc::now();
     let records = loadgen::replay(&load_spec, &timed).await?;
     // The gateway records a request as its last byte leaves, a moment after the client has it.
@@ -176,6 +179,7 @@ pub(super) async fn replay(
         replay_start,
         Utc::now() + chrono::Duration::milliseconds(250),
     );
+    let host_load = host_probe.and_then(HostLoadProbe::finish);
     let step_model = engine.step_model_since(steps_before).await;
     let sample_after = sample(SampleTime::AfterReplay).await?;
     let after = measure_pace(&engine.base_url, served, &pace_shape, pace_seed).await?;
@@ -192,10 +196,23 @@ pub(super) async fn replay(
         .into_iter()
         .flatten()
         .collect();
-    let calibration = profile
-        .step_model
-        .as_ref()
-        .and_then(|model| calibration(&samples, model));
+    // The simulator's median TTFT of a calibration sample's requests on a step model.
+    let sample_ttft_p50 = |sample: &[TraceRecord], steps: &StepModel| {
+        let case = ReplayCase {
+            plan,
+            workload: pilot.workload,
+            profiles,
+            trace: sample,
+            with_gpu,
+            seed: spec.seed,
+        };
+        predict_replay_over_paces(case, Some(steps), PaceSpread::NONE)
+            .map(|p| p.point.cpu_ttft_p50_s)
+    };
+    let calibration = match &profile.step_model {
+        Some(model) => calibration(&samples, model, sample_ttft_p50)?,
+        None => None,
+    };
     let spread = calibration.as_ref().map(pace_spread);
     let predictions = ReplayPredictions {
         calibrated: predict_on(calibration.as_ref().map(|c| &c.step_model), spread)?,
@@ -226,6 +243,7 @@ pub(super) async fn replay(
         calibration,
         predictions,
         gateway_predictions,
+        host_load,
     }))
 }
 

@@ -224,6 +224,28 @@ pub struct ReplayReport {
     /// correction (none from reports made before the gateway kept them).
     #[serde(default)]
     pub gateway_predictions: Option<GatewayPredictions>,
+    /// The CPU time the host's other processes used while the replay ran (`None`: not measured).
+    #[serde(default)]
+    pub host_load: Option<HostLoad>,
+}
+
+/// The CPU the pilot's host gave to the replay and to everything else while it ran: the host's busy
+/// time (`/proc/stat`) less that of the pilot's own process and its engine and gateway, as mean
+/// cores over the replay.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct HostLoad {
+    /// Seconds measured over: the replay's.
+    pub window_s: f64,
+    /// Cores the host has.
+    pub cores: u32,
+    /// Mean cores the pilot, its engine and its gateway used.
+    pub pilot_cores: f64,
+    /// Mean cores every other process used.
+    pub other_cores: f64,
+    /// Cores others may use before the host counts as shared.
+    pub shared_above_cores: f64,
+    /// Whether the host was shared: others used more than `shared_above_cores`.
+    pub shared: bool,
 }
 
 /// What a replay sent: the workload's requests at a plan hour's load, through one config.
@@ -264,6 +286,8 @@ pub struct ReplayInputs<'a> {
     pub predictions: ReplayPredictions,
     /// The replay gateway's own per-request predictions.
     pub gateway_predictions: Option<GatewayPredictions>,
+    /// The CPU the host's other processes used while the replay ran.
+    pub host_load: Option<HostLoad>,
 }
 
 impl<'a> ReplayInputs<'a> {
@@ -284,6 +308,7 @@ impl<'a> ReplayInputs<'a> {
                 on_replay_steps: None,
                 as_profiled: None,
             },
+            host_load: None,
         }
     }
 }
@@ -339,12 +364,13 @@ impl ReplayReport {
             pace_spread: predictions.spread,
             all_as_profiled: predictions.as_profiled.as_ref().map(against_all),
             gateway_predictions: inputs.gateway_predictions,
+            host_load: inputs.host_load,
         }
     }
 }
 
 /// Whether the gateway sent a replayed request to the GPU baseline (its route header says so).
-fn went_to_gpu(r: &ReplayRecord) -> bool {
+pub(super) fn went_to_gpu(r: &ReplayRecord) -> bool {
     r.record
         .route
         .as_deref()
@@ -416,7 +442,11 @@ fn gpu_costs(inputs: &ReplayInputs<'_>) -> (f64, f64) {
 /// minutes between them, and neither reads the replay. The replay's prediction runs the simulator on
 /// the profile's step model scaled by the samples' pooled ratios (their decode and prompt steps against
 /// the profile's), with the pace spread as widely as the samples' blocks moved (see
-/// [`strata_planner::pace`]).
+/// [`strata_planner::pace`]). The time spent outside the engine's timed steps goes into it too: the
+/// mean gap between steps while requests ran, added to every step, and the time each request spent
+/// outside the engine (the samples' median TTFT as their clients saw it, less the simulator's median
+/// for the same requests on the calibrated steps and gaps, at least 0), added to every request's
+/// latencies. On a busy host both grow, and the prediction with them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
     /// Seconds of the samples together.
@@ -436,7 +466,18 @@ pub struct Calibration {
     /// The blocks' standard deviation about their own sample's mean, pooled, over the mean of all
     /// blocks (`None` without a sample of two blocks or more).
     pub pace_spread: Option<f64>,
-    /// The step model the replay is predicted with: the profile's, scaled by the two ratios.
+    /// Gaps between the engine's steps while requests ran, in the samples together.
+    #[serde(default)]
+    pub step_gaps: u64,
+    /// Their mean, seconds: added to every step of the prediction.
+    #[serde(default)]
+    pub step_gap_s: f64,
+    /// Seconds each request spent outside the engine: added to every request's TTFT and E2E in the
+    /// prediction.
+    #[serde(default)]
+    pub request_overhead_s: f64,
+    /// The step model the replay is predicted with: the profile's, scaled by the two ratios, with
+    /// the gap between steps and the time outside the engine.
     pub step_model: StepModel,
 }
 
@@ -476,6 +517,15 @@ pub struct CalibrationSample {
     pub decode_over_profiled: Option<f64>,
     /// Prompt steps' seconds beyond their decode part over the model's.
     pub prompt_over_profiled: Option<f64>,
+    /// Mean seconds between the engine's steps while requests ran (`None`: no gaps).
+    #[serde(default)]
+    pub step_gap_s: Option<f64>,
+    /// Median TTFT its clients saw of the requests the engine served, seconds.
+    #[serde(default)]
+    pub observed_ttft_p50_s: Option<f64>,
+    /// The simulator's median TTFT of the same requests on the calibrated steps and gaps, seconds.
+    #[serde(default)]
+    pub predicted_ttft_p50_s: Option<f64>,
 }
 
 /// The host's speed on the profiling shape (closed loop at the batch size, straight to the engine):
@@ -600,5 +650,44 @@ pub fn plan_summary(plan: &Plan, plan_id: i64) -> PlanSummary {
             .max()
             .unwrap_or(0),
         degraded: plan.degraded.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A calibration recorded before the time outside the engine's steps was measured reads with
+    /// none, and one that measured it reads back as written.
+    #[test]
+    fn a_calibration_without_time_outside_the_steps_reads_with_none() {
+        let older = serde_json::json!({
+            "duration_s": 80.0, "requests": 60, "block_s": 10.0,
+            "samples": [{"when": "before_replay", "duration_s": 40.0, "requests": 30,
+                         "decode_over_profiled": 1.0, "prompt_over_profiled": null}],
+            "decode_over_profiled": 1.0, "prompt_over_profiled": null,
+            "block_decode_over_profiled": [], "pace_spread": null,
+            "step_model": {"decode_s_by_batch": [[1.0, 0.01]], "prompt_token_s": 0.001,
+                           "prompt_step_s": 0.0, "steps": 10}
+        });
+        let c: Calibration = serde_json::from_value(older).expect("an older calibration reads");
+        assert_eq!(
+            (c.step_gaps, c.step_gap_s, c.request_overhead_s),
+            (0, 0.0, 0.0)
+        );
+        assert_eq!(c.samples[0].step_gap_s, None);
+        assert_eq!(c.samples[0].observed_ttft_p50_s, None);
+        assert_eq!(c.step_model.step_gap_s, 0.0);
+        let measured = Calibration {
+            step_gaps: 120,
+            step_gap_s: 0.003,
+            request_overhead_s: 0.04,
+            step_model: c.step_model.with_time_outside_steps(0.003, 0.04),
+            ..c
+        };
+        let json = serde_json::to_value(&measured).expect("serializes");
+        assert_eq!(json["step_model"]["request_overhead_s"], 0.04);
+        let back: Calibration = serde_json::from_value(json).expect("reads back");
+        assert_eq!(back, measured);
     }
 }

@@ -7,7 +7,7 @@ use strata_planner::pace::Band;
 
 use super::{
     gateway_predictions::GatewayPredictions,
-    report::{Comparison, PilotReport},
+    report::{Comparison, HostLoad, PilotReport},
 };
 use crate::prediction_error::ErrorSummary;
 
@@ -130,6 +130,15 @@ impl PilotReport {
                     ratio(c.decode_over_profiled),
                     ratio(c.prompt_over_profiled)
                 );
+                let _ = writeln!(
+                    out,
+                    "time outside the engine's steps: {:.1} ms between steps ({} gaps), added to every step, and \
+                     {:.0} ms per request outside the engine (median TTFT observed less predicted), added to each \
+                     request's TTFT and E2E",
+                    c.step_gap_s * 1000.0,
+                    c.step_gaps,
+                    c.request_overhead_s * 1000.0
+                );
             }
             if let Some(spread) = &replay.pace_spread {
                 let band = |b: Option<Band>| {
@@ -148,6 +157,9 @@ impl PilotReport {
             }
             if let Some(g) = &replay.gateway_predictions {
                 gateway_prediction_lines(&mut out, g);
+            }
+            if let Some(load) = &replay.host_load {
+                host_load_line(&mut out, load);
             }
             let _ = writeln!(
                 out,
@@ -219,4 +231,43 @@ fn comparison_row(out: &mut String, name: &str, c: &Comparison) {
         c.predicted_ttft_p99_s,
         err(c.ttft_p99_error)
     );
+}
+
+/// Whether the host was shared during the replay, and by how much.
+fn host_load_line(out: &mut String, load: &HostLoad) {
+    let _ = writeln!(
+        out,
+        "host during the replay: {}; other processes used {:.2} of {} cores on average (the pilot, its \
+         engine and gateway {:.2}; shared above {:.2})",
+        if load.shared { "SHARED" } else { "not shared" },
+        load.other_cores,
+        load.cores,
+        load.pilot_cores,
+        load.shared_above_cores
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_line_says_whether_the_host_was_shared() {
+        let mut load = HostLoad {
+            window_s: 60.0,
+            cores: 2,
+            pilot_cores: 1.4,
+            other_cores: 0.52,
+            shared_above_cores: 0.25,
+            shared: true,
+        };
+        let mut out = String::new();
+        host_load_line(&mut out, &load);
+        assert!(out.contains("SHARED"), "{out}");
+        assert!(out.contains("0.52 of 2 cores"), "{out}");
+        load.shared = false;
+        out.clear();
+        host_load_line(&mut out, &load);
+        assert!(out.contains("not shared"), "{out}");
+    }
 }

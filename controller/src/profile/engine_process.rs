@@ -69,6 +69,11 @@ impl EngineProcess {
         })
     }
 
+    /// The engine's process id.
+    pub fn pid(&self) -> u32 {
+        self.server.id()
+    }
+
     /// The engine's step timings so far (its `/steps`).
     ///
     /// # Errors

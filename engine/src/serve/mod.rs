@@ -16,7 +16,7 @@ use std::{
 };
 
 pub use scheduler::Scheduler;
-pub use steps::{DecodeSteps, PromptSteps, StepTimes};
+pub use steps::{DecodeSteps, PromptSteps, StepGaps, StepTimes};
 
 use crate::{
     error::{Error, Result},

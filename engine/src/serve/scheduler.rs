@@ -66,6 +66,8 @@ pub struct Scheduler {
     waiting: BTreeMap<SeqKey, Sequence>,
     running: Vec<Sequence>,
     arrivals: u64,
+    /// When the last step ended, if it left requests running (the start of a gap between steps).
+    step_ended: Option<Instant>,
 }
 
 impl Scheduler {
@@ -90,6 +92,7 @@ impl Scheduler {
             waiting: BTreeMap::new(),
             running: Vec::new(),
             arrivals: 0,
+            step_ended: None,
         }
     }
 
@@ -157,20 +160,29 @@ impl Scheduler {
         self.drop_cancelled();
         self.admit();
         if self.running.is_empty() {
+            self.step_ended = None;
             self.publish();
             return;
         }
         let started = Instant::now();
+        let gap = self.step_ended.take().map(|ended| started - ended);
         let slots = self.plan_step();
         let (decoding, prompt_tokens) = self.step_shape(&slots);
         if let Some(done) = self.run(&slots) {
             // Recorded before the step's events go out, so a client holding its answer also finds
             // the step that made it in the timings.
-            let seconds = started.elapsed().as_secs_f64();
-            self.stats
-                .step_times_mut()
-                .record(decoding, prompt_tokens, seconds);
+            let ended = Instant::now();
+            let seconds = (ended - started).as_secs_f64();
+            {
+                let mut times = self.stats.step_times_mut();
+                times.record(decoding, prompt_tokens, seconds);
+                if let Some(gap) = gap {
+                    times.record_gap(gap.as_secs_f64());
+                }
+            }
             self.deliver(done);
+            // The gap to the next step starts here, its events' delivery included.
+            self.step_ended = (!self.running.is_empty()).then_some(ended);
         }
         self.publish();
     }

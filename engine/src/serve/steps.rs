@@ -1,7 +1,8 @@
 //! Step timings of a serving engine: how long its steps took by what they ran, summed so that a
 //! service-time model can be fitted from them (decode-only steps by batch; steps holding prompt tokens
-//! by batch, with the sums a least-squares fit of time on prompt tokens needs). Recording a step takes
-//! no allocation once the engine's batch sizes are known.
+//! by batch, with the sums a least-squares fit of time on prompt tokens needs), and the time between
+//! steps while requests were running. Recording a step takes no allocation once the engine's batch
+//! sizes are known.
 
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +30,24 @@ pub struct PromptSteps {
     pub token_seconds: f64,
 }
 
+/// The time between consecutive steps while requests were running: from the end of a step that left
+/// some running to the start of the next one (the scheduler's loop, admission, event delivery, and
+/// any time the scheduler's thread was not on a core).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepGaps {
+    /// Gaps.
+    pub gaps: u64,
+    /// Their seconds, summed.
+    pub seconds: f64,
+}
+
+impl StepGaps {
+    /// Mean seconds of a gap (`None` without gaps).
+    pub fn mean_s(&self) -> Option<f64> {
+        (self.gaps > 0).then(|| self.seconds / self.gaps as f64)
+    }
+}
+
 /// Sums of an engine's step timings; index `b` of either list holds the steps that decoded `b`
 /// requests.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -37,6 +56,9 @@ pub struct StepTimes {
     pub decode: Vec<DecodeSteps>,
     /// Steps that ran prompt tokens (prefill, or recomputation after preemption), by decode batch.
     pub prompt: Vec<PromptSteps>,
+    /// The gaps between steps while requests were running (absent from older readings: none).
+    #[serde(default)]
+    pub between_steps: StepGaps,
 }
 
 impl StepTimes {
@@ -45,7 +67,15 @@ impl StepTimes {
         Self {
             decode: vec![DecodeSteps::default(); max_batch + 1],
             prompt: vec![PromptSteps::default(); max_batch + 1],
+            between_steps: StepGaps::default(),
         }
+    }
+
+    /// Adds a gap of `seconds` between the end of a step that left requests running and the start
+    /// of the next step.
+    pub fn record_gap(&mut self, seconds: f64) {
+        self.between_steps.gaps += 1;
+        self.between_steps.seconds += seconds;
     }
 
     /// Adds a step that decoded `decoding` requests and ran `prompt_tokens` prompt tokens in
@@ -100,7 +130,15 @@ impl StepTimes {
                 }
             })
             .collect();
-        StepTimes { decode, prompt }
+        let (now, then) = (self.between_steps, earlier.between_steps);
+        StepTimes {
+            decode,
+            prompt,
+            between_steps: StepGaps {
+                gaps: now.gaps.saturating_sub(then.gaps),
+                seconds: now.seconds - then.seconds,
+            },
+        }
     }
 
     /// Adds the steps of `other` (sums of another stretch of time) to these.
@@ -119,6 +157,8 @@ impl StepTimes {
             sum.seconds += p.seconds;
             sum.token_seconds += p.token_seconds;
         }
+        self.between_steps.gaps += other.between_steps.gaps;
+        self.between_steps.seconds += other.between_steps.seconds;
     }
 
     /// Steps recorded.
@@ -159,6 +199,38 @@ mod tests {
         assert_eq!(later.steps(), 1);
         assert_eq!(later.decode[5].steps, 1);
         assert_eq!(later.decode[2], DecodeSteps::default());
+    }
+
+    /// Gaps are summed apart from the steps, and a later reading less an earlier one, or two
+    /// stretches added up, hold the gaps of their own stretch.
+    #[test]
+    fn gaps_between_steps_are_summed_and_taken_apart() {
+        let mut t = StepTimes::with_max_batch(2);
+        t.record(1, 0, 0.010);
+        t.record_gap(0.002);
+        t.record(1, 0, 0.010);
+        assert_eq!(t.steps(), 2, "a gap is not a step");
+        let before = t.clone();
+        t.record_gap(0.004);
+        t.record_gap(0.006);
+        let later = t.since(&before);
+        assert_eq!(later.between_steps.gaps, 2);
+        assert!((later.between_steps.seconds - 0.010).abs() < 1e-12);
+        assert!((later.between_steps.mean_s().expect("gaps") - 0.005).abs() < 1e-12);
+        let mut both = before.clone();
+        both.add(&later);
+        assert_eq!(both.between_steps.gaps, 3);
+        assert!((both.between_steps.seconds - 0.012).abs() < 1e-12);
+        assert_eq!(StepTimes::default().between_steps.mean_s(), None);
+    }
+
+    /// A reading from an engine that did not sum its gaps parses, with none.
+    #[test]
+    fn a_reading_without_gaps_parses_with_none() {
+        let json = r#"{"decode":[{"steps":2,"seconds":0.02}],"prompt":[]}"#;
+        let t: StepTimes = serde_json::from_str(json).expect("an older reading parses");
+        assert_eq!(t.between_steps, StepGaps::default());
+        assert_eq!(t.steps(), 2);
     }
 
     /// Two stretches added up are the sums of one that recorded both, whatever their batch sizes.

@@ -239,6 +239,7 @@ fn point_report(runs: &[SimReport]) -> SimReport {
         cost_per_day: mean(&|r| r.cost_per_day),
         ttft_p99_s: median(&|r| r.ttft_p99_s),
         e2e_p99_s: median(&|r| r.e2e_p99_s),
+        cpu_ttft_p50_s: median(&|r| r.cpu_ttft_p50_s),
         classes,
     }
 }

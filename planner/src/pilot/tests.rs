@@ -81,6 +81,7 @@ fn sim(classes: Vec<ClassSim>) -> SimReport {
         cost_per_day: 1.0,
         ttft_p99_s: 0.5,
         e2e_p99_s: 3.0,
+        cpu_ttft_p50_s: 0.2,
         classes,
     }
 }
@@ -508,6 +509,53 @@ fn the_replay_samples_the_busiest_hour_and_the_simulator_predicts_it() {
     assert_eq!(relative_error(1.0, 0.0), None);
 }
 
+/// Time measured outside the engine's steps moves the replay's prediction as it should: a request
+/// overhead adds itself to every CPU-served request's TTFT and E2E (and so to their p99s and median)
+/// and can cost a class its SLA; a gap between steps slows every step, so the E2E of a request of
+/// several tokens grows by more than the gap, and its TTFT by at least one gap.
+#[test]
+fn time_outside_the_steps_moves_the_replay_prediction() {
+    use crate::step::StepModel;
+    let (p, w, mut profiles) = planned();
+    let trace = replay_trace(&w, &replay_load(&p, false), 300.0, 3);
+    let model = StepModel {
+        decode_s_by_batch: vec![(1.0, 0.012), (4.0, 0.02), (8.0, 0.03)],
+        prompt_token_s: 0.002,
+        prompt_step_s: 0.01,
+        steps: 500,
+        step_gap_s: 0.0,
+        request_overhead_s: 0.0,
+    };
+    let mut predict = |gap: f64, overhead: f64| {
+        profiles[0].step_model = Some(model.with_time_outside_steps(gap, overhead));
+        predict_replay(&p, &w, &profiles, &trace, false, 3).expect("predicts")
+    };
+    let inside = predict(0.0, 0.0);
+    let overhead = predict(0.0, 0.5);
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-5;
+    assert!(inside.cpu_ttft_p50_s > 0.0, "{inside:?}");
+    assert!(close(overhead.cpu_ttft_p50_s, inside.cpu_ttft_p50_s + 0.5));
+    assert!(close(overhead.ttft_p99_s, inside.ttft_p99_s + 0.5));
+    assert!(close(overhead.e2e_p99_s, inside.e2e_p99_s + 0.5));
+    for (a, b) in overhead.classes.iter().zip(&inside.classes) {
+        assert!(close(a.e2e_p99_s, b.e2e_p99_s + 0.5), "{a:?} {b:?}");
+        assert!(a.attainment <= b.attainment, "{a:?} {b:?}");
+    }
+    // An overhead beyond every class's E2E bound fails every SLA.
+    let hopeless = predict(0.0, 100.0);
+    assert!(
+        hopeless.classes.iter().all(|c| c.attainment == 0.0),
+        "{hopeless:?}"
+    );
+    let gap = predict(0.01, 0.0);
+    assert!(gap.ttft_p99_s >= inside.ttft_p99_s + 0.01, "{gap:?}");
+    assert!(gap.e2e_p99_s > inside.e2e_p99_s + 0.01, "{gap:?}");
+    assert!(
+        gap.cpu_ttft_p50_s >= inside.cpu_ttft_p50_s + 0.01,
+        "{gap:?}"
+    );
+}
+
 /// Over a spread of paces the prediction is the runs' mean within their band; no spread, or no step
 /// model to scale, is the one prediction.
 #[test]
@@ -550,6 +598,8 @@ fn the_replay_predicted_over_paces_is_the_mean_of_its_runs() {
         prompt_token_s: 0.002,
         prompt_step_s: 0.01,
         steps: 500,
+        step_gap_s: 0.0,
+        request_overhead_s: 0.0,
     });
     let at_one = predict_replay(&p, &w, &profiles, &trace, false, 3).expect("predicts");
     let still = PaceSpread {

@@ -487,6 +487,8 @@ struct Run<'a> {
     gpu_today: u64,
     cpu_hour_cost: Vec<f64>,
     out_p99: Vec<u32>,
+    /// TTFT of every request served on CPU, seconds.
+    cpu_ttft: Vec<f32>,
 }
 
 impl<'a> Run<'a> {
@@ -555,6 +557,7 @@ impl<'a> Run<'a> {
                 .iter()
                 .map(|c| c.output_tokens.p99().ceil() as u32)
                 .collect(),
+            cpu_ttft: Vec::new(),
         }
     }
 
@@ -709,11 +712,15 @@ impl<'a> Run<'a> {
         s.record(&cl.sla, ttft, e2e);
     }
 
-    /// Records the requests instance `i` has finished.
+    /// Records the requests instance `i` has finished, with the time they spent outside the engine.
     fn record_finished(&mut self, i: usize) {
         for f in self.stations[i].take_finished() {
             let sla = &self.workload.classes[f.class].sla;
-            self.samples[f.class].record(sla, f.first_token - f.arrival, f.finish - f.arrival);
+            let (ttft, e2e) = self
+                .curve
+                .client_latencies(f.first_token - f.arrival, f.finish - f.arrival);
+            self.samples[f.class].record(sla, ttft, e2e);
+            self.cpu_ttft.push(ttft as f32);
         }
     }
 
@@ -775,6 +782,7 @@ impl<'a> Run<'a> {
             cost_per_day: r6((cpu_cost + gpu_cost) / whole_days),
             ttft_p99_s: r6(p99(&mut all_ttft)),
             e2e_p99_s: r6(p99(&mut all_e2e)),
+            cpu_ttft_p50_s: r6(percentile(&mut self.cpu_ttft, 0.5)),
             classes,
         }
     }
@@ -782,10 +790,15 @@ impl<'a> Run<'a> {
 
 /// Nearest-rank 99th percentile (0 for no samples).
 fn p99(v: &mut [f32]) -> f64 {
+    percentile(v, 0.99)
+}
+
+/// Nearest-rank `q` quantile (0 for no samples).
+fn percentile(v: &mut [f32], q: f64) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
-    let k = ((v.len() as f64 * 0.99).ceil() as usize).clamp(1, v.len()) - 1;
+    let k = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
     let (_, x, _) = v.select_nth_unstable_by(k, f32::total_cmp);
     f64::from(*x)
 }

@@ -52,6 +52,10 @@ pub struct SimReport {
     /// p99 E2E of every served request, all classes together, seconds.
     #[serde(default)]
     pub e2e_p99_s: f64,
+    /// Median TTFT of the requests served on CPU, seconds (0 for none): the typical request's, which
+    /// a calibration sets beside what its clients saw.
+    #[serde(default)]
+    pub cpu_ttft_p50_s: f64,
     /// Per class.
     pub classes: Vec<ClassSim>,
 }
@@ -70,6 +74,7 @@ impl SimReport {
             cost_per_day: 0.0,
             ttft_p99_s: 0.0,
             e2e_p99_s: 0.0,
+            cpu_ttft_p50_s: 0.0,
             classes: Vec::new(),
         }
     }

@@ -13,6 +13,8 @@ fn curve(slots: u32) -> ServiceCurve {
         decode_step_by_batch: Vec::new(),
         step_prefill_tokens_per_s: None,
         prompt_step_s: 0.0,
+        step_gap_s: 0.0,
+        request_overhead_s: 0.0,
     }
 }
 
@@ -41,6 +43,20 @@ fn a_lone_request_prefills_then_decodes_at_the_single_stream_pace() {
         vec![(2.1, 2.1)],
         "one token: done at the first"
     );
+}
+
+/// A gap between steps lengthens each of a request's steps: five steps (the prompt's and four
+/// decode steps) each 0.05 s longer; and a step that waits for a free slot waits for the gaps too.
+#[test]
+fn a_gap_between_steps_lengthens_every_step_that_runs() {
+    let gapped = ServiceCurve {
+        step_gap_s: 0.05,
+        ..curve(1)
+    };
+    let mut host = BatchingHost::new(&gapped);
+    host.admit(1.0, 0, 10.0, 5.0);
+    host.admit(1.0, 1, 10.0, 1.0);
+    assert_eq!(finished(&mut host), vec![(1.15, 1.75), (1.9, 1.9)]);
 }
 
 #[test]

@@ -8,9 +8,9 @@ use serde_json::json;
 use strata_controller::{
     loadgen::{Arrival, Lengths, ReplayRecord, RequestRecord, Sla},
     pilot::{
-        Calibration, CalibrationSample, ClassComparison, Comparison, HostPace, PilotReport,
-        REPORT_SCHEMA_VERSION, ReplayInputs, ReplayPredictions, ReplayReport, ReplaySetup,
-        ReportInputs, SampleTime, SimulationPair, plan_summary,
+        Calibration, CalibrationSample, ClassComparison, Comparison, HostLoad, HostPace,
+        PilotReport, REPORT_SCHEMA_VERSION, ReplayInputs, ReplayPredictions, ReplayReport,
+        ReplaySetup, ReportInputs, SampleTime, SimulationPair, plan_summary,
     },
     planning::{self, StoredLoadPoint},
     profile::{self, NamedShape},
@@ -144,6 +144,8 @@ pub(crate) fn pilot_report(
         prompt_token_s: 0.0004,
         prompt_step_s: 0.003,
         steps: 900,
+        step_gap_s: 0.0021,
+        request_overhead_s: 0.034,
     };
     let sample = |when, requests| CalibrationSample {
         when,
@@ -151,6 +153,9 @@ pub(crate) fn pilot_report(
         requests,
         decode_over_profiled: Some(1.07),
         prompt_over_profiled: Some(1.18),
+        step_gap_s: Some(0.0021),
+        observed_ttft_p50_s: Some(0.31),
+        predicted_ttft_p50_s: Some(0.276),
     };
     let replay = ReplayReport {
         load: replay_load(plan, false),
@@ -208,6 +213,9 @@ pub(crate) fn pilot_report(
             block_s: 10.0,
             block_decode_over_profiled: vec![1.05, 1.08, 1.09],
             pace_spread: Some(0.024),
+            step_gaps: 3120,
+            step_gap_s: 0.0021,
+            request_overhead_s: 0.034,
             step_model,
         }),
         pace_spread: Some(PaceSpread {
@@ -217,6 +225,14 @@ pub(crate) fn pilot_report(
         }),
         all_as_profiled: None,
         gateway_predictions: None,
+        host_load: Some(HostLoad {
+            window_s: 60.0,
+            cores: 8,
+            pilot_cores: 3.1,
+            other_cores: 0.62,
+            shared_above_cores: 0.25,
+            shared: true,
+        }),
     };
     let now = Utc::now();
     PilotReport::new(ReportInputs {
@@ -312,6 +328,14 @@ pub(crate) fn replayed_pilot_report(
         calibration: None,
         predictions,
         gateway_predictions: None,
+        host_load: Some(HostLoad {
+            window_s: spec.replay_s,
+            cores: 4,
+            pilot_cores: 2.2,
+            other_cores: 0.1,
+            shared_above_cores: 0.25,
+            shared: false,
+        }),
     });
     report.replay = Some(replay);
     report
