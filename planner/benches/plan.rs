@@ -115,6 +115,7 @@ fn bench_route(c: &mut Criterion) {
         .map(|i| InstanceLoad {
             in_flight: i % 40,
             queue_depth: (i % 40).saturating_sub(32),
+            prompt_tokens_ahead: 0,
         })
         .collect();
     let cpu = PoolState {

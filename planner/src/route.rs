@@ -38,6 +38,10 @@ pub struct InstanceLoad {
     pub in_flight: u32,
     /// Requests waiting for a slot.
     pub queue_depth: u32,
+    /// Prompt tokens of requests sent to the instance that have not had their first token yet: a new
+    /// request's prompt is prefilled after (or beside) them.
+    #[serde(default)]
+    pub prompt_tokens_ahead: u32,
 }
 
 /// What kind of pool.
@@ -570,19 +574,19 @@ pub fn route(
 }
 
 /// Predicted TTFT and E2E on a CPU instance: a request beyond the free slots waits for earlier ones to
-/// finish (queue position x mean service / slots); decode runs at the TPOT of the resulting batch.
+/// finish (queue position x mean service / slots); one with a free slot has its prompt prefilled after
+/// the prompt tokens still ahead of it; decode runs at the TPOT of the resulting batch.
 pub fn predict_cpu(s: &ServiceCurve, load: InstanceLoad, req: &RouteRequest) -> (f64, f64) {
     let slots = f64::from(s.slots);
     let k = f64::from(load.in_flight);
     let out = f64::from(req.expected_output_tokens);
     let prompt = f64::from(req.prompt_tokens);
     let busy = (k + 1.0).min(slots);
-    let wait = if k < slots {
-        0.0
+    let ttft = if k < slots {
+        s.prefill_s(prompt + f64::from(load.prompt_tokens_ahead))
     } else {
-        (k - slots + 1.0) * s.service_s(prompt, out, slots) / slots
+        (k - slots + 1.0) * s.service_s(prompt, out, slots) / slots + s.prefill_s(prompt)
     };
-    let ttft = wait + s.prefill_s(prompt);
     (ttft, ttft + (out - 1.0).max(0.0) * s.tpot_s(busy))
 }
 
@@ -651,10 +655,12 @@ mod tests {
             InstanceLoad {
                 in_flight: 3,
                 queue_depth: 0,
+                prompt_tokens_ahead: 0,
             },
             InstanceLoad {
                 in_flight: 1,
                 queue_depth: 0,
+                prompt_tokens_ahead: 0,
             },
         ];
         let p = pools(&curve, &idle);
@@ -678,6 +684,7 @@ mod tests {
         let busy = [InstanceLoad {
             in_flight: 40,
             queue_depth: 32,
+            prompt_tokens_ahead: 0,
         }; 2];
         let p = pools(&curve, &busy);
         let d = route(&req(0.9), &p, &b, &policy);
@@ -848,5 +855,27 @@ mod tests {
         p[0].corrections = &slow;
         let d = route(&r, &p, &b, &policy(&rules));
         assert_eq!(d.target, Target::Gpu { pool: 1 }, "{:?}", d.reasons);
+    }
+
+    /// The prompt tokens still ahead of a request on an instance with a free slot delay its first token
+    /// by their prefill time, and the time after it not at all.
+    #[test]
+    fn prompts_ahead_delay_the_first_token() {
+        let curve = ServiceCurve::from_profile(
+            &smol(),
+            Scaling {
+                rule: ScalingRule::PerCore,
+                factor: 1.0,
+            },
+        );
+        let load = |ahead| InstanceLoad {
+            in_flight: 1,
+            queue_depth: 0,
+            prompt_tokens_ahead: ahead,
+        };
+        let (ttft, e2e) = predict_cpu(&curve, load(0), &req(0.5));
+        let (later, later_e2e) = predict_cpu(&curve, load(512), &req(0.5));
+        assert!((later - ttft - curve.prefill_s(512.0)).abs() < 1e-9);
+        assert!(((later_e2e - later) - (e2e - ttft)).abs() < 1e-9);
     }
 }

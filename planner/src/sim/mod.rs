@@ -249,9 +249,16 @@ impl BatchingHost {
     pub fn load(&mut self, t: f64) -> InstanceLoad {
         self.advance(t);
         let waiting = self.waiting.len() as u32;
+        let ahead: f64 = self
+            .waiting
+            .iter()
+            .chain(&self.running)
+            .map(|j| j.prompt_left)
+            .sum();
         InstanceLoad {
             in_flight: waiting + self.running.len() as u32,
             queue_depth: waiting,
+            prompt_tokens_ahead: ahead.min(f64::from(u32::MAX)) as u32,
         }
     }
 

@@ -301,6 +301,8 @@ pub struct Latency {
 pub struct EndpointHealth {
     /// Requests sent and not finished.
     pub in_flight: AtomicU32,
+    /// Prompt tokens of the requests sent that have not had their first byte back yet.
+    pub prompt_tokens_ahead: AtomicU32,
     /// Set by an admin drain: the endpoint gets no new requests.
     pub drained: AtomicBool,
     breaker: Mutex<Breaker>,
@@ -315,6 +317,7 @@ impl EndpointHealth {
     pub fn new(breaker: Breaker) -> Self {
         Self {
             in_flight: AtomicU32::new(0),
+            prompt_tokens_ahead: AtomicU32::new(0),
             drained: AtomicBool::new(false),
             breaker: Mutex::new(breaker),
             latency: Mutex::new(Latency::default()),

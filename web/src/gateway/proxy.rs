@@ -174,9 +174,12 @@ pub(crate) async fn forward(
         if !endpoint.health.try_acquire(Instant::now()) {
             continue;
         }
-        let in_flight = InFlight::new(endpoint.clone());
+        let mut in_flight = InFlight::new(endpoint.clone(), req.prompt_tokens);
         let answer = match send(upstream, table, pool, &endpoint, &req).await {
-            Ok(a) => a,
+            Ok(a) => {
+                in_flight.first_byte();
+                a
+            }
             Err(e) => {
                 endpoint.health.on_failure(Instant::now());
                 tracing::debug!(request = %req.id, error = %e, "attempt failed before the first byte");
@@ -420,19 +423,43 @@ fn with_id(mut response: Response, id: &str) -> Response {
     response
 }
 
-/// Counts a request in flight on an endpoint while it lives.
-struct InFlight(Arc<Endpoint>);
+/// Counts a request in flight on an endpoint while it lives, and its prompt tokens among those ahead
+/// of a new request's until its first byte comes back.
+struct InFlight {
+    endpoint: Arc<Endpoint>,
+    prompt_tokens: u32,
+}
 
 impl InFlight {
-    fn new(e: Arc<Endpoint>) -> Self {
-        e.health.in_flight.fetch_add(1, Ordering::Relaxed);
-        Self(e)
+    fn new(endpoint: Arc<Endpoint>, prompt_tokens: u32) -> Self {
+        let health = &endpoint.health;
+        health.in_flight.fetch_add(1, Ordering::Relaxed);
+        health
+            .prompt_tokens_ahead
+            .fetch_add(prompt_tokens, Ordering::Relaxed);
+        Self {
+            endpoint,
+            prompt_tokens,
+        }
+    }
+
+    /// The answer's first byte is back: its prompt is no longer ahead of anyone's.
+    fn first_byte(&mut self) {
+        let tokens = std::mem::take(&mut self.prompt_tokens);
+        self.endpoint
+            .health
+            .prompt_tokens_ahead
+            .fetch_sub(tokens, Ordering::Relaxed);
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.health.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.first_byte();
+        self.endpoint
+            .health
+            .in_flight
+            .fetch_sub(1, Ordering::Relaxed);
     }
 }
 

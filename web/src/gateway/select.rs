@@ -189,6 +189,7 @@ fn candidates<'a>(
             InstanceLoad {
                 in_flight: k,
                 queue_depth: k.saturating_sub(max),
+                prompt_tokens_ahead: e.health.prompt_tokens_ahead.load(Ordering::Relaxed),
             }
         })
         .collect();
