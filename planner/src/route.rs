@@ -595,6 +595,17 @@ mod tests {
     use super::*;
     use crate::profile::{Scaling, ScalingRule, tests::smol};
 
+    /// SmolLM2's measured service model on one host.
+    fn smol_curve() -> ServiceCurve {
+        ServiceCurve::from_profile(
+            &smol(),
+            Scaling {
+                rule: ScalingRule::PerCore,
+                factor: 1.0,
+            },
+        )
+    }
+
     fn req(draw: f64) -> RouteRequest {
         RouteRequest {
             class: 0,
@@ -637,13 +648,7 @@ mod tests {
 
     #[test]
     fn plan_share_then_p2c_then_overflow() {
-        let curve = ServiceCurve::from_profile(
-            &smol(),
-            Scaling {
-                rule: ScalingRule::PerCore,
-                factor: 1.0,
-            },
-        );
+        let curve = smol_curve();
         let rules = BudgetRules::default();
         let policy = RoutePolicy {
             gpu_share: &[0.3],
@@ -698,13 +703,7 @@ mod tests {
 
     #[test]
     fn budget_actions_apply_past_their_threshold() {
-        let curve = ServiceCurve::from_profile(
-            &smol(),
-            Scaling {
-                rule: ScalingRule::PerCore,
-                factor: 1.0,
-            },
-        );
+        let curve = smol_curve();
         let rules = BudgetRules {
             relax: vec![],
             cap_gpu: vec![(0.8, 0.1)],
@@ -751,13 +750,7 @@ mod tests {
     /// it to GPU, a loose one keeps it on CPU, and a TPOT target below the predicted pace does too.
     #[test]
     fn the_request_s_own_targets_decide() {
-        let curve = ServiceCurve::from_profile(
-            &smol(),
-            Scaling {
-                rule: ScalingRule::PerCore,
-                factor: 1.0,
-            },
-        );
+        let curve = smol_curve();
         let rules = BudgetRules::default();
         let loads = [InstanceLoad::default()];
         let p = pools(&curve, &loads);
@@ -826,13 +819,7 @@ mod tests {
         let at_five = raw.for_output(11, 5);
         assert!((at_five.e2e_s - 0.6).abs() < 1e-12, "{at_five:?}");
 
-        let curve = ServiceCurve::from_profile(
-            &smol(),
-            Scaling {
-                rule: ScalingRule::PerCore,
-                factor: 1.0,
-            },
-        );
+        let curve = smol_curve();
         let rules = BudgetRules::default();
         let loads = [InstanceLoad::default()];
         let mut p = pools(&curve, &loads);
@@ -861,13 +848,7 @@ mod tests {
     /// by their prefill time, and the time after it not at all.
     #[test]
     fn prompts_ahead_delay_the_first_token() {
-        let curve = ServiceCurve::from_profile(
-            &smol(),
-            Scaling {
-                rule: ScalingRule::PerCore,
-                factor: 1.0,
-            },
-        );
+        let curve = smol_curve();
         let load = |ahead| InstanceLoad {
             in_flight: 1,
             queue_depth: 0,
