@@ -24,7 +24,7 @@ use crate::{
 };
 
 use self::{
-    ops::rope_tables,
+    ops::{RopeTable, rope_tables},
     pass::{Pass, TokenAt, Workspace},
     weights::{Layer, Loader},
 };
@@ -58,7 +58,7 @@ pub struct Llama {
     layers: Vec<Layer>,
     /// Per RoPE table (global layers, then sliding-window layers when there are any): the angle per
     /// position of each pair.
-    ropes: Vec<Vec<f64>>,
+    ropes: Vec<RopeTable>,
     pool: rayon::ThreadPool,
     placement: Applied,
     workspace: Mutex<Workspace>,

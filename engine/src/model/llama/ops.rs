@@ -83,10 +83,12 @@ pub(super) fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]
     }
 }
 
-/// `1 / sqrt(mean(x^2) + eps)`, the sum in f64.
+/// `1 / sqrt(mean(x^2) + eps)` as ggml's RMS norm takes it: each square rounded to f32 and summed in
+/// f64, the mean rounded to f32, the rest in f32.
 pub(super) fn rms_scale(x: &[f32], eps: f32) -> f32 {
-    let mean = x.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / x.len() as f64;
-    (1.0 / (mean + eps as f64).sqrt()) as f32
+    let sum: f64 = x.iter().map(|&v| f64::from(v * v)).sum();
+    let mean = (sum / x.len() as f64) as f32;
+    1.0 / (mean + eps).sqrt()
 }
 
 /// RMS norm in place of every head of `x` (rows of `weight.len()`, the head size), as Qwen3 and
@@ -103,32 +105,59 @@ pub(super) fn rms_norm_heads(split: Split<'_>, x: &mut [f32], weight: &[f32], ep
     });
 }
 
-/// The inverse frequency of every RoPE pair, per table: the global layers' (`rope_theta`, linear
-/// scaling, Llama 3's per-pair divisors as ggml applies them: the angle divided by the pair's
-/// factor, then multiplied by the scale), then, when some layers slide, theirs (their own base,
-/// neither scaled nor divided).
-pub(super) fn rope_tables(config: &LlamaConfig, factors: Option<&[f32]>) -> Vec<Vec<f64>> {
+/// One RoPE table, as ggml's rope takes it: the angles of a position's pairs are carried from pair
+/// to pair in f32, so a table's bits follow ggml's rather than the exact `pos * base^(-2i/d)`.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct RopeTable {
+    /// `base^(-2/head_dim)` (f32 `powf`): one pair's angle over the one before.
+    theta_scale: f32,
+    /// Multiplies every angle: `1 / factor` of linear scaling, else 1.
+    freq_scale: f32,
+    /// Divides each pair's angle (Llama 3's per-pair factors); empty when there are none.
+    factors: Vec<f32>,
+    pairs: usize,
+}
+
+impl RopeTable {
+    fn new(base: f32, head_dim: usize, freq_scale: f32, factors: Vec<f32>) -> Self {
+        Self {
+            theta_scale: base.powf(-2.0 / head_dim as f32),
+            freq_scale,
+            factors,
+            pairs: head_dim / 2,
+        }
+    }
+
+    /// Appends each pair's cosine and sine at `pos`, as ggml's rope cache computes them: the angle
+    /// starts at `pos` and is multiplied by `theta_scale` after each pair; a pair's own angle is that
+    /// divided by its factor, times `freq_scale`.
+    pub(super) fn push_rotations(&self, pos: usize, out: &mut Vec<[f32; 2]>) {
+        let mut theta = pos as f32;
+        for pair in 0..self.pairs {
+            let factor = self.factors.get(pair).copied().unwrap_or(1.0);
+            let angle = self.freq_scale * (theta / factor);
+            out.push([angle.cos(), angle.sin()]);
+            theta *= self.theta_scale;
+        }
+    }
+}
+
+/// The RoPE tables, indexed by [`GLOBAL_ROPE`] and [`SLIDING_ROPE`]: the global layers' (`rope_theta`,
+/// linear scaling, Llama 3's per-pair factors), then, when some layers slide, theirs (their own
+/// base, neither scaled nor divided).
+pub(super) fn rope_tables(config: &LlamaConfig, factors: Option<&[f32]>) -> Vec<RopeTable> {
     let hd = config.head_dim;
-    let inv_freq = |base: f32| -> Vec<f64> {
-        (0..hd / 2)
-            .map(|i| f64::from(base).powf(-2.0 * i as f64 / hd as f64))
-            .collect()
-    };
-    let scale = config.rope_scaling.map_or(1.0, |f| 1.0 / f64::from(f));
-    let global = inv_freq(config.rope_theta)
-        .into_iter()
-        .enumerate()
-        .map(|(i, freq)| {
-            let factor = factors
-                .and_then(|f| f.get(i))
-                .map_or(1.0, |&f| f64::from(f));
-            freq / factor * scale
-        })
-        .collect();
+    let freq_scale = config.rope_scaling.map_or(1.0, |f| 1.0 / f);
+    let global = RopeTable::new(
+        config.rope_theta,
+        hd,
+        freq_scale,
+        factors.map(<[f32]>::to_vec).unwrap_or_default(),
+    );
     let mut tables = vec![global];
     if let Some(window) = &config.sliding_window {
         debug_assert_eq!(tables.len(), SLIDING_ROPE);
-        tables.push(inv_freq(window.rope_theta));
+        tables.push(RopeTable::new(window.rope_theta, hd, 1.0, Vec::new()));
     }
     tables
 }
@@ -141,7 +170,7 @@ pub(super) fn silu(x: f32) -> f32 {
 pub(super) fn gelu_tanh(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     const COEF_A: f32 = 0.044_715;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + COEF_A * x * x)).tanh())
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (COEF_A * x).mul_add(x, 1.0)).tanh())
 }
 
 /// GELU of every f16 value, rounded to f16: ggml's table, indexed by the bits of the input.

@@ -210,13 +210,10 @@ impl Llama {
     /// Per RoPE table, each pair's cosine and sine for every token of `pass`, into `out`.
     pub(super) fn rotations(&self, pass: &Pass<'_>, out: &mut Vec<Vec<[f32; 2]>>) {
         out.resize_with(self.ropes.len(), Vec::new);
-        for (table, freqs) in out.iter_mut().zip(&self.ropes) {
-            table.clear();
+        for (rotations, table) in out.iter_mut().zip(&self.ropes) {
+            rotations.clear();
             for at in pass.at {
-                table.extend(freqs.iter().map(|&freq| {
-                    let theta = at.pos as f64 * freq;
-                    [theta.cos() as f32, theta.sin() as f32]
-                }));
+                table.push_rotations(at.pos, rotations);
             }
         }
     }
@@ -248,9 +245,10 @@ impl Llama {
                     RopeStyle::Interleaved => (2 * i, 2 * i + 1),
                     RopeStyle::Neox => (i, i + half),
                 };
+                // ggml's rope, as its x86 build contracts it: the first product fused.
                 let (x0, x1) = (head[a], head[b]);
-                head[a] = x0 * cos - x1 * sin;
-                head[b] = x0 * sin + x1 * cos;
+                head[a] = x0.mul_add(cos, -(x1 * sin));
+                head[b] = x0.mul_add(sin, x1 * cos);
             }
         }
     }

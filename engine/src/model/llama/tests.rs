@@ -1,7 +1,9 @@
 use half::f16;
 
 use super::{
-    ops::{GLOBAL_ROPE, SLIDING_ROPE, gelu_gate, rms_norm_heads, rope_tables},
+    ops::{
+        GLOBAL_ROPE, RopeTable, SLIDING_ROPE, gelu_gate, rms_norm_heads, rms_scale, rope_tables,
+    },
     *,
 };
 use crate::{
@@ -68,18 +70,49 @@ fn config(head_dim: usize) -> LlamaConfig {
     }
 }
 
+/// The angles a table gives for `pos`, from its cosines and sines.
+fn angles(table: &RopeTable, pos: usize) -> Vec<f64> {
+    let mut rotations = Vec::new();
+    table.push_rotations(pos, &mut rotations);
+    rotations
+        .iter()
+        .map(|&[cos, sin]| f64::from(sin).atan2(f64::from(cos)))
+        .collect()
+}
+
 #[test]
 fn rope_tables_apply_factors_scaling_and_the_sliding_base() {
+    let definition = |base: f64, pos: f64| -> Vec<f64> {
+        (0..4).map(|i| pos * base.powf(-(i as f64) / 4.0)).collect()
+    };
+    let close = |got: &[f64], want: &[f64], what: &str| {
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                "{what}: {got:?} against {want:?}"
+            );
+        }
+    };
     let plain = rope_tables(&config(8), None);
     assert_eq!(plain.len(), 1);
-    let want: Vec<f64> = (0..4).map(|i| 500_000f64.powf(-(i as f64) / 4.0)).collect();
-    assert_eq!(plain[0], want);
+    close(
+        &angles(&plain[GLOBAL_ROPE], 2),
+        &definition(500_000.0, 2.0),
+        "plain",
+    );
 
     let factors = [1.0, 2.0, 4.0, 8.0];
     let divided = rope_tables(&config(8), Some(&factors));
-    for ((&got, &base), &factor) in divided[0].iter().zip(&want).zip(&factors) {
-        assert_eq!(got, base / f64::from(factor));
-    }
+    let want: Vec<f64> = definition(500_000.0, 2.0)
+        .iter()
+        .zip(factors)
+        .map(|(a, f)| a / f64::from(f))
+        .collect();
+    close(
+        &angles(&divided[GLOBAL_ROPE], 2),
+        &want,
+        "divided by the factors",
+    );
 
     let mut gemma = config(8);
     gemma.rope_scaling = Some(8.0);
@@ -90,14 +123,38 @@ fn rope_tables_apply_factors_scaling_and_the_sliding_base() {
     });
     let tables = rope_tables(&gemma, None);
     assert_eq!(tables.len(), 2);
-    for (&got, &base) in tables[GLOBAL_ROPE].iter().zip(&want) {
-        assert_eq!(got, base / 8.0, "global layers scaled");
-    }
-    let sliding: Vec<f64> = (0..4).map(|i| 10_000f64.powf(-(i as f64) / 4.0)).collect();
-    assert_eq!(
-        tables[SLIDING_ROPE], sliding,
-        "sliding layers: own base, unscaled"
+    let scaled: Vec<f64> = definition(500_000.0, 3.0).iter().map(|a| a / 8.0).collect();
+    close(
+        &angles(&tables[GLOBAL_ROPE], 3),
+        &scaled,
+        "global layers scaled",
     );
+    close(
+        &angles(&tables[SLIDING_ROPE], 3),
+        &definition(10_000.0, 3.0),
+        "sliding layers: own base, unscaled",
+    );
+}
+
+#[test]
+fn rope_angles_are_carried_from_pair_to_pair_in_f32_as_ggml_does() {
+    let table = &rope_tables(&config(8), None)[GLOBAL_ROPE];
+    let ratio = 500_000f32.powf(-2.0 / 8.0);
+    let mut rotations = Vec::new();
+    table.push_rotations(7, &mut rotations);
+    let mut theta = 7f32;
+    for &[cos, sin] in &rotations {
+        assert_eq!([cos, sin], [theta.cos(), theta.sin()]);
+        theta *= ratio;
+    }
+}
+
+#[test]
+fn rms_scale_rounds_the_squares_and_the_mean_to_f32_as_ggml_does() {
+    let x = [1.1f32, -2.3, 0.7, 3.9];
+    let sum: f64 = x.iter().map(|&v| f64::from(v * v)).sum();
+    let mean = (sum / 4.0) as f32;
+    assert_eq!(rms_scale(&x, 1e-6), 1.0 / (mean + 1e-6).sqrt());
 }
 
 #[test]
