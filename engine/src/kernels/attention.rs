@@ -11,6 +11,10 @@
 //! in f32. A query row's result therefore has the same bits whichever tokens and heads share its call:
 //! batching and chunked prefill do not change it.
 //!
+//! Over an f16 cache the fast form is llama.cpp's CPU flash attention instead, step for step: the
+//! query rounded to f16, each score summed as ggml's AVX-512 f16 dot sums it, the softmax updated key
+//! by key, and the weighted values kept in f16. Its bits are llama.cpp's on every tier.
+//!
 //! A sliding-window layer's query at position `p` sees only positions `p'` with `p - p' < window`
 //! (llama.cpp's standard sliding window); the kernel skips the blocks before a call's first visible
 //! position and the keys before each row's.
@@ -161,8 +165,10 @@ pub fn attend_reference<T: CacheValue>(
 pub(crate) struct Scratch {
     /// Scaled query rows, `rows x head_dim`.
     queries: Vec<f32>,
-    /// One block of keys, transposed: `head_dim x KEY_BLOCK`.
+    /// One block of keys, transposed: `head_dim x KEY_BLOCK` (the f32 cache's path).
     keys_t: Vec<f32>,
+    /// One block of keys as rows: `KEY_BLOCK x head_dim` (the flash path).
+    keys: Vec<f32>,
     /// One block of values: `KEY_BLOCK x head_dim`.
     values: Vec<f32>,
     /// One widened key row.
@@ -252,8 +258,9 @@ impl HalfRounding for Avx512Rounding {
 }
 
 /// The fast kernel for head sizes it is compiled for (16, 32, 64, 128, 256), the reference for others.
-/// Scores are summed with separate multiplies and adds (never fused), in the same order on every
-/// tier; the f32 cache's weighted values too, so that cache gives the same bits on every tier.
+/// The f32 cache's scores and weighted values are summed with separate multiplies and adds (never
+/// fused), in the same order on every tier; the f16 cache's follow ggml's flash attention, fused
+/// where it fuses. Either way a cache type gives the same bits on every tier.
 ///
 /// # Safety
 /// The CPU must support what `R` uses.
@@ -307,7 +314,11 @@ unsafe fn blocked<T: CacheValue, R: HalfRounding, const HD: usize>(
     s.max.resize(rows, f32::NEG_INFINITY);
     s.sum.clear();
     s.sum.resize(rows, 0.0);
-    s.keys_t.resize(HD * KEY_BLOCK, 0.0);
+    if T::FLASH_F16 {
+        s.keys.resize(KEY_BLOCK * HD, 0.0);
+    } else {
+        s.keys_t.resize(HD * KEY_BLOCK, 0.0);
+    }
     s.values.resize(KEY_BLOCK * HD, 0.0);
     s.key.resize(HD, 0.0);
 
@@ -355,7 +366,8 @@ unsafe fn blocked<T: CacheValue, R: HalfRounding, const HD: usize>(
     }
 }
 
-/// Widens positions `start..start + n` into the scratch: keys transposed, values as rows.
+/// Widens positions `start..start + n` into the scratch: values as rows, keys as rows for the flash
+/// path and transposed for the other.
 #[inline(always)]
 fn load_block<T: CacheValue, const HD: usize>(
     kv: &CachedHead<'_, T>,
@@ -365,11 +377,15 @@ fn load_block<T: CacheValue, const HD: usize>(
 ) {
     for k in 0..n {
         let o = (kv.offset)(start + k);
+        T::widen(&kv.values[o..o + HD], &mut s.values[k * HD..(k + 1) * HD]);
+        if T::FLASH_F16 {
+            T::widen(&kv.keys[o..o + HD], &mut s.keys[k * HD..(k + 1) * HD]);
+            continue;
+        }
         T::widen(&kv.keys[o..o + HD], &mut s.key);
         for (d, &v) in s.key.iter().enumerate() {
             s.keys_t[d * KEY_BLOCK + k] = v;
         }
-        T::widen(&kv.values[o..o + HD], &mut s.values[k * HD..(k + 1) * HD]);
     }
 }
 
@@ -419,6 +435,65 @@ fn block_scores<const HD: usize>(query: &[f32; HD], keys_t: &[f32]) -> [f32; KEY
     scores
 }
 
+/// Lanes of ggml's AVX-512 f16 dot product (`ggml_vec_dot_f16`): four accumulators of sixteen.
+const FLASH_LANES: usize = 16;
+const FLASH_ACCUMULATORS: usize = 4;
+const FLASH_STEP: usize = FLASH_LANES * FLASH_ACCUMULATORS;
+
+/// One score of the flash path, summed as ggml's AVX-512 `ggml_vec_dot_f16` sums it: over steps of
+/// 64 values, value `64i + 16j + l` fused into accumulator `j`'s lane `l`; the accumulators added
+/// `(0 + 2) + (1 + 3)`, the sixteen lanes reduced as `_mm512_reduce_add_ps` does (halves, quarters,
+/// then pairs); the values past the last whole step added in f64.
+#[inline(always)]
+fn flash_score<const HD: usize>(query: &[f32; HD], key: &[f32]) -> f32 {
+    let mut acc = [[0f32; FLASH_LANES]; FLASH_ACCUMULATORS];
+    let whole = HD / FLASH_STEP * FLASH_STEP;
+    for (qs, ks) in query[..whole]
+        .chunks_exact(FLASH_STEP)
+        .zip(key[..whole].chunks_exact(FLASH_STEP))
+    {
+        for (j, a) in acc.iter_mut().enumerate() {
+            let at = j * FLASH_LANES;
+            for (l, lane) in a.iter_mut().enumerate() {
+                *lane = ks[at + l].mul_add(qs[at + l], *lane);
+            }
+        }
+    }
+    let mut lanes = [0f32; FLASH_LANES];
+    for (l, lane) in lanes.iter_mut().enumerate() {
+        *lane = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    }
+    let eighths: [f32; 8] = std::array::from_fn(|i| lanes[i + 8] + lanes[i]);
+    let quarters: [f32; 4] = std::array::from_fn(|i| eighths[i + 4] + eighths[i]);
+    let reduced = (quarters[0] + quarters[2]) + (quarters[1] + quarters[3]);
+    let mut sum = f64::from(reduced);
+    for (&q, &k) in query[whole..].iter().zip(&key[whole..HD]) {
+        sum += f64::from(k * q);
+    }
+    sum as f32
+}
+
+/// One query row's flash scores against the visible keys of a block (rows of `HD`); the others are
+/// left at zero and never read.
+#[inline(always)]
+fn flash_scores<const HD: usize>(
+    query: &[f32; HD],
+    keys: &[f32],
+    visible: Visible,
+) -> [f32; KEY_BLOCK] {
+    let mut scores = [0f32; KEY_BLOCK];
+    let (rows, _) = keys.as_chunks::<HD>();
+    for (score, key) in scores
+        .iter_mut()
+        .zip(rows)
+        .take(visible.live)
+        .skip(visible.from)
+    {
+        *score = flash_score::<HD>(query, key);
+    }
+    scores
+}
+
 /// The query rows of one token (its heads of the group) against the block of keys in the scratch,
 /// as llama.cpp's CPU flash attention does it: taken two or three rows at a time, so that their
 /// chains of rounded sums overlap.
@@ -441,10 +516,10 @@ unsafe fn token_flash<R: HalfRounding, const HD: usize>(
     };
     for first in rows.step_by(step) {
         let block = FlashBlock {
-            keys_t: &s.keys_t,
+            keys: &s.keys,
             values: &s.values,
             scale,
-            keys,
+            visible: keys,
         };
         let queries = &s.queries[first * HD..(first + step) * HD];
         let max = &mut s.max[first..first + step];
@@ -517,11 +592,12 @@ impl SoftmaxSteps {
 
 /// One block of widened keys and values, as flash attention's rows see it.
 struct FlashBlock<'a> {
-    keys_t: &'a [f32],
+    /// Widened keys as rows.
+    keys: &'a [f32],
     values: &'a [f32],
     scale: f32,
     /// Keys visible to the rows.
-    keys: Visible,
+    visible: Visible,
 }
 
 /// `G` query rows (`G x HD` values, with their running maxima, sums and f16 sums of values)
@@ -550,12 +626,12 @@ unsafe fn rows_flash<R: HalfRounding, const HD: usize, const G: usize>(
     let mut steps = [SoftmaxSteps::default(); G];
     let mut sums = [[0f32; HD]; G];
     for g in 0..G {
-        let scores = block_scores::<HD>(&queries[g], block.keys_t);
-        steps[g] = SoftmaxSteps::new(&scores, block.scale, max[g], block.keys);
+        let scores = flash_scores::<HD>(&queries[g], block.keys, block.visible);
+        steps[g] = SoftmaxSteps::new(&scores, block.scale, max[g], block.visible);
         sums[g] = acc[g];
     }
     let (values, _) = block.values.as_chunks::<HD>();
-    let Visible { from, live } = block.keys;
+    let Visible { from, live } = block.visible;
     for (k, value) in values.iter().enumerate().take(live).skip(from) {
         for g in 0..G {
             let (rescale, weight) = (steps[g].rescale[k], steps[g].weight[k]);
@@ -571,7 +647,8 @@ unsafe fn rows_flash<R: HalfRounding, const HD: usize, const G: usize>(
             }
             // SAFETY: passed on from the caller.
             unsafe { R::round(&mut sums[g]) };
-            sum[g] = sum[g] * rescale + weight;
+            // Fused, as GCC contracts ggml's `S = S*ms + vs`.
+            sum[g] = sum[g].mul_add(rescale, weight);
         }
     }
     for g in 0..G {
