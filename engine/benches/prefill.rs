@@ -20,7 +20,7 @@ use criterion::{
 };
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use strata_engine::{
-    kernels::{self, MatmulScratch, OutLayout, cpu, dispatch::KernelTable},
+    kernels::{self, MatmulScratch, OutLayout, cpu, dispatch::KernelTable, k_numerics::KPath},
     quant::{self, BlockQ8_0, BlockQ8_1, BlockQ8K, QK, QK_K},
     weights::{Weight, WeightData, WeightType},
 };
@@ -186,7 +186,7 @@ fn prefill_k_quants(c: &mut Criterion) {
                     (v, &a8k, nb),
                     &Kernels {
                         tiled: KernelTable::gemm_q4_k_q8_k,
-                        four: KernelTable::vec_dot_q4_k_q8_k_x4,
+                        four: |k, rows, y| k.vec_dot_q4_k_q8_k_x4(rows, y, KPath::Tiled),
                     },
                 ),
                 WeightData::Q5K(v) => bench_kernels(
@@ -195,7 +195,7 @@ fn prefill_k_quants(c: &mut Criterion) {
                     (v, &a8k, nb),
                     &Kernels {
                         tiled: KernelTable::gemm_q5_k_q8_k,
-                        four: KernelTable::vec_dot_q5_k_q8_k_x4,
+                        four: |k, rows, y| k.vec_dot_q5_k_q8_k_x4(rows, y, KPath::Tiled),
                     },
                 ),
                 WeightData::Q6K(v) => bench_kernels(
@@ -204,7 +204,7 @@ fn prefill_k_quants(c: &mut Criterion) {
                     (v, &a8k, nb),
                     &Kernels {
                         tiled: KernelTable::gemm_q6_k_q8_k,
-                        four: KernelTable::vec_dot_q6_k_q8_k_x4,
+                        four: |k, rows, y| k.vec_dot_q6_k_q8_k_x4(rows, y, KPath::Tiled),
                     },
                 ),
                 _ => unreachable!("K-quant types only"),

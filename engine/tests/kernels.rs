@@ -16,6 +16,7 @@ use strata_engine::{
         OutLayout,
         cpu::{self, KernelTier},
         dispatch::{self, KernelTable},
+        k_numerics::KPath,
         scalar,
     },
     quant::{
@@ -837,8 +838,8 @@ impl NewDots {
         let (e4k, t4k) = exact_and_tolerance(&q4_k_parts(w), &q8_k_values(a));
         let q4_k = (
             "q4_k",
-            k.vec_dot_q4_k_q8_k(w, a),
-            scalar::vec_dot_q4_k_q8_k(w, a),
+            k.vec_dot_q4_k_q8_k(w, a, KPath::VecDot),
+            scalar::vec_dot_q4_k_q8_k(w, a, KPath::VecDot),
             e4k,
             t4k,
         );
@@ -846,8 +847,8 @@ impl NewDots {
         let (e5k, t5k) = exact_and_tolerance(&q5_k_parts(w), &q8_k_values(a));
         let q5_k = (
             "q5_k",
-            k.vec_dot_q5_k_q8_k(w, a),
-            scalar::vec_dot_q5_k_q8_k(w, a),
+            k.vec_dot_q5_k_q8_k(w, a, KPath::VecDot),
+            scalar::vec_dot_q5_k_q8_k(w, a, KPath::VecDot),
             e5k,
             t5k,
         );
@@ -855,8 +856,8 @@ impl NewDots {
         let (e6k, t6k) = exact_and_tolerance(&q6_k_parts(w), &q8_k_values(a));
         let q6_k = (
             "q6_k",
-            k.vec_dot_q6_k_q8_k(w, a),
-            scalar::vec_dot_q6_k_q8_k(w, a),
+            k.vec_dot_q6_k_q8_k(w, a, KPath::VecDot),
+            scalar::vec_dot_q6_k_q8_k(w, a, KPath::VecDot),
             e6k,
             t6k,
         );
@@ -973,16 +974,20 @@ fn k_quant_dots_of_hand_built_blocks_are_exact() {
     for k in tables() {
         let tier = k.tier();
         assert_eq!(
-            k.vec_dot_q4_k_q8_k(&q4, &ones),
+            k.vec_dot_q4_k_q8_k(&q4, &ones, KPath::VecDot),
             128.0 * -1.5 + 128.0 * -0.5,
             "{tier} q4_k"
         );
         assert_eq!(
-            k.vec_dot_q5_k_q8_k(&q5, &ones),
+            k.vec_dot_q5_k_q8_k(&q5, &ones, KPath::VecDot),
             128.0 * 6.5 + 128.0 * 7.5,
             "{tier} q5_k"
         );
-        assert_eq!(k.vec_dot_q6_k_q8_k(&q6, &ones), -32.0, "{tier} q6_k");
+        assert_eq!(
+            k.vec_dot_q6_k_q8_k(&q6, &ones, KPath::VecDot),
+            -32.0,
+            "{tier} q6_k"
+        );
     }
 }
 
@@ -1001,9 +1006,12 @@ fn new_x4_forms_equal_four_single_row_calls() {
         for k in tables() {
             let got50 = k.vec_dot_q5_0_q8_0_x4(w50.each_ref().map(|r| r.as_slice()), &a8);
             let got51 = k.vec_dot_q5_1_q8_1_x4(w51.each_ref().map(|r| r.as_slice()), &a81);
-            let got4k = k.vec_dot_q4_k_q8_k_x4(w4k.each_ref().map(|r| r.as_slice()), &a8k);
-            let got5k = k.vec_dot_q5_k_q8_k_x4(w5k.each_ref().map(|r| r.as_slice()), &a8k);
-            let got6k = k.vec_dot_q6_k_q8_k_x4(w6k.each_ref().map(|r| r.as_slice()), &a8k);
+            let got4k =
+                k.vec_dot_q4_k_q8_k_x4(w4k.each_ref().map(|r| r.as_slice()), &a8k, KPath::VecDot);
+            let got5k =
+                k.vec_dot_q5_k_q8_k_x4(w5k.each_ref().map(|r| r.as_slice()), &a8k, KPath::VecDot);
+            let got6k =
+                k.vec_dot_q6_k_q8_k_x4(w6k.each_ref().map(|r| r.as_slice()), &a8k, KPath::VecDot);
             for r in 0..4 {
                 let what = format!("{} x{nb} row {r}", k.tier());
                 assert_bits(
@@ -1019,17 +1027,17 @@ fn new_x4_forms_equal_four_single_row_calls() {
                 assert_bits(
                     &format!("q4_k {what}"),
                     got4k[r],
-                    k.vec_dot_q4_k_q8_k(&w4k[r], &a8k),
+                    k.vec_dot_q4_k_q8_k(&w4k[r], &a8k, KPath::VecDot),
                 );
                 assert_bits(
                     &format!("q5_k {what}"),
                     got5k[r],
-                    k.vec_dot_q5_k_q8_k(&w5k[r], &a8k),
+                    k.vec_dot_q5_k_q8_k(&w5k[r], &a8k, KPath::VecDot),
                 );
                 assert_bits(
                     &format!("q6_k {what}"),
                     got6k[r],
-                    k.vec_dot_q6_k_q8_k(&w6k[r], &a8k),
+                    k.vec_dot_q6_k_q8_k(&w6k[r], &a8k, KPath::VecDot),
                 );
             }
         }
@@ -1069,19 +1077,19 @@ fn new_tiled_products_equal_single_row_dots_bit_for_bit() {
                         &format!("q4_k {what}"),
                         (&w4k, &a8k, nb),
                         |w, x, out, layout| k.gemm_q4_k_q8_k(w, x, nb, out, layout),
-                        |w, x| k.vec_dot_q4_k_q8_k(w, x),
+                        |w, x| k.vec_dot_q4_k_q8_k(w, x, KPath::Tiled),
                     );
                     check_tiled(
                         &format!("q5_k {what}"),
                         (&w5k, &a8k, nb),
                         |w, x, out, layout| k.gemm_q5_k_q8_k(w, x, nb, out, layout),
-                        |w, x| k.vec_dot_q5_k_q8_k(w, x),
+                        |w, x| k.vec_dot_q5_k_q8_k(w, x, KPath::Tiled),
                     );
                     check_tiled(
                         &format!("q6_k {what}"),
                         (&w6k, &a8k, nb),
                         |w, x, out, layout| k.gemm_q6_k_q8_k(w, x, nb, out, layout),
-                        |w, x| k.vec_dot_q6_k_q8_k(w, x),
+                        |w, x| k.vec_dot_q6_k_q8_k(w, x, KPath::Tiled),
                     );
                 }
             }
@@ -1097,20 +1105,20 @@ fn new_free_functions_use_the_process_table() {
     let (w, a) = &dots.q4_k;
     assert_bits(
         "q4_k",
-        dispatch::vec_dot_q4_k_q8_k(w, a),
-        k.vec_dot_q4_k_q8_k(w, a),
+        dispatch::vec_dot_q4_k_q8_k(w, a, KPath::VecDot),
+        k.vec_dot_q4_k_q8_k(w, a, KPath::VecDot),
     );
     let (w, a) = &dots.q5_k;
     assert_bits(
         "q5_k",
-        dispatch::vec_dot_q5_k_q8_k(w, a),
-        k.vec_dot_q5_k_q8_k(w, a),
+        dispatch::vec_dot_q5_k_q8_k(w, a, KPath::VecDot),
+        k.vec_dot_q5_k_q8_k(w, a, KPath::VecDot),
     );
     let (w, a) = &dots.q6_k;
     assert_bits(
         "q6_k",
-        dispatch::vec_dot_q6_k_q8_k(w, a),
-        k.vec_dot_q6_k_q8_k(w, a),
+        dispatch::vec_dot_q6_k_q8_k(w, a, KPath::VecDot),
+        k.vec_dot_q6_k_q8_k(w, a, KPath::VecDot),
     );
     let (w, a) = &dots.q5_0;
     assert_bits(

@@ -38,13 +38,14 @@ use std::{arch::x86_64::*, cell::RefCell};
 
 use half::f16;
 
+use super::k_numerics::{K4Block, KInts, KKind, KPath, KScales, KSum};
 use super::{
     tiles::{OutLayout, each_row, gemm_by_row_dots, store_tile, tile_rows},
     x86::{
-        add_block_q8_0, block_sums, bytes_from_nibbles_32, common_len, cut, f16_to_f32,
-        gemm_by_dots, head_f32, hsum_float_4, hsum_float_8, hsum_i32_4, k4_min_products, k4_scales,
-        lanes, load_i8x32, load_i16x16, prefetch_blocks_ahead, prefetch_rows_ahead, q6_k_offset,
-        scales_f32, scales_i16, scales_mins_k4, sub_block_sums, u8x8_to_i16,
+        bytes_from_nibbles_32, common_len, cut, f16_to_f32, gemm_by_dots, head_f32, hsum_float_8,
+        k4_min_products, load_i8x32, load_i16x16, prefetch_blocks_ahead, prefetch_rows_ahead,
+        q6_k_offset, scales_i16, scales_mins_k4, store_i32x4, store_i32x8, sub_block_sums,
+        u8x8_to_i16,
     },
 };
 use crate::quant::{
@@ -179,26 +180,27 @@ pub(crate) unsafe fn vec_dot_f16_x4(rows: [&[f16]; 4], y: &[f16]) -> [f32; 4] {
 // ---------------------------------------------------------------------------------------------
 // Quantized dots.
 
-/// Q8_0 x Q8_0 dots of `R` (at most four) rows against `y`, in the scalar reference's numerics (see
-/// [`add_block_q8_0`]; the sums start from -0.0, as `Iterator::sum`). The int32 lanes come from
-/// ggml's sign trick (`|x|` times `y` with `x`'s sign), exact while `y` avoids -128.
+/// Q8_0 x Q8_0 dots of `R` rows against `y` (ggml `ggml_vec_dot_q8_0_q8_0`, AVX2): per block, the
+/// eight int32 lanes of ggml's sign trick (`|x|` times `y` with `x`'s sign, exact while `y` avoids
+/// -128) fused with `d_x d_y` into one 8-lane sum; `hsum_float_8` at the end.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 fn dot_q8_0_rows<const R: usize>(rows: [&[BlockQ8_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
-    const { assert!(R >= 1 && R <= 4) };
     let n = common_len(&rows, y);
     let rows = cut(rows, n);
-    let mut acc = _mm_set1_ps(-0.0);
+    let mut acc = [_mm256_setzero_ps(); R];
     for (i, b) in y[..n].iter().enumerate() {
         let qy = load_i8x32(&b.qs);
-        let q: [__m256i; R] = std::array::from_fn(|r| {
-            let qx = load_i8x32(&rows[r][i].qs);
-            mul_sum_us8_pairs(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx))
-        });
-        let dx = scales_f32::<R>(std::array::from_fn(|r| rows[r][i].d));
-        acc = add_block_q8_0(acc, block_sums(q), dx, head_f32(b));
+        let dy = f16_to_f32(b.d);
+        for r in 0..R {
+            let a = &rows[r][i];
+            let qx = load_i8x32(&a.qs);
+            let lanes = mul_sum_us8_pairs(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+            let d = _mm256_set1_ps(f16_to_f32(a.d) * dy);
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[r]);
+        }
     }
-    lanes(acc)
+    acc.map(|a| hsum_float_8(a))
 }
 
 /// ggml `ggml_vec_dot_q8_0_q8_0` (AVX2).
@@ -471,17 +473,18 @@ fn spread_i16(v: __m256i, lo: i32, hi: i32) -> __m256i {
     _mm256_shuffle_epi8(v, index)
 }
 
-/// The int32 lanes of a Q4_K/Q5_K super-block's scaled sums, as ggml's AVX2 code forms them: lane
-/// `l` adds, over every 32-value sub-block, its scale times the products of its bytes `4l..4l+4`.
-/// `scales` holds the eight sub-block scales as i16 in both halves; `qh`, for Q5_K, the fifth bits.
+/// The integers of a Q4_K/Q5_K super-block's dot ([`KInts`]), as ggml's AVX2 code forms its lanes:
+/// lane `l` adds, over every 32-value sub-block, its scale times the products of its bytes
+/// `4l..4l+4`; when `PAIRS`, each 64 values' total too. `scales` holds the eight sub-block scales as
+/// i16 in both halves; `qh`, for Q5_K, the fifth bits.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn k4_scaled_sums(
+fn k4_ints<const PAIRS: bool>(
     qs: &[u8; QK_K / 2],
     qh: Option<&[u8; QK_K / 8]>,
     scales: __m256i,
     q8: &[i8; QK_K],
-) -> __m256i {
+) -> KInts {
     let low4 = _mm256_set1_epi8(0x0f);
     let fifth = _mm256_set1_epi8(0x10);
     let (q4, _) = qs.as_chunks::<32>();
@@ -491,6 +494,7 @@ fn k4_scaled_sums(
         Some(h) => load_u8x32(h),
         None => _mm256_setzero_si256(),
     };
+    let mut ints = KInts::default();
     let mut sumi = _mm256_setzero_si256();
     for j in 0..QK_K / 64 {
         let bits = load_u8x32(&q4[j]);
@@ -507,49 +511,55 @@ fn k4_scaled_sums(
         let p_hi = _mm256_maddubs_epi16(hi, load_i8x32(&q8[2 * j + 1]));
         let p_lo = _mm256_madd_epi16(spread_i16(scales, s, s), p_lo);
         let p_hi = _mm256_madd_epi16(spread_i16(scales, s + 1, s + 1), p_hi);
-        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p_lo, p_hi));
+        let pair = _mm256_add_epi32(p_lo, p_hi);
+        if PAIRS {
+            ints.pairs[j] = store_i32x8(pair).iter().sum();
+        }
+        sumi = _mm256_add_epi32(sumi, pair);
     }
-    sumi
+    ints.lanes = store_i32x8(sumi);
+    ints
 }
 
-/// Q4_K x Q8_K dots of `R` rows against `y` (ggml `ggml_vec_dot_q4_K_q8_K`, AVX2): per super-block,
-/// the scaled int32 lanes times `d` into an 8-lane accumulator, the minimums' products times `dmin`
-/// into a 4-lane one.
+/// Q4_K/Q5_K x Q8_K dots of `R` rows against `y` along `path`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn dot_q4_k_rows<const R: usize>(rows: [&[BlockQ4K]; R], y: &[BlockQ8K]) -> [f32; R] {
+fn dot_k4_rows<W: K4Block, const R: usize>(
+    rows: [&[W]; R],
+    y: &[BlockQ8K],
+    path: KPath,
+) -> [f32; R] {
     let n = common_len(&rows, y);
     let rows = cut(rows, n);
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut acc_m = [_mm_setzero_ps(); R];
+    let mut sums = [KSum::new(path, W::KIND); R];
     for (i, b) in y[..n].iter().enumerate() {
         if R > 1 {
             prefetch_blocks_ahead(&rows, i);
         }
         let sub_sums = sub_block_sums(b);
-        let dy = _mm_setr_ps(b.d, -b.d, 0.0, 0.0);
         for r in 0..R {
             let a = &rows[r][i];
-            let (scales, mins) = scales_mins_k4(&a.scales);
-            let d = k4_scales(a, dy);
-            let prod = k4_min_products(mins, sub_sums);
-            let dmin = _mm_permute_ps::<0b0101_0101>(d);
-            acc_m[r] = _mm_fmadd_ps(dmin, _mm_cvtepi32_ps(prod), acc_m[r]);
+            let (scales, mins) = scales_mins_k4(a.packed_scales());
             let scales = _mm256_broadcastsi128_si256(u8x8_to_i16(scales));
-            let sumi = k4_scaled_sums(&a.qs, None, scales, &b.qs);
-            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+            let mut ints = if path == KPath::RepackedGemm {
+                k4_ints::<true>(a.qs(), a.qh(), scales, &b.qs)
+            } else {
+                k4_ints::<false>(a.qs(), a.qh(), scales, &b.qs)
+            };
+            ints.mins = store_i32x4(k4_min_products(mins, sub_sums));
+            sums[r].add(&ints, a.scales_with(b.d));
         }
     }
-    std::array::from_fn(|r| hsum_float_8(acc[r]) + hsum_float_4(acc_m[r]))
+    sums.map(KSum::finish)
 }
 
-/// ggml `ggml_vec_dot_q4_K_q8_K` (AVX2).
+/// ggml's Q4_K x Q8_K dot along `path` (AVX2).
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
-    dot_q4_k_rows([x], y)[0]
+pub(crate) unsafe fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K], path: KPath) -> f32 {
+    dot_k4_rows([x], y, path)[0]
 }
 
 /// Four rows of [`vec_dot_q4_k_q8_k`] sharing the activation sums, the rows ahead prefetched.
@@ -557,48 +567,21 @@ pub(crate) unsafe fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn vec_dot_q4_k_q8_k_x4(rows: [&[BlockQ4K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
-    dot_q4_k_rows(rows, y)
+pub(crate) unsafe fn vec_dot_q4_k_q8_k_x4(
+    rows: [&[BlockQ4K]; 4],
+    y: &[BlockQ8K],
+    path: KPath,
+) -> [f32; 4] {
+    dot_k4_rows(rows, y, path)
 }
 
-/// Q5_K x Q8_K dots of `R` rows against `y` (ggml `ggml_vec_dot_q5_K_q8_K`, AVX2): as Q4_K with the
-/// fifth bits, but the minimums' products are summed exactly per super-block and added, times `dmin`,
-/// to a scalar sum (fused, as GCC contracts `summs += dmin * sum`).
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn dot_q5_k_rows<const R: usize>(rows: [&[BlockQ5K]; R], y: &[BlockQ8K]) -> [f32; R] {
-    let n = common_len(&rows, y);
-    let rows = cut(rows, n);
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut summs = [0f32; R];
-    for (i, b) in y[..n].iter().enumerate() {
-        if R > 1 {
-            prefetch_blocks_ahead(&rows, i);
-        }
-        let sub_sums = sub_block_sums(b);
-        let dy = _mm_setr_ps(b.d, -b.d, 0.0, 0.0);
-        for r in 0..R {
-            let a = &rows[r][i];
-            let (scales, mins) = scales_mins_k4(&a.scales);
-            let d = k4_scales(a, dy);
-            let prod = hsum_i32_4(k4_min_products(mins, sub_sums));
-            let dmin = _mm_cvtss_f32(_mm_movehdup_ps(d));
-            summs[r] = dmin.mul_add(prod as f32, summs[r]);
-            let scales = _mm256_broadcastsi128_si256(u8x8_to_i16(scales));
-            let sumi = k4_scaled_sums(&a.qs, Some(&a.qh), scales, &b.qs);
-            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
-        }
-    }
-    std::array::from_fn(|r| hsum_float_8(acc[r]) + summs[r])
-}
-
-/// ggml `ggml_vec_dot_q5_K_q8_K` (AVX2).
+/// ggml's Q5_K x Q8_K dot along `path` (AVX2).
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
-    dot_q5_k_rows([x], y)[0]
+pub(crate) unsafe fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K], path: KPath) -> f32 {
+    dot_k4_rows([x], y, path)[0]
 }
 
 /// Four rows of [`vec_dot_q5_k_q8_k`] sharing the activation sums, the rows ahead prefetched.
@@ -606,8 +589,12 @@ pub(crate) unsafe fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn vec_dot_q5_k_q8_k_x4(rows: [&[BlockQ5K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
-    dot_q5_k_rows(rows, y)
+pub(crate) unsafe fn vec_dot_q5_k_q8_k_x4(
+    rows: [&[BlockQ5K]; 4],
+    y: &[BlockQ8K],
+    path: KPath,
+) -> [f32; 4] {
+    dot_k4_rows(rows, y, path)
 }
 
 /// The int32 lanes of a Q6_K super-block's scaled sums of its unsigned 6-bit values (the `-32` offset
@@ -659,14 +646,14 @@ fn q6_k_scaled_sums(x: &BlockQ6K, q8: &[i8; QK_K]) -> __m256i {
     sumi
 }
 
-/// Q6_K x Q8_K dots of `R` rows against `y` (ggml `ggml_vec_dot_q6_K_q8_K`, AVX2): per super-block,
-/// the scaled int32 lanes less the offset's, times `d`, into an 8-lane accumulator.
+/// Q6_K x Q8_K dots of `R` rows against `y` along `path`: per super-block, ggml's AVX2 int32 lanes
+/// less the offset's.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn dot_q6_k_rows<const R: usize>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K]) -> [f32; R] {
+fn dot_q6_k_rows<const R: usize>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K], path: KPath) -> [f32; R] {
     let n = common_len(&rows, y);
     let rows = cut(rows, n);
-    let mut acc = [_mm256_setzero_ps(); R];
+    let mut sums = [KSum::new(path, KKind::Q6K); R];
     for (i, b) in y[..n].iter().enumerate() {
         if R > 1 {
             prefetch_blocks_ahead(&rows, i);
@@ -675,20 +662,28 @@ fn dot_q6_k_rows<const R: usize>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K]) -> [f32
         for r in 0..R {
             let a = &rows[r][i];
             let sumi = _mm256_sub_epi32(q6_k_scaled_sums(a, &b.qs), q6_k_offset(a, bsums));
-            let d = _mm256_set1_ps(b.d * f16_to_f32(a.d));
-            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[r]);
+            let ints = KInts {
+                lanes: store_i32x8(sumi),
+                ..KInts::default()
+            };
+            let scales = KScales {
+                d: f16_to_f32(a.d),
+                dmin: 0.0,
+                dy: b.d,
+            };
+            sums[r].add(&ints, scales);
         }
     }
-    acc.map(|a| hsum_float_8(a))
+    sums.map(KSum::finish)
 }
 
-/// ggml `ggml_vec_dot_q6_K_q8_K` (AVX2).
+/// ggml's Q6_K x Q8_K dot along `path` (AVX2).
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
-    dot_q6_k_rows([x], y)[0]
+pub(crate) unsafe fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K], path: KPath) -> f32 {
+    dot_q6_k_rows([x], y, path)[0]
 }
 
 /// Four rows of [`vec_dot_q6_k_q8_k`] sharing the activation loads, the rows ahead prefetched.
@@ -696,8 +691,12 @@ pub(crate) unsafe fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn vec_dot_q6_k_q8_k_x4(rows: [&[BlockQ6K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
-    dot_q6_k_rows(rows, y)
+pub(crate) unsafe fn vec_dot_q6_k_q8_k_x4(
+    rows: [&[BlockQ6K]; 4],
+    y: &[BlockQ8K],
+    path: KPath,
+) -> [f32; 4] {
+    dot_q6_k_rows(rows, y, path)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1066,14 +1065,46 @@ pub(crate) unsafe fn gemm_q4_1_q8_1(
     });
 }
 
+/// Stamps the K-quant dots along llama.cpp's tiled product, the path of every K-quant product of
+/// many tokens this tier's tiled forms run.
+macro_rules! tiled_k_dots {
+    ($($name:ident, $name_x4:ident: $w:ty => $dot:ident, $dot_x4:ident;)*) => {$(
+        /// The single-row dot along [`KPath::Tiled`].
+        ///
+        /// # Safety
+        /// The CPU must support AVX2, FMA and F16C.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $name(x: &[$w], y: &[BlockQ8K]) -> f32 {
+            // SAFETY: this function's contract.
+            unsafe { $dot(x, y, KPath::Tiled) }
+        }
+
+        /// The four-row dot along [`KPath::Tiled`].
+        ///
+        /// # Safety
+        /// The CPU must support AVX2, FMA and F16C.
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $name_x4(rows: [&[$w]; 4], y: &[BlockQ8K]) -> [f32; 4] {
+            // SAFETY: this function's contract.
+            unsafe { $dot_x4(rows, y, KPath::Tiled) }
+        }
+    )*};
+}
+
+tiled_k_dots! {
+    tiled_q4_k, tiled_q4_k_x4: BlockQ4K => vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4;
+    tiled_q5_k, tiled_q5_k_x4: BlockQ5K => vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_x4;
+    tiled_q6_k, tiled_q6_k_x4: BlockQ6K => vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_x4;
+}
+
 // The tiled forms of the 5-bit and K-quant types: this tier's single-row and four-row dots over
 // every row and token.
 gemm_by_dots! {
     gemm_q5_0_q8_0: BlockQ5_0, BlockQ8_0 => vec_dot_q5_0_q8_0, vec_dot_q5_0_q8_0_x4;
     gemm_q5_1_q8_1: BlockQ5_1, BlockQ8_1 => vec_dot_q5_1_q8_1, vec_dot_q5_1_q8_1_x4;
-    gemm_q4_k_q8_k: BlockQ4K, BlockQ8K => vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4;
-    gemm_q5_k_q8_k: BlockQ5K, BlockQ8K => vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_x4;
-    gemm_q6_k_q8_k: BlockQ6K, BlockQ8K => vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_x4;
+    gemm_q4_k_q8_k: BlockQ4K, BlockQ8K => tiled_q4_k, tiled_q4_k_x4;
+    gemm_q5_k_q8_k: BlockQ5K, BlockQ8K => tiled_q5_k, tiled_q5_k_x4;
+    gemm_q6_k_q8_k: BlockQ6K, BlockQ8K => tiled_q6_k, tiled_q6_k_x4;
 }
 
 #[cfg(test)]
@@ -1081,8 +1112,21 @@ pub(super) mod k_quant_reference;
 
 #[cfg(test)]
 mod tests {
-    use super::{k_quant_reference::check_kernels, *};
+    use super::{
+        k_quant_reference::{check_kernels, check_same_bits},
+        *,
+    };
     use crate::kernels::cpu::{CpuFeatures, KernelTier};
+    use crate::kernels::scalar;
+
+    /// Every path of a Q4_K dot, and those of the K-quants llama.cpp does not repack.
+    const ALL_PATHS: [KPath; 4] = [
+        KPath::VecDot,
+        KPath::Tiled,
+        KPath::RepackedGemv,
+        KPath::RepackedGemm,
+    ];
+    const UNPACKED_PATHS: [KPath; 2] = [KPath::VecDot, KPath::Tiled];
 
     /// Whether this CPU runs the tier (saying so when it does not).
     fn runs() -> bool {
@@ -1093,16 +1137,41 @@ mod tests {
         runs
     }
 
-    /// Checks a type's one-row and four-row kernels (see [`check_kernels`]).
+    /// Checks a type's one-row and four-row kernels (see [`check_kernels`]), and that they give the
+    /// scalar reference's bits; a K-quant's along each of llama.cpp's paths.
     macro_rules! check {
-        ($name:literal, $one:ident, $four:ident) => {
+        ($name:literal, $one:ident, $four:ident) => {{
             check_kernels(
                 $name,
                 // SAFETY: called only after `runs()`: the CPU has the tier's features.
                 |x, y| unsafe { $one(x, y) },
                 // SAFETY: as above.
                 |rows, y| unsafe { $four(rows, y) },
-            )
+            );
+            check_same_bits(
+                $name,
+                // SAFETY: as above.
+                |x, y| unsafe { $one(x, y) },
+                |x, y| scalar::$one(x, y),
+            );
+        }};
+        ($name:literal, $one:ident, $four:ident, $paths:expr) => {
+            for path in $paths {
+                let name = format!("{} {path:?}", $name);
+                check_kernels(
+                    &name,
+                    // SAFETY: called only after `runs()`: the CPU has the tier's features.
+                    |x, y| unsafe { $one(x, y, path) },
+                    // SAFETY: as above.
+                    |rows, y| unsafe { $four(rows, y, path) },
+                );
+                check_same_bits(
+                    &name,
+                    // SAFETY: as above.
+                    |x, y| unsafe { $one(x, y, path) },
+                    |x, y| scalar::$one(x, y, path),
+                );
+            }
         };
     }
 
@@ -1123,21 +1192,31 @@ mod tests {
     #[test]
     fn q4_k_dots_match_the_exact_products() {
         if runs() {
-            check!("Q4_K", vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4);
+            check!("Q4_K", vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4, ALL_PATHS);
         }
     }
 
     #[test]
     fn q5_k_dots_match_the_exact_products() {
         if runs() {
-            check!("Q5_K", vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_x4);
+            check!(
+                "Q5_K",
+                vec_dot_q5_k_q8_k,
+                vec_dot_q5_k_q8_k_x4,
+                UNPACKED_PATHS
+            );
         }
     }
 
     #[test]
     fn q6_k_dots_match_the_exact_products() {
         if runs() {
-            check!("Q6_K", vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_x4);
+            check!(
+                "Q6_K",
+                vec_dot_q6_k_q8_k,
+                vec_dot_q6_k_q8_k_x4,
+                UNPACKED_PATHS
+            );
         }
     }
 

@@ -4,17 +4,15 @@
 //! Results are bit-identical to the AVX2 tier for the quantized dots. Q4_0 and Q4_1 follow the same
 //! ggml code (see `avx2.rs`): per block, eight exact int32 lane sums (bytes `4i..4i+4`) become f32 and
 //! are FMA'd with the f32 product of the two f16 scales into one 8-lane accumulator, `hsum_float_8` at
-//! the end. Q8_0 keeps the scalar reference's numerics (the block's exact sum times the scale product,
-//! added block by block), which lets its product of many tokens hold tokens in vector lanes. What
-//! changes is how the integers are formed: `vpdpbusd` (u8 x i8, four products per lane) instead of
+//! the end, and so does Q8_0. What changes is how the integers are formed: `vpdpbusd` (u8 x i8, four products per lane) instead of
 //! `vpmaddubsw` + `vpmaddwd`, with the signed side handled by an offset folded into the accumulator
 //! input:
 //! - Q4_1: nibbles are already unsigned: `dpbusd(0, q, y)`.
 //! - Q4_0: `dpbusd(-8*sum(y), q, y) = sum((q-8)*y)`; the offset is computed once per activation block
 //!   and shared by every row.
-//! - Q8_0: `dpbusd(-128*sum(y), x ^ 0x80, y) = sum((x+128)*y) - 128*sum(y)`; exact for every input
-//!   (ggml's sign trick is wrong for y = -128, which activations never hold). Its product of many
-//!   tokens biases the activations instead, and corrects by `-128*sum(x)` per weight block.
+//! - Q8_0: ggml's sign trick, `dpbusd(0, |x|, sign(y, x))`, exact while activations avoid -128, as
+//!   they do; its product of many tokens biases the activations to unsigned instead and corrects by
+//!   `-128*sum(x)` per lane (`q0_tiles`).
 //! - Q5_0 and Q5_1: as Q4_0 (offset `-16*sum(y)`) and Q4_1, the fifth bits added by a masked byte add.
 //! - K-quants: 64 values (two sub-blocks) per 512-bit vector, `vpmaddubsw` then `vpdpwssd` with the
 //!   sub-block scales; adding the two halves at the end gives the AVX2 tier's eight int32 lanes
@@ -50,15 +48,16 @@ mod q0_tiles;
 
 pub(crate) use self::{
     k_tiles::{gemm_q4_k_q8_k, gemm_q5_k_q8_k, gemm_q6_k_q8_k},
-    q0_tiles::{gemm_q4_0_q8_0, gemm_q5_0_q8_0},
+    q0_tiles::{gemm_q4_0_q8_0, gemm_q5_0_q8_0, gemm_q8_0_q8_0},
 };
 
 use std::{arch::x86_64::*, cell::RefCell};
 
 use half::f16;
 
+use super::k_numerics::{K4Block, KInts, KKind, KPath, KScales, KSum};
 use super::{
-    tiles::{OutLayout, each_row, gemm_by_row_dots, store_tile, tile_rows},
+    tiles::{OutLayout, gemm_by_row_dots, store_tile, tile_rows},
     x86::{
         self, bytes_from_nibbles_32, common_len, cut, f16_to_f32, gemm_by_dots, head_f32,
         hsum_float_8, load_i8x32,
@@ -186,116 +185,41 @@ pub(crate) unsafe fn vec_dot_f16_x4(rows: [&[f16]; 4], y: &[f16]) -> [f32; 4] {
 // ---------------------------------------------------------------------------------------------
 // Quantized dots.
 
-/// An activation block's bytes and, per lane, `-128 * sum(y)`: the correction for biasing the
-/// weights to unsigned.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn q8_0_activation(y: &BlockQ8_0) -> (__m256i, __m256i) {
-    let zero = _mm256_setzero_si256();
-    let qy = load_i8x32(&y.qs);
-    let sum = _mm256_dpbusd_epi32(zero, _mm256_set1_epi8(i8::MIN), qy);
-    (qy, _mm256_sub_epi32(zero, sum))
-}
-
-/// The eight exact int32 lane sums of one Q8_0 weight block against an activation block given as
-/// [`q8_0_activation`] returns it: `dpbusd(offset, x ^ 0x80, y)`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn q8_0_lanes(x: &BlockQ8_0, qy: __m256i, offset: __m256i) -> __m256i {
-    let ux = _mm256_xor_si256(load_i8x32(&x.qs), _mm256_set1_epi8(i8::MIN));
-    _mm256_dpbusd_epi32(offset, ux, qy)
-}
-
-/// Q8_0 x Q8_0 dots of `R` (at most four) rows against `y`, in the scalar reference's numerics (as
-/// the AVX2 tier: [`x86::add_block_q8_0`]), the int32 lanes from `vpdpbusd`.
+/// Q8_0 x Q8_0 dots of `R` rows against `y`, as ggml's x86 code takes them: per block, eight exact
+/// int32 lanes (`vpdpbusd` of `|x|` and `y` signed by `x`, ggml's sign trick, exact while activations
+/// avoid -128, as they do) fused with `d_x d_y` into one 8-lane sum; `hsum_float_8` at the end.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 fn dot_q8_0_rows<const R: usize>(rows: [&[BlockQ8_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
-    q8_0_rows_from(_mm_set1_ps(-0.0), rows, y)
-}
-
-/// [`dot_q8_0_rows`] continuing from the sums `acc` (row `r` in lane `r`).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn q8_0_rows_from<const R: usize>(
-    mut acc: __m128,
-    rows: [&[BlockQ8_0]; R],
-    y: &[BlockQ8_0],
-) -> [f32; R] {
-    const { assert!(R >= 1 && R <= 4) };
     let n = common_len(&rows, y);
     let rows = cut(rows, n);
+    let zero = _mm256_setzero_si256();
+    let mut acc = [_mm256_setzero_ps(); R];
     for (i, b) in y[..n].iter().enumerate() {
-        let (qy, offset) = q8_0_activation(b);
-        let q: [__m256i; R] = std::array::from_fn(|r| q8_0_lanes(&rows[r][i], qy, offset));
-        let dx = x86::scales_f32::<R>(std::array::from_fn(|r| rows[r][i].d));
-        acc = x86::add_block_q8_0(acc, x86::block_sums(q), dx, head_f32(b));
+        let qy = load_i8x32(&b.qs);
+        let dy = f16_to_f32(b.d);
+        for r in 0..R {
+            let a = &rows[r][i];
+            let qx = load_i8x32(&a.qs);
+            let lanes =
+                _mm256_dpbusd_epi32(zero, _mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+            let d = _mm256_set1_ps(f16_to_f32(a.d) * dy);
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[r]);
+        }
     }
-    x86::lanes(acc)
+    acc.map(|a| hsum_float_8(a))
 }
 
-/// The exact int32 sums of eight blocks' eight lanes each, block `k` in lane `k`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn eight_block_sums(q: [__m256i; 8]) -> __m256i {
-    let low = _mm256_hadd_epi32(_mm256_hadd_epi32(q[0], q[1]), _mm256_hadd_epi32(q[2], q[3]));
-    let high = _mm256_hadd_epi32(_mm256_hadd_epi32(q[4], q[5]), _mm256_hadd_epi32(q[6], q[7]));
-    // Lanes 0..4 of `low` / `high` hold the first half of blocks 0..4 / 4..8, lanes 4..8 the second.
-    _mm256_add_epi32(
-        _mm256_permute2x128_si256::<0x20>(low, high),
-        _mm256_permute2x128_si256::<0x31>(low, high),
-    )
-}
-
-/// The scales of eight consecutive blocks as f32 lanes.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn eight_scales(blocks: &[BlockQ8_0; 8]) -> __m256 {
-    let bits: [i16; 8] = std::array::from_fn(|k| blocks[k].d.to_bits() as i16);
-    // SAFETY: `bits` is 16 readable bytes; unaligned load.
-    _mm256_cvtph_ps(unsafe { _mm_loadu_si128(bits.as_ptr().cast()) })
-}
-
-/// `sum` plus eight blocks' products `sums[k] * d[k]` (exact int32 block sums, scale products), added
-/// one block after another.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn add_eight_blocks(mut sum: f32, sums: __m256i, d: __m256) -> f32 {
-    let products = _mm256_mul_ps(_mm256_cvtepi32_ps(sums), d);
-    let mut lanes = [0f32; 8];
-    // SAFETY: `lanes` is 8 f32; unaligned store.
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), products) };
-    for p in lanes {
-        sum += p;
-    }
-    sum
-}
-
-/// ggml `ggml_vec_dot_q8_0_q8_0`, with VNNI, in the scalar reference's numerics (see
-/// [`dot_q8_0_rows`]): eight blocks' lane sums are reduced together, their products with the scales
-/// formed in one vector, then added to the sum one block after another.
+/// ggml `ggml_vec_dot_q8_0_q8_0`, with VNNI.
 ///
 /// # Safety
 /// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
-    let n = x.len().min(y.len());
-    let (x, y) = (&x[..n], &y[..n]);
-    let mut sum = -0.0f32;
-    let (xs, x_tail) = x.as_chunks::<8>();
-    let (ys, y_tail) = y.as_chunks::<8>();
-    for (bx, by) in xs.iter().zip(ys) {
-        let q: [__m256i; 8] = std::array::from_fn(|k| {
-            let (qy, offset) = q8_0_activation(&by[k]);
-            q8_0_lanes(&bx[k], qy, offset)
-        });
-        let d = _mm256_mul_ps(eight_scales(bx), eight_scales(by));
-        sum = add_eight_blocks(sum, eight_block_sums(q), d);
-    }
-    q8_0_rows_from(_mm_set1_ps(sum), [x_tail], y_tail)[0]
+    dot_q8_0_rows([x], y)[0]
 }
 
-/// Four rows of [`vec_dot_q8_0_q8_0`] sharing the activation loads and offsets.
+/// Four rows of [`vec_dot_q8_0_q8_0`] sharing the activation loads.
 ///
 /// # Safety
 /// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
@@ -304,58 +228,28 @@ pub(crate) unsafe fn vec_dot_q8_0_q8_0_x4(rows: [&[BlockQ8_0]; 4], y: &[BlockQ8_
     dot_q8_0_rows(rows, y)
 }
 
-/// Most activation blocks [`gemv_q8_0_q8_0`] prepares on its stack; longer rows take the single-row dot.
-const GEMV_MAX_BLOCKS: usize = 512;
-
-/// One row's Q8_0 dot against an activation prepared once for every row: `corr[k]` is block `k`'s
-/// `-128 * sum(y)` and `dy[k]` its scale. Same numerics as [`vec_dot_q8_0_q8_0`].
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn dot_q8_0_prepared(x: &[BlockQ8_0], y: &[BlockQ8_0], corr: &[i32], dy: &[f32]) -> f32 {
-    let n = x.len().min(y.len()).min(corr.len()).min(dy.len());
-    let (xs, x_tail) = x[..n].as_chunks::<8>();
-    let (ys, y_tail) = y[..n].as_chunks::<8>();
-    let (cs, _) = corr[..n].as_chunks::<8>();
-    let (ds, _) = dy[..n].as_chunks::<8>();
-    let zero = _mm256_setzero_si256();
-    let bias = _mm256_set1_epi8(i8::MIN);
-    let mut sum = -0.0f32;
-    for (((bx, by), c), d) in xs.iter().zip(ys).zip(cs).zip(ds) {
-        let q: [__m256i; 8] = std::array::from_fn(|k| {
-            let ux = _mm256_xor_si256(load_i8x32(&bx[k].qs), bias);
-            _mm256_dpbusd_epi32(zero, ux, load_i8x32(&by[k].qs))
-        });
-        let sums = _mm256_add_epi32(eight_block_sums(q), load_i32x8(c));
-        // SAFETY: `d` is 8 readable f32; `loadu` has no alignment requirement.
-        let d = _mm256_mul_ps(eight_scales(bx), unsafe { _mm256_loadu_ps(d.as_ptr()) });
-        sum = add_eight_blocks(sum, sums, d);
-    }
-    q8_0_rows_from(_mm_set1_ps(sum), [x_tail], y_tail)[0]
-}
-
 /// `out[r] = ` [`vec_dot_q8_0_q8_0`]`(row r of w, y)` for the rows of `w` (rows of `y.len()` blocks,
-/// one per entry of `out`), bit for bit: the activation's per-block offsets and scales are formed once
-/// for every row instead of once per row.
+/// one per entry of `out`), four rows at a time.
 ///
 /// # Safety
 /// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn gemv_q8_0_q8_0(w: &[BlockQ8_0], y: &[BlockQ8_0], out: &mut [f32]) {
     let nb = y.len();
-    if nb == 0 || nb > GEMV_MAX_BLOCKS {
-        // SAFETY: the caller guarantees the CPU features.
-        each_row(w, nb, out, |row| unsafe { vec_dot_q8_0_q8_0(row, y) });
-        return;
+    let row = |r: usize| &w[r * nb..(r + 1) * nb];
+    let mut quads = out.chunks_exact_mut(4);
+    let mut r = 0;
+    for quad in quads.by_ref() {
+        quad.copy_from_slice(&dot_q8_0_rows(
+            [row(r), row(r + 1), row(r + 2), row(r + 3)],
+            y,
+        ));
+        r += 4;
     }
-    let mut corr = [0i32; GEMV_MAX_BLOCKS];
-    let mut dy = [0f32; GEMV_MAX_BLOCKS];
-    for ((c, d), b) in corr.iter_mut().zip(dy.iter_mut()).zip(y) {
-        *c = -128 * sum_i8(&b.qs);
-        *d = f16_to_f32(b.d);
+    for o in quads.into_remainder() {
+        *o = dot_q8_0_rows([row(r)], y)[0];
+        r += 1;
     }
-    each_row(w, nb, out, |row| {
-        dot_q8_0_prepared(row, y, &corr[..nb], &dy[..nb])
-    });
 }
 
 /// Q4_0 x Q8_0 dots of `R` rows against `y`.
@@ -608,18 +502,18 @@ fn fold_halves(v: __m512i) -> __m256i {
     _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
 }
 
-/// The int32 lanes of a Q4_K/Q5_K super-block's scaled sums, equal to the AVX2 tier's: each 64 values
-/// (two sub-blocks) in one 512-bit vector, low nibbles in the low half and high nibbles in the high
-/// half, scaled and added by `vpdpwssd`; the halves are added at the end. `scales` holds the eight
-/// sub-block scales as i16; `qh`, for Q5_K, the fifth bits.
+/// The integers of a Q4_K/Q5_K super-block's dot ([`KInts`]): each 64 values (two sub-blocks) in one
+/// 512-bit vector, low nibbles in the low half and high nibbles in the high half, scaled and added by
+/// `vpdpwssd`; the halves added at the end give the AVX2 tier's lanes, and each vector's total, when
+/// `PAIRS`, its pair. `scales` holds the eight sub-block scales as i16; `qh`, for Q5_K, the fifth bits.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn k4_scaled_sums(
+fn k4_ints<const PAIRS: bool>(
     qs: &[u8; QK_K / 2],
     qh: Option<&[u8; QK_K / 8]>,
     scales: __m128i,
     q8: &[i8; QK_K],
-) -> __m256i {
+) -> KInts {
     let low4 = _mm512_set1_epi8(0x0f);
     let sixteen = _mm512_set1_epi8(0x10);
     let nibble_shift = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
@@ -630,6 +524,7 @@ fn k4_scaled_sums(
         Some(h) => broadcast_u8x32(h),
         None => _mm512_setzero_si512(),
     };
+    let mut ints = KInts::default();
     // The fifth bits of sub-blocks 2j (low half) and 2j + 1 (high half).
     let mut bit = _mm512_inserti64x4::<1>(_mm512_set1_epi8(1), _mm256_set1_epi8(2));
     let mut sumi = _mm512_setzero_si512();
@@ -642,46 +537,58 @@ fn k4_scaled_sums(
         }
         let p = _mm512_maddubs_epi16(q, load_i8x64(&q8[j]));
         let s = 2 * j as i32;
-        sumi = _mm512_dpwssd_epi32(sumi, p, spread_i16(scales, [s, s, s + 1, s + 1]));
+        let scaled = spread_i16(scales, [s, s, s + 1, s + 1]);
+        if PAIRS {
+            let pair = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p, scaled);
+            ints.pairs[j] = _mm512_reduce_add_epi32(pair);
+            sumi = _mm512_add_epi32(sumi, pair);
+        } else {
+            sumi = _mm512_dpwssd_epi32(sumi, p, scaled);
+        }
     }
-    fold_halves(sumi)
+    ints.lanes = x86::store_i32x8(fold_halves(sumi));
+    ints
 }
 
-/// Q4_K x Q8_K dots of `R` rows against `y`, in the AVX2 tier's numerics (ggml's).
+/// Q4_K/Q5_K x Q8_K dots of `R` rows against `y` along `path`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn dot_q4_k_rows<const R: usize>(rows: [&[BlockQ4K]; R], y: &[BlockQ8K]) -> [f32; R] {
+fn dot_k4_rows<W: K4Block, const R: usize>(
+    rows: [&[W]; R],
+    y: &[BlockQ8K],
+    path: KPath,
+) -> [f32; R] {
     let n = common_len(&rows, y);
     let rows = cut(rows, n);
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut acc_m = [_mm_setzero_ps(); R];
+    let mut sums = [KSum::new(path, W::KIND); R];
     for (i, b) in y[..n].iter().enumerate() {
         if R > 1 {
             x86::prefetch_blocks_ahead(&rows, i);
         }
         let sub_sums = x86::sub_block_sums(b);
-        let dy = _mm_setr_ps(b.d, -b.d, 0.0, 0.0);
         for r in 0..R {
             let a = &rows[r][i];
-            let (scales, mins) = x86::scales_mins_k4(&a.scales);
-            let d = x86::k4_scales(a, dy);
-            let prod = x86::k4_min_products(mins, sub_sums);
-            let dmin = _mm_permute_ps::<0b0101_0101>(d);
-            acc_m[r] = _mm_fmadd_ps(dmin, _mm_cvtepi32_ps(prod), acc_m[r]);
-            let sumi = k4_scaled_sums(&a.qs, None, x86::u8x8_to_i16(scales), &b.qs);
-            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+            let (scales, mins) = x86::scales_mins_k4(a.packed_scales());
+            let scales = x86::u8x8_to_i16(scales);
+            let mut ints = if path == KPath::RepackedGemm {
+                k4_ints::<true>(a.qs(), a.qh(), scales, &b.qs)
+            } else {
+                k4_ints::<false>(a.qs(), a.qh(), scales, &b.qs)
+            };
+            ints.mins = x86::store_i32x4(x86::k4_min_products(mins, sub_sums));
+            sums[r].add(&ints, a.scales_with(b.d));
         }
     }
-    std::array::from_fn(|r| hsum_float_8(acc[r]) + x86::hsum_float_4(acc_m[r]))
+    sums.map(KSum::finish)
 }
 
-/// ggml `ggml_vec_dot_q4_K_q8_K`, on 512-bit vectors.
+/// ggml's Q4_K x Q8_K dot along `path`, on 512-bit vectors.
 ///
 /// # Safety
 /// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
-    dot_q4_k_rows([x], y)[0]
+pub(crate) unsafe fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K], path: KPath) -> f32 {
+    dot_k4_rows([x], y, path)[0]
 }
 
 /// Four rows of [`vec_dot_q4_k_q8_k`] sharing the activation sums, the rows ahead prefetched.
@@ -689,45 +596,21 @@ pub(crate) unsafe fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
 /// # Safety
 /// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn vec_dot_q4_k_q8_k_x4(rows: [&[BlockQ4K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
-    dot_q4_k_rows(rows, y)
+pub(crate) unsafe fn vec_dot_q4_k_q8_k_x4(
+    rows: [&[BlockQ4K]; 4],
+    y: &[BlockQ8K],
+    path: KPath,
+) -> [f32; 4] {
+    dot_k4_rows(rows, y, path)
 }
 
-/// Q5_K x Q8_K dots of `R` rows against `y`, in the AVX2 tier's numerics (ggml's).
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn dot_q5_k_rows<const R: usize>(rows: [&[BlockQ5K]; R], y: &[BlockQ8K]) -> [f32; R] {
-    let n = common_len(&rows, y);
-    let rows = cut(rows, n);
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut summs = [0f32; R];
-    for (i, b) in y[..n].iter().enumerate() {
-        if R > 1 {
-            x86::prefetch_blocks_ahead(&rows, i);
-        }
-        let sub_sums = x86::sub_block_sums(b);
-        let dy = _mm_setr_ps(b.d, -b.d, 0.0, 0.0);
-        for r in 0..R {
-            let a = &rows[r][i];
-            let (scales, mins) = x86::scales_mins_k4(&a.scales);
-            let d = x86::k4_scales(a, dy);
-            let prod = x86::hsum_i32_4(x86::k4_min_products(mins, sub_sums));
-            let dmin = _mm_cvtss_f32(_mm_movehdup_ps(d));
-            summs[r] = dmin.mul_add(prod as f32, summs[r]);
-            let sumi = k4_scaled_sums(&a.qs, Some(&a.qh), x86::u8x8_to_i16(scales), &b.qs);
-            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
-        }
-    }
-    std::array::from_fn(|r| hsum_float_8(acc[r]) + summs[r])
-}
-
-/// ggml `ggml_vec_dot_q5_K_q8_K`, on 512-bit vectors.
+/// ggml's Q5_K x Q8_K dot along `path`, on 512-bit vectors.
 ///
 /// # Safety
 /// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
-    dot_q5_k_rows([x], y)[0]
+pub(crate) unsafe fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K], path: KPath) -> f32 {
+    dot_k4_rows([x], y, path)[0]
 }
 
 /// Four rows of [`vec_dot_q5_k_q8_k`] sharing the activation sums, the rows ahead prefetched.
@@ -735,8 +618,12 @@ pub(crate) unsafe fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
 /// # Safety
 /// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn vec_dot_q5_k_q8_k_x4(rows: [&[BlockQ5K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
-    dot_q5_k_rows(rows, y)
+pub(crate) unsafe fn vec_dot_q5_k_q8_k_x4(
+    rows: [&[BlockQ5K]; 4],
+    y: &[BlockQ8K],
+    path: KPath,
+) -> [f32; 4] {
+    dot_k4_rows(rows, y, path)
 }
 
 /// The int32 lanes of a Q6_K super-block's scaled sums of its unsigned 6-bit values, equal to the
@@ -775,13 +662,13 @@ fn q6_k_scaled_sums(x: &BlockQ6K, q8: &[i8; QK_K]) -> __m256i {
     fold_halves(sumi)
 }
 
-/// Q6_K x Q8_K dots of `R` rows against `y`, in the AVX2 tier's numerics (ggml's).
+/// Q6_K x Q8_K dots of `R` rows against `y` along `path`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn dot_q6_k_rows<const R: usize>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K]) -> [f32; R] {
+fn dot_q6_k_rows<const R: usize>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K], path: KPath) -> [f32; R] {
     let n = common_len(&rows, y);
     let rows = cut(rows, n);
-    let mut acc = [_mm256_setzero_ps(); R];
+    let mut sums = [KSum::new(path, KKind::Q6K); R];
     for (i, b) in y[..n].iter().enumerate() {
         if R > 1 {
             x86::prefetch_blocks_ahead(&rows, i);
@@ -790,20 +677,28 @@ fn dot_q6_k_rows<const R: usize>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K]) -> [f32
         for r in 0..R {
             let a = &rows[r][i];
             let sumi = _mm256_sub_epi32(q6_k_scaled_sums(a, &b.qs), x86::q6_k_offset(a, bsums));
-            let d = _mm256_set1_ps(b.d * f16_to_f32(a.d));
-            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[r]);
+            let ints = KInts {
+                lanes: x86::store_i32x8(sumi),
+                ..KInts::default()
+            };
+            let scales = KScales {
+                d: f16_to_f32(a.d),
+                dmin: 0.0,
+                dy: b.d,
+            };
+            sums[r].add(&ints, scales);
         }
     }
-    acc.map(|a| hsum_float_8(a))
+    sums.map(KSum::finish)
 }
 
-/// ggml `ggml_vec_dot_q6_K_q8_K`, on 512-bit vectors.
+/// ggml's Q6_K x Q8_K dot along `path`, on 512-bit vectors.
 ///
 /// # Safety
 /// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
-    dot_q6_k_rows([x], y)[0]
+pub(crate) unsafe fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K], path: KPath) -> f32 {
+    dot_q6_k_rows([x], y, path)[0]
 }
 
 /// Four rows of [`vec_dot_q6_k_q8_k`] sharing the activation loads, the rows ahead prefetched.
@@ -811,13 +706,17 @@ pub(crate) unsafe fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
 /// # Safety
 /// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn vec_dot_q6_k_q8_k_x4(rows: [&[BlockQ6K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
-    dot_q6_k_rows(rows, y)
+pub(crate) unsafe fn vec_dot_q6_k_q8_k_x4(
+    rows: [&[BlockQ6K]; 4],
+    y: &[BlockQ8K],
+    path: KPath,
+) -> [f32; 4] {
+    dot_q6_k_rows(rows, y, path)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Tiled products (prefill): Q8_0 in panels of tokens (below), Q4_1 in register tiles of `TILE_ROWS`
-// weight rows by `TILE_TOKENS` tokens (below), Q4_0 and Q5_0 in `q0_tiles`, the K-quants in `k_tiles`.
+// Tiled products (prefill): Q4_1 in register tiles of `TILE_ROWS` weight rows by `TILE_TOKENS` tokens
+// (below), Q4_0, Q5_0 and Q8_0 in `q0_tiles`, the K-quants in `k_tiles`.
 //
 // Every (row, token) of a tile keeps its own 8-lane accumulator and goes through exactly the per-block
 // operations of the single-row dots above, so every result has the single-row call's bits. The scale
@@ -826,131 +725,6 @@ pub(crate) unsafe fn vec_dot_q6_k_q8_k_x4(rows: [&[BlockQ6K]; 4], y: &[BlockQ8K]
 // first unpacks its tokens, `TILE_TOKENS` at a time, into [`TokensQ8_1`] (f32 scales), once per token
 // rather than once per row tile; the last tile of tokens is padded with zero tokens, whose results are
 // dropped.
-
-/// Tokens per panel of the Q8_0 product: the lanes of one int32 vector.
-const PANEL: usize = 16;
-/// Weight rows that stream past a panel together (each holds one int32 and one f32 vector).
-const PANEL_ROWS: usize = 8;
-
-/// One block of a panel of [`PANEL`] tokens' Q8_0 activations: `qs[g][t]` holds bytes `4g..4g+4`
-/// of token `t` biased to unsigned (`^ 0x80`), `d[t]` its scale. Padding tokens are zero.
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct PanelQ8 {
-    qs: [[u32; PANEL]; QK / 4],
-    d: [f32; PANEL],
-}
-
-impl Default for PanelQ8 {
-    fn default() -> Self {
-        Self {
-            qs: [[0x8080_8080; PANEL]; QK / 4],
-            d: [0.0; PANEL],
-        }
-    }
-}
-
-/// Per block of the rows in progress: `-128 * sum(x)` (the unsigned bias's correction) and the scale.
-#[derive(Clone, Copy, Default)]
-struct PreparedBlock {
-    correction: [i32; PANEL_ROWS],
-    d: [f32; PANEL_ROWS],
-}
-
-/// Unpacks `x` (tokens of `nb` blocks) into panels, `nb` entries per panel of tokens.
-fn pack_panels(x: &[BlockQ8_0], nb: usize, out: &mut Vec<PanelQ8>) {
-    let tokens = x.len() / nb;
-    out.clear();
-    out.resize(tokens.div_ceil(PANEL) * nb, PanelQ8::default());
-    for (t, blocks) in x.chunks_exact(nb).enumerate() {
-        let (panel, lane) = (t / PANEL, t % PANEL);
-        for (b, p) in blocks.iter().zip(&mut out[panel * nb..(panel + 1) * nb]) {
-            for (g, words) in p.qs.iter_mut().enumerate() {
-                words[lane] = group(&b.qs, g) as u32 ^ 0x8080_8080;
-            }
-            p.d[lane] = b.d.to_f32();
-        }
-    }
-}
-
-/// The corrections and scales of every block of `rows`, into `out`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn prepare_rows(rows: &[&[BlockQ8_0]; PANEL_ROWS], out: &mut Vec<PreparedBlock>) {
-    let nb = rows[0].len();
-    out.clear();
-    out.resize(nb, PreparedBlock::default());
-    // Plain loops: a closure here would be called per block rather than inlined.
-    for (i, block) in out.iter_mut().enumerate() {
-        for (r, row) in rows.iter().enumerate() {
-            block.correction[r] = -128 * sum_i8(&row[i].qs);
-            block.d[r] = f16_to_f32(row[i].d);
-        }
-    }
-}
-
-/// The sum of a block's 32 signed bytes: summed as unsigned bytes biased by 128 (`vpsadbw`), less
-/// the bias.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn sum_i8(qs: &[i8; QK]) -> i32 {
-    // SAFETY: `qs` is 32 readable bytes; `loadu` has no alignment requirement.
-    let q = unsafe { _mm256_loadu_si256(qs.as_ptr().cast()) };
-    let biased = _mm256_xor_si256(q, _mm256_set1_epi8(i8::MIN));
-    let sums = _mm256_sad_epu8(biased, _mm256_setzero_si256());
-    let halves = _mm_add_epi64(
-        _mm256_castsi256_si128(sums),
-        _mm256_extracti128_si256::<1>(sums),
-    );
-    let total = _mm_cvtsi128_si64(halves) + _mm_extract_epi64::<1>(halves);
-    total as i32 - 128 * QK as i32
-}
-
-/// Reads bytes `4g..4g+4` of a block as one little-endian word.
-#[inline(always)]
-fn group(qs: &[i8; QK], g: usize) -> i32 {
-    let b = &qs[4 * g..4 * g + 4];
-    i32::from_le_bytes([b[0] as u8, b[1] as u8, b[2] as u8, b[3] as u8])
-}
-
-/// The [`PANEL_ROWS`] prepared rows against one panel of tokens: `values[r][t]`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn dot_q8_0_panel(
-    rows: (&[&[BlockQ8_0]; PANEL_ROWS], &[PreparedBlock]),
-    panel: &[PanelQ8],
-) -> [[f32; PANEL]; PANEL_ROWS] {
-    let (weights, prepared) = rows;
-    let n = panel.len().min(prepared.len());
-    let mut acc = [_mm512_set1_ps(-0.0); PANEL_ROWS];
-    for i in 0..n {
-        let p = &panel[i];
-        // SAFETY: each `p.qs[g]` and `p.d` is 16 aligned 32-bit values.
-        let (a, dy) = unsafe {
-            (
-                std::array::from_fn::<__m512i, { QK / 4 }, _>(|g| {
-                    _mm512_load_si512(p.qs[g].as_ptr().cast())
-                }),
-                _mm512_load_ps(p.d.as_ptr()),
-            )
-        };
-        let block = &prepared[i];
-        for r in 0..PANEL_ROWS {
-            let qs = &weights[r][i].qs;
-            let mut sum = _mm512_set1_epi32(block.correction[r]);
-            for (g, a) in a.iter().enumerate() {
-                sum = _mm512_dpbusd_epi32(sum, *a, _mm512_set1_epi32(group(qs, g)));
-            }
-            let d = _mm512_mul_ps(_mm512_set1_ps(block.d[r]), dy);
-            acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(sum), d));
-        }
-    }
-    let mut out = [[0f32; PANEL]; PANEL_ROWS];
-    for (o, a) in out.iter_mut().zip(acc) {
-        // SAFETY: `o` is 16 f32; unaligned store.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
-    }
-    out
-}
 
 /// Weight rows per register tile.
 const TILE_ROWS: usize = 4;
@@ -990,8 +764,6 @@ struct RowTileScratch {
 /// Per-thread buffers of the tiled products: allocated on a thread's first product, then reused.
 #[derive(Default)]
 struct TileScratch {
-    panels: Vec<PanelQ8>,
-    prepared: Vec<PreparedBlock>,
     q8_1: Vec<TokensQ8_1>,
     rows: RowTileScratch,
 }
@@ -1071,13 +843,6 @@ fn scale_products<'a>(
             _mm512_storeu_ps(d.0.as_mut_ptr(), _mm512_mul_ps(dx, dy));
         }
     }
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn load_i32x8(v: &[i32; 8]) -> __m256i {
-    // SAFETY: `v` is 32 readable bytes; `loadu` has no alignment requirement.
-    unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
 }
 
 /// Q4_1 x Q8_1 dots of `R` rows against one tile of tokens (`nb` entries). The tile's sums
@@ -1167,47 +932,6 @@ fn over_tiles<W, P: PackedTokens>(
     }
 }
 
-/// [`vec_dot_q8_0_q8_0`] of every row of `w` against every token of `x` (`nb` blocks each), into
-/// `out` as `layout` places them, with the same bits.
-///
-/// Tokens go in the lanes: each panel of [`PANEL`] tokens is packed once, per block, as eight
-/// vectors (bytes `4g..4g+4` of every token, biased to unsigned), and every weight row streams past
-/// it with its four-byte groups broadcast (`vpdpbusd` with the weights as the signed side). A lane's
-/// int32 is then the exact block sum of one (row, token), corrected by `-128 * sum(x)` per row and
-/// block, and scaled and added in block order as the single-row dot does.
-///
-/// # Safety
-/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn gemm_q8_0_q8_0(
-    w: &[BlockQ8_0],
-    x: &[BlockQ8_0],
-    nb: usize,
-    out: &mut [f32],
-    layout: OutLayout,
-) {
-    let Some(tokens) = x.len().checked_div(nb) else {
-        return;
-    };
-    let rows = w.len() / nb;
-    if rows == 0 || tokens == 0 {
-        return;
-    }
-    SCRATCH.with_borrow_mut(|s| {
-        pack_panels(x, nb, &mut s.panels);
-        for first_row in (0..rows).step_by(PANEL_ROWS) {
-            let tile = tile_rows::<PANEL_ROWS, _>(w, nb, first_row);
-            prepare_rows(&tile, &mut s.prepared);
-            for (j, panel) in s.panels.chunks_exact(nb).enumerate() {
-                let first_token = j * PANEL;
-                let values = dot_q8_0_panel((&tile, &s.prepared), panel);
-                let real = (rows - first_row, tokens - first_token);
-                store_tile(out, layout, (first_row, first_token), real, values);
-            }
-        }
-    });
-}
-
 /// [`vec_dot_q4_1_q8_1`] of every row of `w` against every token of `x`, as [`gemm_q8_0_q8_0`].
 ///
 /// # Safety
@@ -1250,7 +974,17 @@ mod tests {
             k_quant_reference::{check_kernels, check_same_bits},
         },
         cpu::{CpuFeatures, KernelTier},
+        scalar,
     };
+
+    /// Every path of a Q4_K dot, and those of the K-quants llama.cpp does not repack.
+    const ALL_PATHS: [KPath; 4] = [
+        KPath::VecDot,
+        KPath::Tiled,
+        KPath::RepackedGemv,
+        KPath::RepackedGemm,
+    ];
+    const UNPACKED_PATHS: [KPath; 2] = [KPath::VecDot, KPath::Tiled];
 
     /// Whether this CPU runs the tier (saying so when it does not).
     fn runs() -> bool {
@@ -1279,7 +1013,31 @@ mod tests {
                 // SAFETY: as above.
                 |x, y| unsafe { $one(x, y) },
             );
+            check_same_bits(
+                $name,
+                // SAFETY: as above.
+                |x, y| unsafe { $one(x, y) },
+                |x, y| scalar::$one(x, y),
+            );
         }};
+        ($name:literal, $one:ident, $four:ident, $paths:expr) => {
+            for path in $paths {
+                let name = format!("{} {path:?}", $name);
+                check_kernels(
+                    &name,
+                    // SAFETY: called only after `runs()`: the CPU has the tier's features.
+                    |x, y| unsafe { $one(x, y, path) },
+                    // SAFETY: as above.
+                    |rows, y| unsafe { $four(rows, y, path) },
+                );
+                check_same_bits(
+                    &name,
+                    // SAFETY: as above.
+                    |x, y| unsafe { $one(x, y, path) },
+                    |x, y| scalar::$one(x, y, path),
+                );
+            }
+        };
     }
 
     #[test]
@@ -1299,21 +1057,31 @@ mod tests {
     #[test]
     fn q4_k_dots_match_the_exact_products_and_avx2() {
         if runs() {
-            check!("Q4_K", vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4);
+            check!("Q4_K", vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4, ALL_PATHS);
         }
     }
 
     #[test]
     fn q5_k_dots_match_the_exact_products_and_avx2() {
         if runs() {
-            check!("Q5_K", vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_x4);
+            check!(
+                "Q5_K",
+                vec_dot_q5_k_q8_k,
+                vec_dot_q5_k_q8_k_x4,
+                UNPACKED_PATHS
+            );
         }
     }
 
     #[test]
     fn q6_k_dots_match_the_exact_products_and_avx2() {
         if runs() {
-            check!("Q6_K", vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_x4);
+            check!(
+                "Q6_K",
+                vec_dot_q6_k_q8_k,
+                vec_dot_q6_k_q8_k_x4,
+                UNPACKED_PATHS
+            );
         }
     }
 }

@@ -19,6 +19,7 @@ use half::{bf16, f16};
 use super::{
     attention::{self, CachedHead, GroupQueries, Scratch},
     cpu::{self, CpuFeatures, IsaError, KernelTier},
+    k_numerics::KPath,
     scalar,
     tiles::OutLayout,
 };
@@ -28,6 +29,9 @@ use crate::quant::{
     BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8_1,
     BlockQ8K,
 };
+
+/// A K-quant's four-row dot along a path.
+type KDotX4<W> = unsafe fn([&[W]; 4], &[BlockQ8K], KPath) -> [f32; 4];
 
 /// One tier's kernels.
 ///
@@ -55,14 +59,14 @@ pub struct KernelTable {
     q5_1: unsafe fn(&[BlockQ5_1], &[BlockQ8_1]) -> f32,
     q5_1_x4: unsafe fn([&[BlockQ5_1]; 4], &[BlockQ8_1]) -> [f32; 4],
     q5_1_gemm: unsafe fn(&[BlockQ5_1], &[BlockQ8_1], usize, &mut [f32], OutLayout),
-    q4_k: unsafe fn(&[BlockQ4K], &[BlockQ8K]) -> f32,
-    q4_k_x4: unsafe fn([&[BlockQ4K]; 4], &[BlockQ8K]) -> [f32; 4],
+    q4_k: unsafe fn(&[BlockQ4K], &[BlockQ8K], KPath) -> f32,
+    q4_k_x4: KDotX4<BlockQ4K>,
     q4_k_gemm: unsafe fn(&[BlockQ4K], &[BlockQ8K], usize, &mut [f32], OutLayout),
-    q5_k: unsafe fn(&[BlockQ5K], &[BlockQ8K]) -> f32,
-    q5_k_x4: unsafe fn([&[BlockQ5K]; 4], &[BlockQ8K]) -> [f32; 4],
+    q5_k: unsafe fn(&[BlockQ5K], &[BlockQ8K], KPath) -> f32,
+    q5_k_x4: KDotX4<BlockQ5K>,
     q5_k_gemm: unsafe fn(&[BlockQ5K], &[BlockQ8K], usize, &mut [f32], OutLayout),
-    q6_k: unsafe fn(&[BlockQ6K], &[BlockQ8K]) -> f32,
-    q6_k_x4: unsafe fn([&[BlockQ6K]; 4], &[BlockQ8K]) -> [f32; 4],
+    q6_k: unsafe fn(&[BlockQ6K], &[BlockQ8K], KPath) -> f32,
+    q6_k_x4: KDotX4<BlockQ6K>,
     q6_k_gemm: unsafe fn(&[BlockQ6K], &[BlockQ8K], usize, &mut [f32], OutLayout),
     attend_f16: unsafe fn(&GroupQueries<'_>, &CachedHead<'_, f16>, &mut [f32], &mut Scratch),
     attend_f32: unsafe fn(&GroupQueries<'_>, &CachedHead<'_, f32>, &mut [f32], &mut Scratch),
@@ -433,18 +437,24 @@ impl KernelTable {
         unsafe { (self.q5_1_gemm)(w, x, nb, out, layout) }
     }
 
-    /// Q4_K weights against Q8_K activations (ggml `ggml_vec_dot_q4_K_q8_K`).
+    /// Q4_K weights against Q8_K activations along `path`: the kernel of llama.cpp's whose float
+    /// steps the result takes ([`KPath`]).
     #[inline]
-    pub fn vec_dot_q4_k_q8_k(&self, x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
+    pub fn vec_dot_q4_k_q8_k(&self, x: &[BlockQ4K], y: &[BlockQ8K], path: KPath) -> f32 {
         // SAFETY: as in `vec_dot_f32`.
-        unsafe { (self.q4_k)(x, y) }
+        unsafe { (self.q4_k)(x, y, path) }
     }
 
     /// Four Q4_K weight rows against one activation row; equal to four single-row calls.
     #[inline]
-    pub fn vec_dot_q4_k_q8_k_x4(&self, rows: [&[BlockQ4K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
+    pub fn vec_dot_q4_k_q8_k_x4(
+        &self,
+        rows: [&[BlockQ4K]; 4],
+        y: &[BlockQ8K],
+        path: KPath,
+    ) -> [f32; 4] {
         // SAFETY: as in `vec_dot_f32`.
-        unsafe { (self.q4_k_x4)(rows, y) }
+        unsafe { (self.q4_k_x4)(rows, y, path) }
     }
 
     /// [`Self::vec_dot_q4_k_q8_k`] of every weight row against every token (`nb` super-blocks
@@ -465,18 +475,23 @@ impl KernelTable {
         unsafe { (self.q4_k_gemm)(w, x, nb, out, layout) }
     }
 
-    /// Q5_K weights against Q8_K activations (ggml `ggml_vec_dot_q5_K_q8_K`).
+    /// Q5_K weights against Q8_K activations along `path`.
     #[inline]
-    pub fn vec_dot_q5_k_q8_k(&self, x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
+    pub fn vec_dot_q5_k_q8_k(&self, x: &[BlockQ5K], y: &[BlockQ8K], path: KPath) -> f32 {
         // SAFETY: as in `vec_dot_f32`.
-        unsafe { (self.q5_k)(x, y) }
+        unsafe { (self.q5_k)(x, y, path) }
     }
 
     /// Four Q5_K weight rows against one activation row; equal to four single-row calls.
     #[inline]
-    pub fn vec_dot_q5_k_q8_k_x4(&self, rows: [&[BlockQ5K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
+    pub fn vec_dot_q5_k_q8_k_x4(
+        &self,
+        rows: [&[BlockQ5K]; 4],
+        y: &[BlockQ8K],
+        path: KPath,
+    ) -> [f32; 4] {
         // SAFETY: as in `vec_dot_f32`.
-        unsafe { (self.q5_k_x4)(rows, y) }
+        unsafe { (self.q5_k_x4)(rows, y, path) }
     }
 
     /// [`Self::vec_dot_q5_k_q8_k`] of every weight row against every token, as
@@ -497,18 +512,23 @@ impl KernelTable {
         unsafe { (self.q5_k_gemm)(w, x, nb, out, layout) }
     }
 
-    /// Q6_K weights against Q8_K activations (ggml `ggml_vec_dot_q6_K_q8_K`).
+    /// Q6_K weights against Q8_K activations along `path`.
     #[inline]
-    pub fn vec_dot_q6_k_q8_k(&self, x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
+    pub fn vec_dot_q6_k_q8_k(&self, x: &[BlockQ6K], y: &[BlockQ8K], path: KPath) -> f32 {
         // SAFETY: as in `vec_dot_f32`.
-        unsafe { (self.q6_k)(x, y) }
+        unsafe { (self.q6_k)(x, y, path) }
     }
 
     /// Four Q6_K weight rows against one activation row; equal to four single-row calls.
     #[inline]
-    pub fn vec_dot_q6_k_q8_k_x4(&self, rows: [&[BlockQ6K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
+    pub fn vec_dot_q6_k_q8_k_x4(
+        &self,
+        rows: [&[BlockQ6K]; 4],
+        y: &[BlockQ8K],
+        path: KPath,
+    ) -> [f32; 4] {
         // SAFETY: as in `vec_dot_f32`.
-        unsafe { (self.q6_k_x4)(rows, y) }
+        unsafe { (self.q6_k_x4)(rows, y, path) }
     }
 
     /// [`Self::vec_dot_q6_k_q8_k`] of every weight row against every token, as
@@ -599,16 +619,16 @@ pub fn vec_dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
 }
 
 /// [`KernelTable::vec_dot_q4_k_q8_k`] on this process's tier.
-pub fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
-    table().vec_dot_q4_k_q8_k(x, y)
+pub fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K], path: KPath) -> f32 {
+    table().vec_dot_q4_k_q8_k(x, y, path)
 }
 
 /// [`KernelTable::vec_dot_q5_k_q8_k`] on this process's tier.
-pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
-    table().vec_dot_q5_k_q8_k(x, y)
+pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K], path: KPath) -> f32 {
+    table().vec_dot_q5_k_q8_k(x, y, path)
 }
 
 /// [`KernelTable::vec_dot_q6_k_q8_k`] on this process's tier.
-pub fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
-    table().vec_dot_q6_k_q8_k(x, y)
+pub fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K], path: KPath) -> f32 {
+    table().vec_dot_q6_k_q8_k(x, y, path)
 }

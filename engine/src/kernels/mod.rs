@@ -12,6 +12,7 @@ mod avx2;
 mod avx512;
 pub mod cpu;
 pub mod dispatch;
+pub mod k_numerics;
 pub mod scalar;
 mod tiles;
 mod x86;
@@ -19,8 +20,8 @@ mod x86;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
-use self::dispatch::KernelTable;
 pub use self::tiles::OutLayout;
+use self::{dispatch::KernelTable, k_numerics::KPath};
 use crate::{
     quant::{self, BlockQ8_0, BlockQ8_1, BlockQ8K},
     team::Split,
@@ -148,28 +149,33 @@ fn rows_dot(
     w: &Weight,
     x: &Converted<'_>,
     first_row: usize,
-    t: usize,
+    (t, tokens): (usize, usize),
     out: &mut [f32],
     quads: bool,
 ) {
     let group = if quads { 4 } else { usize::MAX };
     let (c, b) = (w.cols, w.units_per_row());
     macro_rules! blocks {
-        ($v:expr, $a:expr, $one:ident, $four:ident) => {{
+        ($v:expr, $a:expr, $one:ident, $four:ident $(, $path:expr)?) => {{
             let y = &$a[t * b..(t + 1) * b];
             let row = |r: usize| &$v[r * b..(r + 1) * b];
             let mut groups = out.chunks_exact_mut(group);
             let mut r = first_row;
             for quad in groups.by_ref() {
-                quad.copy_from_slice(&k.$four([row(r), row(r + 1), row(r + 2), row(r + 3)], y));
+                quad.copy_from_slice(&k.$four(
+                    [row(r), row(r + 1), row(r + 2), row(r + 3)],
+                    y
+                    $(, $path)?
+                ));
                 r += 4;
             }
             for o in groups.into_remainder() {
-                *o = k.$one(row(r), y);
+                *o = k.$one(row(r), y $(, $path)?);
                 r += 1;
             }
         }};
     }
+    let path = KPath::for_token(w.kind().file_type(), w.rows, tokens, t);
     match (&w.data, x) {
         (WeightData::F32(v), Converted::F32(a)) => {
             let y = &a[t * c..(t + 1) * c];
@@ -221,13 +227,13 @@ fn rows_dot(
             blocks!(v, a, vec_dot_q5_1_q8_1, vec_dot_q5_1_q8_1_x4)
         }
         (WeightData::Q4K(v), Converted::Q8K(a)) => {
-            blocks!(v, a, vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4)
+            blocks!(v, a, vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4, path)
         }
         (WeightData::Q5K(v), Converted::Q8K(a)) => {
-            blocks!(v, a, vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_x4)
+            blocks!(v, a, vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_x4, path)
         }
         (WeightData::Q6K(v), Converted::Q8K(a)) => {
-            blocks!(v, a, vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_x4)
+            blocks!(v, a, vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_x4, path)
         }
         _ => unreachable!("activations are converted for the weight's own type"),
     }
@@ -275,7 +281,7 @@ pub fn matmul_split(
         let quads = matches!(w.data, WeightData::Q4_1(_));
         let rows_per_task = rows_per_thread(w.rows, split.threads());
         split.chunks_mut(out, rows_per_task, |task, chunk| {
-            rows_dot(k, w, &converted, task * rows_per_task, 0, chunk, quads);
+            rows_dot(k, w, &converted, task * rows_per_task, (0, 1), chunk, quads);
         });
         return;
     }
@@ -318,7 +324,7 @@ fn rows_matmul(
             let mut row_out = [0.0f32; ROWS_PER_BLOCK];
             let row_out = &mut row_out[..chunk.len() / n_tokens];
             for t in 0..n_tokens {
-                rows_dot(k, w, converted, first_row, t, row_out, true);
+                rows_dot(k, w, converted, first_row, (t, n_tokens), row_out, true);
                 for (i, &v) in row_out.iter().enumerate() {
                     chunk[i * n_tokens + t] = v;
                 }
@@ -362,6 +368,12 @@ fn tiled_matmul(
         (WeightData::Q4_1(v), Converted::Q8_1(a)) => tiled!(v, a, gemm_q4_1_q8_1),
         (WeightData::Q5_0(v), Converted::Q8_0(a)) => tiled!(v, a, gemm_q5_0_q8_0),
         (WeightData::Q5_1(v), Converted::Q8_1(a)) => tiled!(v, a, gemm_q5_1_q8_1),
+        // llama.cpp repacks these; the tiles take its tiled product's steps, not its GEMM's.
+        (WeightData::Q4K(_), _)
+            if KPath::for_token(w.kind().file_type(), w.rows, n_tokens, 0) != KPath::Tiled =>
+        {
+            return false;
+        }
         (WeightData::Q4K(v), Converted::Q8K(a)) => tiled!(v, a, gemm_q4_k_q8_k),
         (WeightData::Q5K(v), Converted::Q8K(a)) => tiled!(v, a, gemm_q5_k_q8_k),
         (WeightData::Q6K(v), Converted::Q8K(a)) => tiled!(v, a, gemm_q6_k_q8_k),
@@ -500,11 +512,59 @@ mod tests {
         }
     }
 
+    /// Every row of `w` against token `t` of a call of `n` tokens `x`, as single-row dots: decoding
+    /// the token alone, except for the K-quants, whose dot follows llama.cpp's kernel for the token's
+    /// place in the call ([`KPath::for_token`]).
+    fn single_row_dots(
+        table: &KernelTable,
+        w: &Weight,
+        x: &[f32],
+        (t, n): (usize, usize),
+    ) -> Vec<f32> {
+        let token = &x[t * w.cols..(t + 1) * w.cols];
+        let path = KPath::for_token(w.kind().file_type(), w.rows, n, t);
+        let nb = w.units_per_row();
+        let mut y = vec![BlockQ8K::default(); nb];
+        quant::quantize_activations_q8_k(token, &mut y);
+        let rows = 0..w.rows;
+        match &w.data {
+            WeightData::Q4K(v) => rows
+                .map(|r| table.vec_dot_q4_k_q8_k(&v[r * nb..(r + 1) * nb], &y, path))
+                .collect(),
+            WeightData::Q5K(v) => rows
+                .map(|r| table.vec_dot_q5_k_q8_k(&v[r * nb..(r + 1) * nb], &y, path))
+                .collect(),
+            WeightData::Q6K(v) => rows
+                .map(|r| table.vec_dot_q6_k_q8_k(&v[r * nb..(r + 1) * nb], &y, path))
+                .collect(),
+            _ => {
+                let mut alone = vec![0f32; w.rows];
+                matmul_with(
+                    table,
+                    w,
+                    token,
+                    1,
+                    &mut alone,
+                    &mut MatmulScratch::default(),
+                );
+                alone
+            }
+        }
+    }
+
     /// A quantized matmul of several tokens, split over rows (few tokens) or over tokens (many), gives
-    /// every (row, token) the bits of the single-row dot that decoding that token alone would run.
+    /// every (row, token) the bits of the single-row dot that decoding that token alone would run
+    /// (a K-quant's along llama.cpp's kernel for its place in the call).
     #[test]
     fn quantized_matmul_of_many_tokens_equals_single_row_dots_bit_for_bit() {
-        let (rows, cols) = (70, 768);
+        // 72 rows: llama.cpp repacks a Q4_K matrix of whole eights of rows; 70: it does not.
+        for rows in [70, 72] {
+            matmul_of_many_tokens_equals_single_row_dots(rows);
+        }
+    }
+
+    fn matmul_of_many_tokens_equals_single_row_dots(rows: usize) {
+        let cols = 768;
         let values = random(rows * cols, 3);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
@@ -525,16 +585,7 @@ mod tests {
                         matmul_with(table, &w, &x, n, &mut out, &mut MatmulScratch::default())
                     });
                     for t in 0..n {
-                        let mut alone = vec![0f32; rows];
-                        let token = &x[t * cols..(t + 1) * cols];
-                        matmul_with(
-                            table,
-                            &w,
-                            token,
-                            1,
-                            &mut alone,
-                            &mut MatmulScratch::default(),
-                        );
+                        let alone = single_row_dots(table, &w, &x, (t, n));
                         for r in 0..rows {
                             assert_eq!(
                                 out[t * rows + r].to_bits(),

@@ -4,7 +4,10 @@
 
 use half::{bf16, f16};
 
-use super::tiles::{OutLayout, each_row};
+use super::{
+    k_numerics::{K4Block, KInts, KKind, KPath, KScales, KSum, hsum_f32x8},
+    tiles::{OutLayout, each_row},
+};
 use crate::quant::{
     self, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0,
     BlockQ8_1, BlockQ8K, QK, QK_K,
@@ -59,16 +62,33 @@ pub fn vec_dot_bf16(a: &[bf16], b: &[bf16]) -> f32 {
     dot_widened(a, b, bf16::to_f32)
 }
 
-fn dot_i8(a: &[i8; QK], b: &[i8; QK]) -> i32 {
-    a.iter().zip(b).map(|(&x, &y)| x as i32 * y as i32).sum()
+/// ggml's x86 int32 lanes of a 32-value block: lane `l` sums the products of values `4l..4l + 4`.
+fn block_lanes(a: &[i8; QK], b: &[i8; QK]) -> [i32; 8] {
+    std::array::from_fn(|l| {
+        (4 * l..4 * l + 4)
+            .map(|i| i32::from(a[i]) * i32::from(b[i]))
+            .sum()
+    })
 }
 
-/// ggml `ggml_vec_dot_q8_0_q8_0`.
+/// A block dot as ggml's x86 code (AVX2) takes its floats: per block, its lanes fused with `d_x d_y`
+/// into eight sums, summed at the end as `hsum_float_8`.
+fn x86_dot<A, B>(x: &[A], y: &[B], block: impl Fn(&A, &B) -> ([i32; 8], f32)) -> f32 {
+    let mut acc = [0f32; 8];
+    for (a, b) in x.iter().zip(y) {
+        let (lanes, d) = block(a, b);
+        for (sum, &lane) in acc.iter_mut().zip(&lanes) {
+            *sum = d.mul_add(lane as f32, *sum);
+        }
+    }
+    hsum_f32x8(acc)
+}
+
+/// ggml `ggml_vec_dot_q8_0_q8_0` (x86).
 pub fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
-    x.iter()
-        .zip(y)
-        .map(|(a, b)| dot_i8(&a.qs, &b.qs) as f32 * (a.d.to_f32() * b.d.to_f32()))
-        .sum()
+    x86_dot(x, y, |a, b| {
+        (block_lanes(&a.qs, &b.qs), a.d.to_f32() * b.d.to_f32())
+    })
 }
 
 /// Unpacks the 32 nibbles of a 4-bit block in element order.
@@ -81,149 +101,136 @@ fn nibbles(qs: &[u8; QK / 2]) -> [i8; QK] {
     out
 }
 
-/// ggml `ggml_vec_dot_q4_0_q8_0`.
+/// ggml `ggml_vec_dot_q4_0_q8_0` (x86).
 pub fn vec_dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
-    x.iter()
-        .zip(y)
-        .map(|(a, b)| {
-            let q = nibbles(&a.qs).map(|v| v - 8);
-            dot_i8(&q, &b.qs) as f32 * (a.d.to_f32() * b.d.to_f32())
-        })
-        .sum()
+    x86_dot(x, y, |a, b| {
+        let q = nibbles(&a.qs).map(|v| v - 8);
+        (block_lanes(&q, &b.qs), a.d.to_f32() * b.d.to_f32())
+    })
 }
 
-/// ggml `ggml_vec_dot_q4_1_q8_1`: `sum(d_x d_y q_x q_y) + m_x s_y` per block.
-pub fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
-    x.iter()
-        .zip(y)
-        .map(|(a, b)| {
-            let q = nibbles(&a.qs);
-            dot_i8(&q, &b.qs) as f32 * (a.d.to_f32() * b.d.to_f32()) + a.m.to_f32() * b.s.to_f32()
-        })
-        .sum()
-}
-
-/// ggml `ggml_vec_dot_q5_0_q8_0_generic`: the integer sum of each block times `d_x d_y`, added up in
-/// block order.
+/// ggml `ggml_vec_dot_q5_0_q8_0` (x86).
 pub fn vec_dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
-    let mut sumf = 0f32;
-    for (a, b) in x.iter().zip(y) {
+    x86_dot(x, y, |a, b| {
         let q = quant::five_bit_values(&a.qs, &a.qh).map(|v| v as i8 - 16);
-        sumf += (a.d.to_f32() * b.d.to_f32()) * dot_i8(&q, &b.qs) as f32;
-    }
-    sumf
+        (block_lanes(&q, &b.qs), a.d.to_f32() * b.d.to_f32())
+    })
 }
 
-/// ggml `ggml_vec_dot_q5_1_q8_1_generic`: `d_x d_y sum(q_x q_y) + m_x s_y` per block, added up in
-/// block order.
+/// ggml `ggml_vec_dot_q4_1_q8_1` (x86) and its Q5_1 twin: the lanes of the unsigned values, and
+/// `m_x s_y` per block into a scalar sum (fused, as GCC contracts ggml's `summs += m * s`).
+fn dot_with_minimums<A>(
+    x: &[A],
+    y: &[BlockQ8_1],
+    block: impl Fn(&A, &BlockQ8_1) -> ([i8; QK], f32, (f16, f16)),
+) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut summs = 0f32;
+    for (a, b) in x.iter().zip(y) {
+        let (q, d, (m, s)) = block(a, b);
+        for (sum, &lane) in acc.iter_mut().zip(&block_lanes(&q, &b.qs)) {
+            *sum = d.mul_add(lane as f32, *sum);
+        }
+        summs = m.to_f32().mul_add(s.to_f32(), summs);
+    }
+    hsum_f32x8(acc) + summs
+}
+
+/// ggml `ggml_vec_dot_q4_1_q8_1` (x86).
+pub fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+    dot_with_minimums(x, y, |a, b| {
+        (nibbles(&a.qs), a.d.to_f32() * b.d.to_f32(), (a.m, b.s))
+    })
+}
+
+/// ggml `ggml_vec_dot_q5_1_q8_1` (x86).
 pub fn vec_dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
-    let mut sumf = 0f32;
-    for (a, b) in x.iter().zip(y) {
+    dot_with_minimums(x, y, |a, b| {
         let q = quant::five_bit_values(&a.qs, &a.qh).map(|v| v as i8);
-        sumf +=
-            (a.d.to_f32() * b.d.to_f32()) * dot_i8(&q, &b.qs) as f32 + a.m.to_f32() * b.s.to_f32();
-    }
-    sumf
+        (q, a.d.to_f32() * b.d.to_f32(), (a.m, b.s))
+    })
 }
 
-/// The integer part of a K-quant super-block's dot as ggml's generic kernels sum it: element `i`'s
-/// `scale(i / sub_block) * q[i] * y[i]` into lane `i % 8` of eight int32 sums.
-fn k_lanes(
-    q: &[i8; QK_K],
-    y: &[i8; QK_K],
-    sub_block: usize,
-    scale: impl Fn(usize) -> i32,
-) -> [i32; 8] {
-    let mut lanes = [0i32; 8];
-    for (s, (qs, ys)) in q
-        .chunks_exact(sub_block)
-        .zip(y.chunks_exact(sub_block))
-        .enumerate()
-    {
-        let scale = scale(s);
-        for (i, (&a, &b)) in qs.iter().zip(ys).enumerate() {
-            lanes[i % 8] += scale * (i32::from(a) * i32::from(b));
+/// A Q4_K/Q5_K super-block's integers ([`KInts`]) from its unsigned values and 6-bit scales and
+/// minimums, as ggml's x86 kernels form them.
+fn k4_ints(values: &[u8; QK_K], block: &impl K4Block, y: &BlockQ8K) -> KInts {
+    let (scales, mins) = quant::scales_mins_k4(block.packed_scales());
+    let mut ints = KInts::default();
+    for (s, &scale) in scales.iter().enumerate() {
+        let scale = i32::from(scale);
+        let mut sub_block = 0;
+        for (l, lane) in ints.lanes.iter_mut().enumerate() {
+            let at = 32 * s + 4 * l;
+            let products: i32 = (at..at + 4)
+                .map(|i| i32::from(values[i]) * i32::from(y.qs[i]))
+                .sum();
+            *lane += scale * products;
+            sub_block += products;
         }
+        ints.pairs[s / 2] += scale * sub_block;
     }
-    lanes
+    for (k, m) in ints.mins.iter_mut().enumerate() {
+        let sum = |s: usize| i32::from(y.bsums[2 * s]) + i32::from(y.bsums[2 * s + 1]);
+        *m = i32::from(mins[2 * k]) * sum(2 * k) + i32::from(mins[2 * k + 1]) * sum(2 * k + 1);
+    }
+    ints
 }
 
-/// One super-block's share of a K-quant dot: its eight integer lanes, the weights' `d`, and for the
-/// types with mins, `dmin` and `sum(bsums * mins)`.
-struct KBlock {
-    lanes: [i32; 8],
-    d: f32,
-    mins: Option<(f32, i32)>,
-}
-
-/// The float part of ggml's generic K-quant dots: per super-block, its eight lanes times `d_x d_y`
-/// into eight float sums, and the mins' term `dmin_x d_y sum(bsums * mins)` subtracted from a
-/// running total; the eight sums are added to that total, in order, at the end.
-fn k_dot<W>(x: &[W], y: &[BlockQ8K], block: impl Fn(&W, &BlockQ8K) -> KBlock) -> f32 {
-    let mut sums = [0f32; 8];
-    let mut sumf = 0f32;
+/// A K-quant dot: each super-block's integers by `ints`, the float steps of `path`.
+fn k_dot<W>(
+    x: &[W],
+    y: &[BlockQ8K],
+    path: KPath,
+    kind: KKind,
+    ints: impl Fn(&W, &BlockQ8K) -> (KInts, KScales),
+) -> f32 {
+    let mut sum = KSum::new(path, kind);
     for (a, b) in x.iter().zip(y) {
-        let KBlock { lanes, d, mins } = block(a, b);
-        let d = d * b.d;
-        for (sum, &lane) in sums.iter_mut().zip(&lanes) {
-            *sum += d * lane as f32;
-        }
-        if let Some((dmin, mins)) = mins {
-            sumf -= dmin * b.d * mins as f32;
-        }
+        let (ints, scales) = ints(a, b);
+        sum.add(&ints, scales);
     }
-    for sum in sums {
-        sumf += sum;
-    }
-    sumf
+    sum.finish()
 }
 
-/// `sum(bsums[j] * mins[j / 2])`: the activations' 16-value sums times their sub-block's 6-bit min.
-fn k4_mins(bsums: &[i16; QK_K / 16], mins: &[u8; 8]) -> i32 {
-    bsums
-        .iter()
-        .enumerate()
-        .map(|(j, &s)| i32::from(s) * i32::from(mins[j / 2]))
-        .sum()
-}
-
-/// ggml `ggml_vec_dot_q4_K_q8_K_generic`: integer sums per sub-block of 32 times its 6-bit scale, the
-/// mins through the activations' `bsums`, then float as [`k_dot`] describes.
-pub fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
-    k_dot(x, y, |a, b| {
-        let (scales, mins) = quant::scales_mins_k4(&a.scales);
-        let q = quant::q4_k_values(a).map(|v| v as i8);
-        KBlock {
-            lanes: k_lanes(&q, &b.qs, 32, |s| i32::from(scales[s])),
-            d: a.d.to_f32(),
-            mins: Some((a.dmin.to_f32(), k4_mins(&b.bsums, &mins))),
-        }
+/// Q4_K against Q8_K along `path`, as llama.cpp's x86 kernels compute it ([`KPath`]).
+pub fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K], path: KPath) -> f32 {
+    k_dot(x, y, path, KKind::Q4K, |a, b| {
+        (k4_ints(&quant::q4_k_values(a), a, b), a.scales_with(b.d))
     })
 }
 
-/// ggml `ggml_vec_dot_q5_K_q8_K_generic`: as [`vec_dot_q4_k_q8_k`] with 5-bit values.
-pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
-    k_dot(x, y, |a, b| {
-        let (scales, mins) = quant::scales_mins_k4(&a.scales);
-        let q = quant::q5_k_values(a).map(|v| v as i8);
-        KBlock {
-            lanes: k_lanes(&q, &b.qs, 32, |s| i32::from(scales[s])),
-            d: a.d.to_f32(),
-            mins: Some((a.dmin.to_f32(), k4_mins(&b.bsums, &mins))),
-        }
+/// Q5_K against Q8_K along `path`: as [`vec_dot_q4_k_q8_k`] with 5-bit values.
+pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K], path: KPath) -> f32 {
+    k_dot(x, y, path, KKind::Q5K, |a, b| {
+        (k4_ints(&quant::q5_k_values(a), a, b), a.scales_with(b.d))
     })
 }
 
-/// ggml `ggml_vec_dot_q6_K_q8_K_generic`: integer sums per sub-block of 16 times its signed 8-bit
-/// scale, then float as [`k_dot`] describes (Q6_K has no mins).
-pub fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
-    k_dot(x, y, |a, b| {
-        let q = quant::q6_k_values(a);
-        KBlock {
-            lanes: k_lanes(&q, &b.qs, 16, |s| i32::from(a.scales[s])),
-            d: a.d.to_f32(),
-            mins: None,
+/// Q6_K against Q8_K along `path`: ggml's AVX2 lanes of the unsigned 6-bit values times their
+/// 16-value scales, less the `-32` offset through the activation's 16-value sums.
+pub fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K], path: KPath) -> f32 {
+    k_dot(x, y, path, KKind::Q6K, |a, b| {
+        let values = quant::q6_k_values(a).map(|v| i32::from(v) + 32);
+        let scale = |s: usize| i32::from(a.scales[s]);
+        let mut ints = KInts::default();
+        for chunk in 0..QK_K / 32 {
+            for (l, lane) in ints.lanes.iter_mut().enumerate() {
+                let at = 32 * chunk + 4 * l;
+                let products: i32 = (at..at + 4).map(|i| values[i] * i32::from(b.qs[i])).sum();
+                *lane += scale(at / 16) * products;
+            }
         }
+        for (l, lane) in ints.lanes.iter_mut().enumerate() {
+            let offset = i32::from(b.bsums[2 * l]) * scale(2 * l)
+                + i32::from(b.bsums[2 * l + 1]) * scale(2 * l + 1);
+            *lane -= 32 * offset;
+        }
+        let scales = KScales {
+            d: a.d.to_f32(),
+            dmin: 0.0,
+            dy: b.d,
+        };
+        (ints, scales)
     })
 }
 
@@ -264,18 +271,18 @@ pub fn vec_dot_q5_1_q8_1_x4(rows: [&[BlockQ5_1]; 4], y: &[BlockQ8_1]) -> [f32; 4
 }
 
 /// Four Q4_K weight rows against one activation row: four calls of [`vec_dot_q4_k_q8_k`].
-pub fn vec_dot_q4_k_q8_k_x4(rows: [&[BlockQ4K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
-    rows.map(|x| vec_dot_q4_k_q8_k(x, y))
+pub fn vec_dot_q4_k_q8_k_x4(rows: [&[BlockQ4K]; 4], y: &[BlockQ8K], path: KPath) -> [f32; 4] {
+    rows.map(|x| vec_dot_q4_k_q8_k(x, y, path))
 }
 
 /// Four Q5_K weight rows against one activation row: four calls of [`vec_dot_q5_k_q8_k`].
-pub fn vec_dot_q5_k_q8_k_x4(rows: [&[BlockQ5K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
-    rows.map(|x| vec_dot_q5_k_q8_k(x, y))
+pub fn vec_dot_q5_k_q8_k_x4(rows: [&[BlockQ5K]; 4], y: &[BlockQ8K], path: KPath) -> [f32; 4] {
+    rows.map(|x| vec_dot_q5_k_q8_k(x, y, path))
 }
 
 /// Four Q6_K weight rows against one activation row: four calls of [`vec_dot_q6_k_q8_k`].
-pub fn vec_dot_q6_k_q8_k_x4(rows: [&[BlockQ6K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
-    rows.map(|x| vec_dot_q6_k_q8_k(x, y))
+pub fn vec_dot_q6_k_q8_k_x4(rows: [&[BlockQ6K]; 4], y: &[BlockQ8K], path: KPath) -> [f32; 4] {
+    rows.map(|x| vec_dot_q6_k_q8_k(x, y, path))
 }
 
 /// `dot` of every row of `w` against every token of `x` (`nb` blocks each), into `out` as `layout`
@@ -286,7 +293,7 @@ fn gemm<W, A>(
     nb: usize,
     out: &mut [f32],
     layout: OutLayout,
-    dot: fn(&[W], &[A]) -> f32,
+    dot: impl Fn(&[W], &[A]) -> f32,
 ) {
     if nb == 0 {
         return;
@@ -355,7 +362,7 @@ pub fn gemm_q5_1_q8_1(
 }
 
 /// [`vec_dot_q4_k_q8_k`] of every row of `w` against every token of `x` (`nb` super-blocks each), as
-/// [`gemm_q8_0_q8_0`].
+/// [`gemm_q8_0_q8_0`], along llama.cpp's tiled product (the K-quant products of many tokens).
 pub fn gemm_q4_k_q8_k(
     w: &[BlockQ4K],
     x: &[BlockQ8K],
@@ -363,7 +370,9 @@ pub fn gemm_q4_k_q8_k(
     out: &mut [f32],
     layout: OutLayout,
 ) {
-    gemm(w, x, nb, out, layout, vec_dot_q4_k_q8_k);
+    gemm(w, x, nb, out, layout, |row, token| {
+        vec_dot_q4_k_q8_k(row, token, KPath::Tiled)
+    });
 }
 
 /// [`vec_dot_q5_k_q8_k`] of every row of `w` against every token of `x`, as [`gemm_q4_k_q8_k`].
@@ -374,7 +383,9 @@ pub fn gemm_q5_k_q8_k(
     out: &mut [f32],
     layout: OutLayout,
 ) {
-    gemm(w, x, nb, out, layout, vec_dot_q5_k_q8_k);
+    gemm(w, x, nb, out, layout, |row, token| {
+        vec_dot_q5_k_q8_k(row, token, KPath::Tiled)
+    });
 }
 
 /// [`vec_dot_q6_k_q8_k`] of every row of `w` against every token of `x`, as [`gemm_q4_k_q8_k`].
@@ -385,5 +396,7 @@ pub fn gemm_q6_k_q8_k(
     out: &mut [f32],
     layout: OutLayout,
 ) {
-    gemm(w, x, nb, out, layout, vec_dot_q6_k_q8_k);
+    gemm(w, x, nb, out, layout, |row, token| {
+        vec_dot_q6_k_q8_k(row, token, KPath::Tiled)
+    });
 }

@@ -72,22 +72,6 @@ pub(super) fn hsum_float_8(x: __m256) -> f32 {
     _mm_cvtss_f32(res)
 }
 
-/// ggml's final sum of the four-lane minimums accumulator: lanes `0+2` and `1+3`, then those two.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) fn hsum_float_4(x: __m128) -> f32 {
-    let pairs = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    _mm_cvtss_f32(_mm_add_ss(pairs, _mm_movehdup_ps(pairs)))
-}
-
-/// The exact sum of four int32 lanes.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) fn hsum_i32_4(x: __m128i) -> i32 {
-    let pairs = _mm_add_epi32(x, _mm_unpackhi_epi64(x, x));
-    _mm_cvtsi128_si32(_mm_add_epi32(pairs, _mm_shuffle_epi32::<0b01>(pairs)))
-}
-
 /// The length every row and the activations are cut to: the shortest (all equal in correct use).
 #[inline(always)]
 pub(super) fn common_len<T, U>(rows: &[&[T]], y: &[U]) -> usize {
@@ -108,63 +92,26 @@ pub(super) fn cut<T, const R: usize>(mut rows: [&[T]; R], n: usize) -> [&[T]; R]
 }
 
 // ---------------------------------------------------------------------------------------------
-// Q8_0 x Q8_0 in the scalar reference's numerics: up to four rows' block sums in the lanes of one register.
+// Exact integers out of vectors.
 
-/// The exact int32 sums of up to four rows' eight lanes each, row `r` in lane `r` (lanes past `R`
-/// hold repeats). Integer sums are exact, so their order does not matter.
-#[target_feature(enable = "avx2,fma,f16c")]
+/// The eight int32 lanes of `v`, in order.
+#[target_feature(enable = "avx2")]
 #[inline]
-pub(super) fn block_sums<const R: usize>(q: [__m256i; R]) -> __m128i {
-    let pick = |r: usize| q[r.min(R - 1)];
-    let pairs = _mm256_hadd_epi32(
-        _mm256_hadd_epi32(pick(0), pick(1)),
-        _mm256_hadd_epi32(pick(2), pick(3)),
-    );
-    _mm_add_epi32(
-        _mm256_castsi256_si128(pairs),
-        _mm256_extracti128_si256::<1>(pairs),
-    )
+pub(super) fn store_i32x8(v: __m256i) -> [i32; 8] {
+    let mut out = [0i32; 8];
+    // SAFETY: `out` is 32 writable bytes; `storeu` has no alignment requirement.
+    unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast(), v) };
+    out
 }
 
-/// Adds one block of up to four rows to their sums (row `r` in lane `r`) in the scalar reference's
-/// numerics: the exact block sums as f32, times `d_x * d_y`, added in block order. `dx` holds the
-/// rows' scales in its lanes, `dy` the activation block's head ([`head_f32`]: its scale in lane 0).
-#[target_feature(enable = "avx2,fma,f16c")]
+/// The four int32 lanes of `v`, in order.
+#[target_feature(enable = "avx2")]
 #[inline]
-pub(super) fn add_block_q8_0(acc: __m128, sums: __m128i, dx: __m128, dy: __m128) -> __m128 {
-    let d = _mm_mul_ps(dx, _mm_broadcastss_ps(dy));
-    _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(sums), d))
-}
-
-/// Up to four f16 scales as f32 lanes (zero past `R`), inserted into a zeroed register: inserts into
-/// an undefined one may merge into whatever register the compiler picks, the accumulator included,
-/// which chains every block to the previous block's sum.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) fn scales_f32<const R: usize>(d: [f16; R]) -> __m128 {
-    let bits = |r: usize| i32::from(d[r].to_bits());
-    let mut v = _mm_setzero_si128();
-    v = _mm_insert_epi16::<0>(v, bits(0));
-    if R > 1 {
-        v = _mm_insert_epi16::<1>(v, bits(1));
-    }
-    if R > 2 {
-        v = _mm_insert_epi16::<2>(v, bits(2));
-    }
-    if R > 3 {
-        v = _mm_insert_epi16::<3>(v, bits(3));
-    }
-    _mm_cvtph_ps(v)
-}
-
-/// The first `R` lanes of `acc`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) fn lanes<const R: usize>(acc: __m128) -> [f32; R] {
-    let mut out = [0f32; 4];
-    // SAFETY: `out` is 4 f32; unaligned store.
-    unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
-    std::array::from_fn(|r| out[r])
+pub(super) fn store_i32x4(v: __m128i) -> [i32; 4] {
+    let mut out = [0i32; 4];
+    // SAFETY: `out` is 16 writable bytes; `storeu` has no alignment requirement.
+    unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), v) };
+    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -249,14 +196,6 @@ pub(super) fn sub_block_sums(y: &BlockQ8K) -> __m128i {
 #[inline]
 pub(super) fn k4_min_products(mins: u64, sub_sums: __m128i) -> __m128i {
     _mm_madd_epi16(u8x8_to_i16(mins), sub_sums)
-}
-
-/// ggml's `d` and `dmin` of a Q4_K/Q5_K super-block in lanes 0 and 1: `[d_y * d, -d_y * dmin]`
-/// from the weight block's head ([`head_f32`]) and `[d_y, -d_y, _, _]`.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-pub(super) fn k4_scales<T>(x: &T, dy: __m128) -> __m128 {
-    _mm_mul_ps(head_f32(x), dy)
 }
 
 /// The `-32` offset of a Q6_K super-block's values, as ggml's AVX2 code subtracts it from the int32

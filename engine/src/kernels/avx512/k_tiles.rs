@@ -1,15 +1,15 @@
 //! Tiled K-quant products (prefill) on the AVX-512 tier: register tiles of four weight rows by four
-//! tokens, with the bits of the single-row dots.
+//! tokens, with the bits of the single-row dots along llama.cpp's tiled product
+//! ([`KPath::Tiled`](crate::kernels::k_numerics::KPath::Tiled)), the path its x86 build takes for
+//! every K-quant product of eight tokens or more that it does not repack.
 //!
 //! A call unpacks its tokens once, four at a time, into [`TokensK`] (values, block sums and the scales
 //! each tile needs), and each tile of rows once into [`RowsK`] (values as unsigned bytes, Q5_K's fifth
 //! and Q6_K's high bits included; scales and minimums as i16; the f16 scales as f32), so the inner loop
-//! is `vpmaddubsw` + `vpdpwssd` on loads alone. Per (row, token, super-block) it forms the single-row
-//! dot's integers exactly (an integer sum does not depend on its order) and then takes the single-row
-//! dot's float steps lane for lane: eight lanes of `fma(d * d_y, sums, acc)` (Q6_K: its `-32` offset
-//! subtracted from the sums first) and, for Q4_K and Q5_K, the minimums' term (Q4_K: four lanes of
-//! `fma(-dmin * d_y, products, acc)`; Q5_K: one `fma` of their exact sum), two (row, token) pairs per
-//! 16-lane vector, and ends with the same horizontal sums.
+//! is `vpmaddubsw` + `vpdpwssd` on loads alone. Per (row, token, super-block) it forms the exact
+//! integers `S1` (the scaled sums; Q6_K: less its `-32` offset) and, for Q4_K and Q5_K, `S2` (the
+//! minimums times the activation sums), then the float steps: `r = S1 d` (less `dmin S2`, fused) and
+//! `acc = fma(r, d_y, acc)`, two (row, token) pairs per 16-lane vector.
 
 use std::{
     arch::{asm, x86_64::*},
@@ -20,7 +20,7 @@ use super::{broadcast_u8x32, load_i8x64, load_u8x64, spread_i16};
 use crate::{
     kernels::{
         tiles::{OutLayout, gemm_by_tiles},
-        x86::{self, f16_to_f32, hsum_float_8},
+        x86::{self, f16_to_f32},
     },
     quant::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K},
 };
@@ -43,8 +43,6 @@ struct TokensK {
     bsums: [[i16; 16]; TOKENS],
     /// Lane `r * TOKENS + t`: token `t`'s scale (for every row `r`).
     d: [f32; ROWS * TOKENS],
-    /// Lanes `4t..4t + 4`: minus token `t`'s scale.
-    neg_d: [f32; TOKENS * 4],
 }
 
 impl Default for TokensK {
@@ -54,7 +52,6 @@ impl Default for TokensK {
             sub_sums: [[0; 8]; TOKENS],
             bsums: [[0; 16]; TOKENS],
             d: [0.0; ROWS * TOKENS],
-            neg_d: [0.0; TOKENS * 4],
         }
     }
 }
@@ -100,14 +97,11 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// What a type adds to its scaled sums, as its single-row dot does.
+/// What a type adds to its scaled sums.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Terms {
-    /// Q4_K: the minimums' products in four lanes, each accumulated, summed at the end
-    /// (`hsum_float_4`).
-    FourLaneMinimums,
-    /// Q5_K: the exact sum of the minimums' products, accumulated as one scalar.
-    SummedMinimums,
+    /// Q4_K and Q5_K: `dmin` times the minimums' products, subtracted.
+    Minimums,
     /// Q6_K: no minimums; `32 * sum(scale * block sum)` subtracted from the int32 sums.
     Offset32,
 }
@@ -193,7 +187,7 @@ fn unpack_k4(
 }
 
 impl KBlock for BlockQ4K {
-    const TERMS: Terms = Terms::FourLaneMinimums;
+    const TERMS: Terms = Terms::Minimums;
     unsafe fn unpack(&self, out: &mut RowsK, r: usize) {
         // SAFETY: the caller's CPU has the tier's features (this function's contract).
         unsafe { unpack_k4((self.d, self.dmin, &self.scales), (&self.qs, None), out, r) }
@@ -201,7 +195,7 @@ impl KBlock for BlockQ4K {
 }
 
 impl KBlock for BlockQ5K {
-    const TERMS: Terms = Terms::SummedMinimums;
+    const TERMS: Terms = Terms::Minimums;
     unsafe fn unpack(&self, out: &mut RowsK, r: usize) {
         let bits = (&self.qs, Some(&self.qh));
         // SAFETY: as for Q4_K.
@@ -285,7 +279,6 @@ fn pack_tokens(x: &[BlockQ8K], nb: usize, out: &mut Vec<TokensK>) {
             for r in 0..ROWS {
                 p.d[r * TOKENS + lane] = b.d;
             }
-            p.neg_d[4 * lane..4 * lane + 4].fill(-b.d);
         }
     }
 }
@@ -353,20 +346,33 @@ fn sum_groups_of_four(v: __m512i) -> __m512i {
     _mm512_add_epi32(pairs, _mm512_shuffle_epi32::<0b01_00_11_10>(pairs))
 }
 
+/// Each group of eight int32 lanes replaced by the group's exact sum.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn sum_groups_of_eight(v: __m512i) -> __m512i {
+    let quads = sum_groups_of_four(v);
+    _mm512_add_epi32(quads, _mm512_shuffle_i32x4::<0b10_11_00_01>(quads, quads))
+}
+
 /// The results of one tile: rows `rows` (super-blocks `nb` = `rows.len()`) against one tile of
 /// tokens, `out[r][t]` for row `r` and token `t`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 fn dot_tile(rows: &[RowsK], tokens: &[TokensK], terms: Terms) -> [[f32; TOKENS]; ROWS] {
     let n = rows.len().min(tokens.len());
-    // `acc[2r + h]`: lanes 0..8 for (row r, token 2h), 8..16 for (row r, token 2h + 1).
+    // `acc[2r + h]`: lanes 0..8 for (row r, token 2h), 8..16 for (row r, token 2h + 1), every lane of
+    // a half holding the same sum.
     let mut acc = [_mm512_setzero_ps(); ROWS * TOKENS / 2];
-    // `acc_m[r]`: lanes `4t..4t + 4` for (row r, token t).
-    let mut acc_m = [_mm512_setzero_ps(); ROWS];
     let pick = |a: i32, b: i32| _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+    // Lane `r * TOKENS + t` of the tokens' scales is token `t`'s, for every row.
     let picks: [__m512i; ROWS * TOKENS / 2] = std::array::from_fn(|k| {
         let first = 2 * k as i32;
         pick(first, first + 1)
+    });
+    // The minimums' sums of tokens 2h and 2h + 1 sit in lanes 8h and 8h + 4.
+    let min_picks: [__m512i; TOKENS / 2] = std::array::from_fn(|h| {
+        let first = 8 * h as i32;
+        pick(first, first + 4)
     });
     for (w, y) in rows[..n].iter().zip(&tokens[..n]) {
         let mut sums = [[_mm512_setzero_si512(); TOKENS]; ROWS];
@@ -381,64 +387,39 @@ fn dot_tile(rows: &[RowsK], tokens: &[TokensK], terms: Terms) -> [[f32; TOKENS];
                 }
             }
         }
-        let products = _mm512_mul_ps(load_f32x16(&w.d), load_f32x16(&y.d));
-        for r in 0..ROWS {
+        let dy = load_f32x16(&y.d);
+        for (r, row_sums) in sums.iter().enumerate() {
+            let minimums = (terms == Terms::Minimums).then(|| {
+                let mins = _mm512_broadcast_i32x4(load_i16x8(&w.mins[r]));
+                sum_groups_of_four(_mm512_madd_epi16(mins, load_i16x32(&y.sub_sums)))
+            });
             for h in 0..TOKENS / 2 {
-                let (a, b) = (sums[r][2 * h], sums[r][2 * h + 1]);
+                let (a, b) = (row_sums[2 * h], row_sums[2 * h + 1]);
                 let low = _mm512_shuffle_i64x2::<0b01_00_01_00>(a, b);
                 let high = _mm512_shuffle_i64x2::<0b11_10_11_10>(a, b);
                 let mut folded = _mm512_add_epi32(low, high);
                 if terms == Terms::Offset32 {
                     folded = _mm512_sub_epi32(folded, q6_k_offsets(w, y, r, h));
                 }
+                let total = _mm512_cvtepi32_ps(sum_groups_of_eight(folded));
                 let k = r * TOKENS / 2 + h;
-                let scale = _mm512_permutexvar_ps(picks[k], products);
-                acc[k] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(folded), acc[k]);
-            }
-            if terms != Terms::Offset32 {
-                let mins = _mm512_broadcast_i32x4(load_i16x8(&w.mins[r]));
-                let mut prod = _mm512_madd_epi16(mins, load_i16x32(&y.sub_sums));
-                if terms == Terms::SummedMinimums {
-                    prod = sum_groups_of_four(prod);
+                let mut result = _mm512_mul_ps(total, _mm512_set1_ps(w.d[r * TOKENS]));
+                if let Some(minimums) = minimums {
+                    let s2 = _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(min_picks[h], minimums));
+                    result = _mm512_fnmadd_ps(_mm512_set1_ps(w.dmin[r]), s2, result);
                 }
-                let dmin = _mm512_mul_ps(_mm512_set1_ps(w.dmin[r]), load_f32x16(&y.neg_d));
-                acc_m[r] = _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(prod), acc_m[r]);
+                let scale = _mm512_permutexvar_ps(picks[k], dy);
+                acc[k] = _mm512_fmadd_ps(result, scale, acc[k]);
             }
         }
     }
-    finish(&acc, &acc_m, terms)
-}
-
-/// The single-row dots' last steps for every pair of a tile.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn finish(
-    acc: &[__m512; ROWS * TOKENS / 2],
-    acc_m: &[__m512; ROWS],
-    terms: Terms,
-) -> [[f32; TOKENS]; ROWS] {
     let mut out = [[0f32; TOKENS]; ROWS];
     for (r, row) in out.iter_mut().enumerate() {
-        let mut m = [0f32; 16];
-        // SAFETY: `m` has room for 16 f32; unaligned store.
-        unsafe { _mm512_storeu_ps(m.as_mut_ptr(), acc_m[r]) };
         for (t, o) in row.iter_mut().enumerate() {
-            let v = acc[r * TOKENS / 2 + t / 2];
-            let eight = if t % 2 == 0 {
-                _mm512_castps512_ps256(v)
-            } else {
-                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)))
-            };
-            let lanes = &m[4 * t..4 * t + 4];
-            *o = match terms {
-                Terms::FourLaneMinimums => {
-                    // SAFETY: `lanes` is 4 readable f32; unaligned load.
-                    let four = unsafe { _mm_loadu_ps(lanes.as_ptr()) };
-                    hsum_float_8(eight) + x86::hsum_float_4(four)
-                }
-                Terms::SummedMinimums => hsum_float_8(eight) + lanes[0],
-                Terms::Offset32 => hsum_float_8(eight),
-            };
+            let mut lanes = [0f32; 16];
+            // SAFETY: `lanes` has room for 16 f32; unaligned store.
+            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc[r * TOKENS / 2 + t / 2]) };
+            *o = lanes[8 * (t % 2)];
         }
     }
     out
