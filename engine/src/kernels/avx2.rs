@@ -1065,36 +1065,37 @@ pub(crate) unsafe fn gemm_q4_1_q8_1(
     });
 }
 
-/// Stamps the K-quant dots along llama.cpp's tiled product, the path of every K-quant product of
-/// many tokens this tier's tiled forms run.
-macro_rules! tiled_k_dots {
-    ($($name:ident, $name_x4:ident: $w:ty => $dot:ident, $dot_x4:ident;)*) => {$(
-        /// The single-row dot along [`KPath::Tiled`].
+/// Stamps the K-quant dots along one fixed path: llama.cpp's tiled product (every K-quant product of
+/// many tokens this tier's tiled forms run) or its repacked Q4_K GEMM.
+macro_rules! path_k_dots {
+    ($($name:ident, $name_x4:ident: $w:ty => $dot:ident, $dot_x4:ident, $path:expr;)*) => {$(
+        /// The single-row dot along one path.
         ///
         /// # Safety
         /// The CPU must support AVX2, FMA and F16C.
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $name(x: &[$w], y: &[BlockQ8K]) -> f32 {
             // SAFETY: this function's contract.
-            unsafe { $dot(x, y, KPath::Tiled) }
+            unsafe { $dot(x, y, $path) }
         }
 
-        /// The four-row dot along [`KPath::Tiled`].
+        /// The four-row dot along one path.
         ///
         /// # Safety
         /// The CPU must support AVX2, FMA and F16C.
         #[target_feature(enable = "avx2,fma,f16c")]
         unsafe fn $name_x4(rows: [&[$w]; 4], y: &[BlockQ8K]) -> [f32; 4] {
             // SAFETY: this function's contract.
-            unsafe { $dot_x4(rows, y, KPath::Tiled) }
+            unsafe { $dot_x4(rows, y, $path) }
         }
     )*};
 }
 
-tiled_k_dots! {
-    tiled_q4_k, tiled_q4_k_x4: BlockQ4K => vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4;
-    tiled_q5_k, tiled_q5_k_x4: BlockQ5K => vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_x4;
-    tiled_q6_k, tiled_q6_k_x4: BlockQ6K => vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_x4;
+path_k_dots! {
+    tiled_q4_k, tiled_q4_k_x4: BlockQ4K => vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4, KPath::Tiled;
+    tiled_q5_k, tiled_q5_k_x4: BlockQ5K => vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_x4, KPath::Tiled;
+    tiled_q6_k, tiled_q6_k_x4: BlockQ6K => vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_x4, KPath::Tiled;
+    gemm_q4_k, gemm_q4_k_x4: BlockQ4K => vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4, KPath::RepackedGemm;
 }
 
 // The tiled forms of the 5-bit and K-quant types: this tier's single-row and four-row dots over
@@ -1103,6 +1104,7 @@ gemm_by_dots! {
     gemm_q5_0_q8_0: BlockQ5_0, BlockQ8_0 => vec_dot_q5_0_q8_0, vec_dot_q5_0_q8_0_x4;
     gemm_q5_1_q8_1: BlockQ5_1, BlockQ8_1 => vec_dot_q5_1_q8_1, vec_dot_q5_1_q8_1_x4;
     gemm_q4_k_q8_k: BlockQ4K, BlockQ8K => tiled_q4_k, tiled_q4_k_x4;
+    gemm_q4_k_q8_k_repacked: BlockQ4K, BlockQ8K => gemm_q4_k, gemm_q4_k_x4;
     gemm_q5_k_q8_k: BlockQ5K, BlockQ8K => tiled_q5_k, tiled_q5_k_x4;
     gemm_q6_k_q8_k: BlockQ6K, BlockQ8K => tiled_q6_k, tiled_q6_k_x4;
 }

@@ -47,7 +47,7 @@ mod k_tiles;
 mod q0_tiles;
 
 pub(crate) use self::{
-    k_tiles::{gemm_q4_k_q8_k, gemm_q5_k_q8_k, gemm_q6_k_q8_k},
+    k_tiles::{gemm_q4_k_q8_k, gemm_q4_k_q8_k_repacked, gemm_q5_k_q8_k, gemm_q6_k_q8_k},
     q0_tiles::{gemm_q4_0_q8_0, gemm_q5_0_q8_0, gemm_q8_0_q8_0},
 };
 

@@ -62,6 +62,7 @@ pub struct KernelTable {
     q4_k: unsafe fn(&[BlockQ4K], &[BlockQ8K], KPath) -> f32,
     q4_k_x4: KDotX4<BlockQ4K>,
     q4_k_gemm: unsafe fn(&[BlockQ4K], &[BlockQ8K], usize, &mut [f32], OutLayout),
+    q4_k_gemm_repacked: unsafe fn(&[BlockQ4K], &[BlockQ8K], usize, &mut [f32], OutLayout),
     q5_k: unsafe fn(&[BlockQ5K], &[BlockQ8K], KPath) -> f32,
     q5_k_x4: KDotX4<BlockQ5K>,
     q5_k_gemm: unsafe fn(&[BlockQ5K], &[BlockQ8K], usize, &mut [f32], OutLayout),
@@ -97,6 +98,7 @@ static SCALAR: KernelTable = KernelTable {
     q4_k: scalar::vec_dot_q4_k_q8_k,
     q4_k_x4: scalar::vec_dot_q4_k_q8_k_x4,
     q4_k_gemm: scalar::gemm_q4_k_q8_k,
+    q4_k_gemm_repacked: scalar::gemm_q4_k_q8_k_repacked,
     q5_k: scalar::vec_dot_q5_k_q8_k,
     q5_k_x4: scalar::vec_dot_q5_k_q8_k_x4,
     q5_k_gemm: scalar::gemm_q5_k_q8_k,
@@ -133,6 +135,7 @@ static AVX2: KernelTable = KernelTable {
     q4_k: avx2::vec_dot_q4_k_q8_k,
     q4_k_x4: avx2::vec_dot_q4_k_q8_k_x4,
     q4_k_gemm: avx2::gemm_q4_k_q8_k,
+    q4_k_gemm_repacked: avx2::gemm_q4_k_q8_k_repacked,
     q5_k: avx2::vec_dot_q5_k_q8_k,
     q5_k_x4: avx2::vec_dot_q5_k_q8_k_x4,
     q5_k_gemm: avx2::gemm_q5_k_q8_k,
@@ -169,6 +172,7 @@ static AVX512: KernelTable = KernelTable {
     q4_k: avx512::vec_dot_q4_k_q8_k,
     q4_k_x4: avx512::vec_dot_q4_k_q8_k_x4,
     q4_k_gemm: avx512::gemm_q4_k_q8_k,
+    q4_k_gemm_repacked: avx512::gemm_q4_k_q8_k_repacked,
     q5_k: avx512::vec_dot_q5_k_q8_k,
     q5_k_x4: avx512::vec_dot_q5_k_q8_k_x4,
     q5_k_gemm: avx512::gemm_q5_k_q8_k,
@@ -473,6 +477,24 @@ impl KernelTable {
     ) {
         // SAFETY: as in `gemm_q8_0_q8_0`.
         unsafe { (self.q4_k_gemm)(w, x, nb, out, layout) }
+    }
+
+    /// [`Self::vec_dot_q4_k_q8_k`] along [`KPath::RepackedGemm`] of every weight row against every
+    /// token, as [`Self::gemm_q8_0_q8_0`].
+    ///
+    /// # Panics
+    /// When `out` is too short for `layout`.
+    #[inline]
+    pub fn gemm_q4_k_q8_k_repacked(
+        &self,
+        w: &[BlockQ4K],
+        x: &[BlockQ8K],
+        nb: usize,
+        out: &mut [f32],
+        layout: OutLayout,
+    ) {
+        // SAFETY: as in `gemm_q8_0_q8_0`.
+        unsafe { (self.q4_k_gemm_repacked)(w, x, nb, out, layout) }
     }
 
     /// Q5_K weights against Q8_K activations along `path`.

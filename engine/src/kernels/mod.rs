@@ -362,15 +362,36 @@ fn tiled_matmul(
             })
         };
     }
+    let path = KPath::for_token(w.kind().file_type(), w.rows, n_tokens, 0);
     match (&w.data, converted) {
         (WeightData::Q8_0(v), Converted::Q8_0(a)) => tiled!(v, a, gemm_q8_0_q8_0),
         (WeightData::Q4_0(v), Converted::Q8_0(a)) => tiled!(v, a, gemm_q4_0_q8_0),
         (WeightData::Q4_1(v), Converted::Q8_1(a)) => tiled!(v, a, gemm_q4_1_q8_1),
         (WeightData::Q5_0(v), Converted::Q8_0(a)) => tiled!(v, a, gemm_q5_0_q8_0),
         (WeightData::Q5_1(v), Converted::Q8_1(a)) => tiled!(v, a, gemm_q5_1_q8_1),
-        // llama.cpp repacks these; the tiles take its tiled product's steps, not its GEMM's.
-        (WeightData::Q4K(_), _)
-            if KPath::for_token(w.kind().file_type(), w.rows, n_tokens, 0) != KPath::Tiled =>
+        (WeightData::Q4K(v), Converted::Q8K(a)) if path == KPath::RepackedGemm => {
+            // llama.cpp's repacked GEMM takes the tokens in whole groups of four, its GEMV the rest.
+            let gemm_tokens = n_tokens - n_tokens % 4;
+            let gemm = TiledProduct {
+                n_tokens: gemm_tokens,
+                ..product
+            };
+            gemm.run(
+                v,
+                &a[..gemm_tokens * nb],
+                &mut out[..gemm_tokens * w.rows],
+                transposed,
+                |w, x, out, layout| k.gemm_q4_k_q8_k_repacked(w, x, nb, out, layout),
+            );
+            for t in gemm_tokens..n_tokens {
+                let row = &mut out[t * w.rows..(t + 1) * w.rows];
+                rows_dot(k, w, converted, 0, (t, n_tokens), row, true);
+            }
+        }
+        // The other K-quant tiles take llama.cpp's tiled product's steps, for calls large enough
+        // for it.
+        (WeightData::Q4K(_) | WeightData::Q5K(_) | WeightData::Q6K(_), _)
+            if path != KPath::Tiled =>
         {
             return false;
         }
@@ -383,6 +404,7 @@ fn tiled_matmul(
 }
 
 /// The shape of a quantized product of several tokens, and how its loops run.
+#[derive(Clone, Copy)]
 struct TiledProduct<'a> {
     /// Blocks per weight row and per token.
     nb: usize,

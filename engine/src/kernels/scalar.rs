@@ -375,6 +375,20 @@ pub fn gemm_q4_k_q8_k(
     });
 }
 
+/// [`vec_dot_q4_k_q8_k`] of every row of `w` against every token of `x`, along llama.cpp's repacked
+/// GEMM (the tokens of a product in whole groups of four, for a matrix it repacks).
+pub fn gemm_q4_k_q8_k_repacked(
+    w: &[BlockQ4K],
+    x: &[BlockQ8K],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    gemm(w, x, nb, out, layout, |row, token| {
+        vec_dot_q4_k_q8_k(row, token, KPath::RepackedGemm)
+    });
+}
+
 /// [`vec_dot_q5_k_q8_k`] of every row of `w` against every token of `x`, as [`gemm_q4_k_q8_k`].
 pub fn gemm_q5_k_q8_k(
     w: &[BlockQ5K],
