@@ -38,14 +38,14 @@ use std::{arch::x86_64::*, cell::RefCell};
 
 use half::f16;
 
-use super::k_numerics::{K4Block, KInts, KKind, KPath, KScales, KSum};
+use super::k_numerics::{K4Block, KInts, KKind, KPath, KScales, KSum, on_path, path};
 use super::{
     tiles::{OutLayout, each_row, gemm_by_row_dots, store_tile, tile_rows},
     x86::{
         bytes_from_nibbles_32, common_len, cut, f16_to_f32, gemm_by_dots, head_f32, hsum_float_8,
-        k4_min_products, load_i8x32, load_i16x16, prefetch_blocks_ahead, prefetch_rows_ahead,
-        q6_k_offset, scales_i16, scales_mins_k4, store_i32x4, store_i32x8, sub_block_sums,
-        u8x8_to_i16,
+        k4_block_scales, k4_min_products, load_i8x32, load_i16x16, prefetch_blocks_ahead,
+        prefetch_rows_ahead, q6_k_offset, scales_i16, scales_mins_k4, store_i32x4, store_i32x8,
+        sub_block_sums, u8x8_to_i16,
     },
 };
 use crate::quant::{
@@ -479,12 +479,13 @@ fn spread_i16(v: __m256i, lo: i32, hi: i32) -> __m256i {
 /// i16 in both halves; `qh`, for Q5_K, the fifth bits.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn k4_ints<const PAIRS: bool>(
+fn k4_ints<const P: u8>(
     qs: &[u8; QK_K / 2],
     qh: Option<&[u8; QK_K / 8]>,
     scales: __m256i,
     q8: &[i8; QK_K],
 ) -> KInts {
+    const { assert!(P <= path::REPACKED_GEMM) };
     let low4 = _mm256_set1_epi8(0x0f);
     let fifth = _mm256_set1_epi8(0x10);
     let (q4, _) = qs.as_chunks::<32>();
@@ -512,7 +513,7 @@ fn k4_ints<const PAIRS: bool>(
         let p_lo = _mm256_madd_epi16(spread_i16(scales, s, s), p_lo);
         let p_hi = _mm256_madd_epi16(spread_i16(scales, s + 1, s + 1), p_hi);
         let pair = _mm256_add_epi32(p_lo, p_hi);
-        if PAIRS {
+        if P == path::REPACKED_GEMM {
             ints.pairs[j] = store_i32x8(pair).iter().sum();
         }
         sumi = _mm256_add_epi32(sumi, pair);
@@ -521,17 +522,16 @@ fn k4_ints<const PAIRS: bool>(
     ints
 }
 
-/// Q4_K/Q5_K x Q8_K dots of `R` rows against `y` along `path`.
+/// Q4_K/Q5_K x Q8_K dots of `R` rows against `y` along path `P`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn dot_k4_rows<W: K4Block, const R: usize>(
+fn dot_k4_rows<W: K4Block, const R: usize, const P: u8>(
     rows: [&[W]; R],
     y: &[BlockQ8K],
-    path: KPath,
 ) -> [f32; R] {
     let n = common_len(&rows, y);
     let rows = cut(rows, n);
-    let mut sums = [KSum::new(path, W::KIND); R];
+    let mut sums = [KSum::<P>::new(W::KIND); R];
     for (i, b) in y[..n].iter().enumerate() {
         if R > 1 {
             prefetch_blocks_ahead(&rows, i);
@@ -541,13 +541,9 @@ fn dot_k4_rows<W: K4Block, const R: usize>(
             let a = &rows[r][i];
             let (scales, mins) = scales_mins_k4(a.packed_scales());
             let scales = _mm256_broadcastsi128_si256(u8x8_to_i16(scales));
-            let mut ints = if path == KPath::RepackedGemm {
-                k4_ints::<true>(a.qs(), a.qh(), scales, &b.qs)
-            } else {
-                k4_ints::<false>(a.qs(), a.qh(), scales, &b.qs)
-            };
+            let mut ints = k4_ints::<P>(a.qs(), a.qh(), scales, &b.qs);
             ints.mins = store_i32x4(k4_min_products(mins, sub_sums));
-            sums[r].add(&ints, a.scales_with(b.d));
+            sums[r].add(&ints, k4_block_scales(a, b.d));
         }
     }
     sums.map(KSum::finish)
@@ -559,7 +555,7 @@ fn dot_k4_rows<W: K4Block, const R: usize>(
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K], path: KPath) -> f32 {
-    dot_k4_rows([x], y, path)[0]
+    on_path!(path, P => dot_k4_rows::<_, 1, P>([x], y)[0])
 }
 
 /// Four rows of [`vec_dot_q4_k_q8_k`] sharing the activation sums, the rows ahead prefetched.
@@ -572,7 +568,7 @@ pub(crate) unsafe fn vec_dot_q4_k_q8_k_x4(
     y: &[BlockQ8K],
     path: KPath,
 ) -> [f32; 4] {
-    dot_k4_rows(rows, y, path)
+    on_path!(path, P => dot_k4_rows::<_, 4, P>(rows, y))
 }
 
 /// ggml's Q5_K x Q8_K dot along `path` (AVX2).
@@ -581,7 +577,7 @@ pub(crate) unsafe fn vec_dot_q4_k_q8_k_x4(
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K], path: KPath) -> f32 {
-    dot_k4_rows([x], y, path)[0]
+    on_path!(path, P => dot_k4_rows::<_, 1, P>([x], y)[0])
 }
 
 /// Four rows of [`vec_dot_q5_k_q8_k`] sharing the activation sums, the rows ahead prefetched.
@@ -594,7 +590,7 @@ pub(crate) unsafe fn vec_dot_q5_k_q8_k_x4(
     y: &[BlockQ8K],
     path: KPath,
 ) -> [f32; 4] {
-    dot_k4_rows(rows, y, path)
+    on_path!(path, P => dot_k4_rows::<_, 4, P>(rows, y))
 }
 
 /// The int32 lanes of a Q6_K super-block's scaled sums of its unsigned 6-bit values (the `-32` offset
@@ -650,10 +646,10 @@ fn q6_k_scaled_sums(x: &BlockQ6K, q8: &[i8; QK_K]) -> __m256i {
 /// less the offset's.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn dot_q6_k_rows<const R: usize>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K], path: KPath) -> [f32; R] {
+fn dot_q6_k_rows<const R: usize, const P: u8>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K]) -> [f32; R] {
     let n = common_len(&rows, y);
     let rows = cut(rows, n);
-    let mut sums = [KSum::new(path, KKind::Q6K); R];
+    let mut sums = [KSum::<P>::new(KKind::Q6K); R];
     for (i, b) in y[..n].iter().enumerate() {
         if R > 1 {
             prefetch_blocks_ahead(&rows, i);
@@ -662,10 +658,12 @@ fn dot_q6_k_rows<const R: usize>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K], path: K
         for r in 0..R {
             let a = &rows[r][i];
             let sumi = _mm256_sub_epi32(q6_k_scaled_sums(a, &b.qs), q6_k_offset(a, bsums));
-            let ints = KInts {
-                lanes: store_i32x8(sumi),
-                ..KInts::default()
-            };
+            let mut ints = KInts::default();
+            if P == path::VEC_DOT {
+                ints.lanes = store_i32x8(sumi);
+            } else {
+                ints.lanes[0] = store_i32x8(sumi).iter().sum();
+            }
             let scales = KScales {
                 d: f16_to_f32(a.d),
                 dmin: 0.0,
@@ -683,7 +681,7 @@ fn dot_q6_k_rows<const R: usize>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K], path: K
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K], path: KPath) -> f32 {
-    dot_q6_k_rows([x], y, path)[0]
+    on_path!(path, P => dot_q6_k_rows::<1, P>([x], y)[0])
 }
 
 /// Four rows of [`vec_dot_q6_k_q8_k`] sharing the activation loads, the rows ahead prefetched.
@@ -696,7 +694,7 @@ pub(crate) unsafe fn vec_dot_q6_k_q8_k_x4(
     y: &[BlockQ8K],
     path: KPath,
 ) -> [f32; 4] {
-    dot_q6_k_rows(rows, y, path)
+    on_path!(path, P => dot_q6_k_rows::<4, P>(rows, y))
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ use std::{arch::x86_64::*, cell::RefCell};
 
 use half::f16;
 
-use super::k_numerics::{K4Block, KInts, KKind, KPath, KScales, KSum};
+use super::k_numerics::{K4Block, KInts, KKind, KPath, KScales, KSum, on_path, path};
 use super::{
     tiles::{OutLayout, gemm_by_row_dots, store_tile, tile_rows},
     x86::{
@@ -508,12 +508,13 @@ fn fold_halves(v: __m512i) -> __m256i {
 /// `PAIRS`, its pair. `scales` holds the eight sub-block scales as i16; `qh`, for Q5_K, the fifth bits.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn k4_ints<const PAIRS: bool>(
+fn k4_ints<const P: u8>(
     qs: &[u8; QK_K / 2],
     qh: Option<&[u8; QK_K / 8]>,
     scales: __m128i,
     q8: &[i8; QK_K],
 ) -> KInts {
+    const { assert!(P <= path::REPACKED_GEMM) };
     let low4 = _mm512_set1_epi8(0x0f);
     let sixteen = _mm512_set1_epi8(0x10);
     let nibble_shift = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
@@ -538,29 +539,32 @@ fn k4_ints<const PAIRS: bool>(
         let p = _mm512_maddubs_epi16(q, load_i8x64(&q8[j]));
         let s = 2 * j as i32;
         let scaled = spread_i16(scales, [s, s, s + 1, s + 1]);
-        if PAIRS {
+        if P == path::REPACKED_GEMM {
             let pair = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p, scaled);
             ints.pairs[j] = _mm512_reduce_add_epi32(pair);
-            sumi = _mm512_add_epi32(sumi, pair);
         } else {
             sumi = _mm512_dpwssd_epi32(sumi, p, scaled);
         }
     }
-    ints.lanes = x86::store_i32x8(fold_halves(sumi));
+    match P {
+        path::VEC_DOT => ints.lanes = x86::store_i32x8(fold_halves(sumi)),
+        // The paths that take only the total.
+        path::TILED | path::REPACKED_GEMV => ints.lanes[0] = _mm512_reduce_add_epi32(sumi),
+        _ => {}
+    }
     ints
 }
 
 /// Q4_K/Q5_K x Q8_K dots of `R` rows against `y` along `path`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn dot_k4_rows<W: K4Block, const R: usize>(
+fn dot_k4_rows<W: K4Block, const R: usize, const P: u8>(
     rows: [&[W]; R],
     y: &[BlockQ8K],
-    path: KPath,
 ) -> [f32; R] {
     let n = common_len(&rows, y);
     let rows = cut(rows, n);
-    let mut sums = [KSum::new(path, W::KIND); R];
+    let mut sums = [KSum::<P>::new(W::KIND); R];
     for (i, b) in y[..n].iter().enumerate() {
         if R > 1 {
             x86::prefetch_blocks_ahead(&rows, i);
@@ -570,13 +574,9 @@ fn dot_k4_rows<W: K4Block, const R: usize>(
             let a = &rows[r][i];
             let (scales, mins) = x86::scales_mins_k4(a.packed_scales());
             let scales = x86::u8x8_to_i16(scales);
-            let mut ints = if path == KPath::RepackedGemm {
-                k4_ints::<true>(a.qs(), a.qh(), scales, &b.qs)
-            } else {
-                k4_ints::<false>(a.qs(), a.qh(), scales, &b.qs)
-            };
-            ints.mins = x86::store_i32x4(x86::k4_min_products(mins, sub_sums));
-            sums[r].add(&ints, a.scales_with(b.d));
+            let mut ints = k4_ints::<P>(a.qs(), a.qh(), scales, &b.qs);
+            ints.mins = x86::k4_min_ints::<P>(x86::k4_min_products(mins, sub_sums));
+            sums[r].add(&ints, x86::k4_block_scales(a, b.d));
         }
     }
     sums.map(KSum::finish)
@@ -588,7 +588,7 @@ fn dot_k4_rows<W: K4Block, const R: usize>(
 /// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K], path: KPath) -> f32 {
-    dot_k4_rows([x], y, path)[0]
+    on_path!(path, P => dot_k4_rows::<_, 1, P>([x], y)[0])
 }
 
 /// Four rows of [`vec_dot_q4_k_q8_k`] sharing the activation sums, the rows ahead prefetched.
@@ -601,7 +601,7 @@ pub(crate) unsafe fn vec_dot_q4_k_q8_k_x4(
     y: &[BlockQ8K],
     path: KPath,
 ) -> [f32; 4] {
-    dot_k4_rows(rows, y, path)
+    on_path!(path, P => dot_k4_rows::<_, 4, P>(rows, y))
 }
 
 /// ggml's Q5_K x Q8_K dot along `path`, on 512-bit vectors.
@@ -610,7 +610,7 @@ pub(crate) unsafe fn vec_dot_q4_k_q8_k_x4(
 /// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K], path: KPath) -> f32 {
-    dot_k4_rows([x], y, path)[0]
+    on_path!(path, P => dot_k4_rows::<_, 1, P>([x], y)[0])
 }
 
 /// Four rows of [`vec_dot_q5_k_q8_k`] sharing the activation sums, the rows ahead prefetched.
@@ -623,7 +623,7 @@ pub(crate) unsafe fn vec_dot_q5_k_q8_k_x4(
     y: &[BlockQ8K],
     path: KPath,
 ) -> [f32; 4] {
-    dot_k4_rows(rows, y, path)
+    on_path!(path, P => dot_k4_rows::<_, 4, P>(rows, y))
 }
 
 /// The int32 lanes of a Q6_K super-block's scaled sums of its unsigned 6-bit values, equal to the
@@ -665,10 +665,10 @@ fn q6_k_scaled_sums(x: &BlockQ6K, q8: &[i8; QK_K]) -> __m256i {
 /// Q6_K x Q8_K dots of `R` rows against `y` along `path`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn dot_q6_k_rows<const R: usize>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K], path: KPath) -> [f32; R] {
+fn dot_q6_k_rows<const R: usize, const P: u8>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K]) -> [f32; R] {
     let n = common_len(&rows, y);
     let rows = cut(rows, n);
-    let mut sums = [KSum::new(path, KKind::Q6K); R];
+    let mut sums = [KSum::<P>::new(KKind::Q6K); R];
     for (i, b) in y[..n].iter().enumerate() {
         if R > 1 {
             x86::prefetch_blocks_ahead(&rows, i);
@@ -677,10 +677,12 @@ fn dot_q6_k_rows<const R: usize>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K], path: K
         for r in 0..R {
             let a = &rows[r][i];
             let sumi = _mm256_sub_epi32(q6_k_scaled_sums(a, &b.qs), x86::q6_k_offset(a, bsums));
-            let ints = KInts {
-                lanes: x86::store_i32x8(sumi),
-                ..KInts::default()
-            };
+            let mut ints = KInts::default();
+            if P == path::VEC_DOT {
+                ints.lanes = x86::store_i32x8(sumi);
+            } else {
+                ints.lanes[0] = x86::store_i32x8(sumi).iter().sum();
+            }
             let scales = KScales {
                 d: f16_to_f32(a.d),
                 dmin: 0.0,
@@ -698,7 +700,7 @@ fn dot_q6_k_rows<const R: usize>(rows: [&[BlockQ6K]; R], y: &[BlockQ8K], path: K
 /// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K], path: KPath) -> f32 {
-    dot_q6_k_rows([x], y, path)[0]
+    on_path!(path, P => dot_q6_k_rows::<1, P>([x], y)[0])
 }
 
 /// Four rows of [`vec_dot_q6_k_q8_k`] sharing the activation loads, the rows ahead prefetched.
@@ -711,7 +713,7 @@ pub(crate) unsafe fn vec_dot_q6_k_q8_k_x4(
     y: &[BlockQ8K],
     path: KPath,
 ) -> [f32; 4] {
-    dot_q6_k_rows(rows, y, path)
+    on_path!(path, P => dot_q6_k_rows::<4, P>(rows, y))
 }
 
 // ---------------------------------------------------------------------------------------------

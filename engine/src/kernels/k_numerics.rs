@@ -12,6 +12,8 @@
 //! - the repacked Q4_K GEMM (`ggml_gemm_q4_K_8x8_q8_K`, tokens in whole groups of four): the same
 //!   per 64 values (two sub-blocks) instead of per super-block.
 
+use half::f16;
+
 use crate::quant::{BlockQ4K, BlockQ5K, GgmlType, QK_K};
 
 /// Which of llama.cpp's kernels a K-quant dot follows.
@@ -27,6 +29,41 @@ pub enum KPath {
     /// The repacked Q4_K GEMM: the tokens of a call in whole groups of four.
     RepackedGemm,
 }
+
+/// [`KPath`]s as const generic parameters, so that a dot's loop is compiled for one path and its
+/// sums stay in registers.
+pub(crate) mod path {
+    pub(crate) const VEC_DOT: u8 = 0;
+    pub(crate) const TILED: u8 = 1;
+    pub(crate) const REPACKED_GEMV: u8 = 2;
+    pub(crate) const REPACKED_GEMM: u8 = 3;
+}
+
+/// Runs `$body` with `$p` a `const` naming `$path` ([`path`]).
+macro_rules! on_path {
+    ($path:expr, $p:ident => $body:expr) => {{
+        use $crate::kernels::k_numerics::{KPath, path};
+        match $path {
+            KPath::VecDot => {
+                const $p: u8 = path::VEC_DOT;
+                $body
+            }
+            KPath::Tiled => {
+                const $p: u8 = path::TILED;
+                $body
+            }
+            KPath::RepackedGemv => {
+                const $p: u8 = path::REPACKED_GEMV;
+                $body
+            }
+            KPath::RepackedGemm => {
+                const $p: u8 = path::REPACKED_GEMM;
+                $body
+            }
+        }
+    }};
+}
+pub(crate) use on_path;
 
 /// Tokens from which llama.cpp takes its tiled product for the K-quants it does not repack.
 pub const TILED_MIN_TOKENS: usize = 8;
@@ -56,8 +93,9 @@ pub(crate) trait K4Block {
     fn qs(&self) -> &[u8; QK_K / 2];
     /// Q5_K's fifth bits.
     fn qh(&self) -> Option<&[u8; QK_K / 8]>;
-    /// The block's `d` and `dmin` with the activation block's `dy`.
-    fn scales_with(&self, dy: f32) -> KScales;
+    /// The super-block scales of the scales and of the minimums.
+    fn d(&self) -> f16;
+    fn dmin(&self) -> f16;
 }
 
 impl K4Block for BlockQ4K {
@@ -71,12 +109,11 @@ impl K4Block for BlockQ4K {
     fn qh(&self) -> Option<&[u8; QK_K / 8]> {
         None
     }
-    fn scales_with(&self, dy: f32) -> KScales {
-        KScales {
-            d: self.d.to_f32(),
-            dmin: self.dmin.to_f32(),
-            dy,
-        }
+    fn d(&self) -> f16 {
+        self.d
+    }
+    fn dmin(&self) -> f16 {
+        self.dmin
     }
 }
 
@@ -91,12 +128,11 @@ impl K4Block for BlockQ5K {
     fn qh(&self) -> Option<&[u8; QK_K / 8]> {
         Some(&self.qh)
     }
-    fn scales_with(&self, dy: f32) -> KScales {
-        KScales {
-            d: self.d.to_f32(),
-            dmin: self.dmin.to_f32(),
-            dy,
-        }
+    fn d(&self) -> f16 {
+        self.d
+    }
+    fn dmin(&self) -> f16 {
+        self.dmin
     }
 }
 
@@ -131,10 +167,9 @@ pub(crate) struct KScales {
     pub(crate) dy: f32,
 }
 
-/// A K-quant dot's running float sums along one path.
+/// A K-quant dot's running float sums along path `P` ([`path`]).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct KSum {
-    path: KPath,
+pub(crate) struct KSum<const P: u8> {
     kind: KKind,
     lanes: [f32; 8],
     min_lanes: [f32; 4],
@@ -142,14 +177,14 @@ pub(crate) struct KSum {
     min_sum: f32,
 }
 
-impl KSum {
-    pub(crate) fn new(path: KPath, kind: KKind) -> Self {
+impl<const P: u8> KSum<P> {
+    #[inline(always)]
+    pub(crate) fn new(kind: KKind) -> Self {
         debug_assert!(
-            kind == KKind::Q4K || !matches!(path, KPath::RepackedGemv | KPath::RepackedGemm),
+            kind == KKind::Q4K || P == path::VEC_DOT || P == path::TILED,
             "llama.cpp repacks only Q4_K"
         );
         Self {
-            path,
             kind,
             lanes: [0.0; 8],
             min_lanes: [0.0; 4],
@@ -162,8 +197,8 @@ impl KSum {
     #[inline(always)]
     pub(crate) fn add(&mut self, ints: &KInts, s: KScales) {
         let total = |v: &[i32]| v.iter().sum::<i32>() as f32;
-        match self.path {
-            KPath::VecDot => {
+        match P {
+            path::VEC_DOT => {
                 let d = s.dy * s.d;
                 for (acc, &lane) in self.lanes.iter_mut().zip(&ints.lanes) {
                     *acc = d.mul_add(lane as f32, *acc);
@@ -182,18 +217,18 @@ impl KSum {
                     KKind::Q6K => {}
                 }
             }
-            KPath::Tiled => {
+            path::TILED => {
                 let mut result = total(&ints.lanes) * s.d;
                 if self.kind != KKind::Q6K {
                     result = (-s.dmin).mul_add(total(&ints.mins), result);
                 }
                 self.sum = result.mul_add(s.dy, self.sum);
             }
-            KPath::RepackedGemv => {
+            path::REPACKED_GEMV => {
                 self.sum = total(&ints.lanes).mul_add(s.d * s.dy, self.sum);
                 self.min_sum = total(&ints.mins).mul_add(s.dmin * s.dy, self.min_sum);
             }
-            KPath::RepackedGemm => {
+            _ => {
                 let (d, dmin) = (s.d * s.dy, s.dmin * s.dy);
                 for (&pair, &m) in ints.pairs.iter().zip(&ints.mins) {
                     self.sum = (pair as f32).mul_add(d, self.sum);
@@ -204,9 +239,10 @@ impl KSum {
     }
 
     /// The dot.
+    #[inline(always)]
     pub(crate) fn finish(self) -> f32 {
-        match self.path {
-            KPath::VecDot => {
+        match P {
+            path::VEC_DOT => {
                 let lanes = hsum_f32x8(self.lanes);
                 match self.kind {
                     KKind::Q4K => lanes + hsum_f32x4(self.min_lanes),
@@ -214,8 +250,8 @@ impl KSum {
                     KKind::Q6K => lanes,
                 }
             }
-            KPath::Tiled => self.sum,
-            KPath::RepackedGemv | KPath::RepackedGemm => self.sum - self.min_sum,
+            path::TILED => self.sum,
+            _ => self.sum - self.min_sum,
         }
     }
 }
@@ -276,11 +312,13 @@ mod tests {
             dmin: 0.25,
             dy: 2.0,
         };
-        let dot = |path, kind| {
-            let mut sum = KSum::new(path, kind);
-            sum.add(&ints, s);
-            sum.add(&ints, s);
-            sum.finish()
+        let dot = |path: KPath, kind| {
+            on_path!(path, P => {
+                let mut sum = KSum::<P>::new(kind);
+                sum.add(&ints, s);
+                sum.add(&ints, s);
+                sum.finish()
+            })
         };
         // Exact in binary: every path gives the definition 2 (d dy S1 - dmin dy S2).
         for path in [KPath::VecDot, KPath::Tiled, KPath::RepackedGemv] {
@@ -301,12 +339,14 @@ mod tests {
             state ^= state << 17;
             (state % (2 * range as u64 + 1)) as i32 - range
         };
-        let dot = |path, blocks: &[(KInts, KScales)]| {
-            let mut sum = KSum::new(path, KKind::Q4K);
-            for (ints, s) in blocks {
-                sum.add(ints, *s);
-            }
-            sum.finish()
+        let dot = |path: KPath, blocks: &[(KInts, KScales)]| {
+            on_path!(path, P => {
+                let mut sum = KSum::<P>::new(KKind::Q4K);
+                for (ints, s) in blocks {
+                    sum.add(ints, *s);
+                }
+                sum.finish()
+            })
         };
         let mut differ = [0; 3];
         for _ in 0..200 {

@@ -5,7 +5,7 @@
 use half::{bf16, f16};
 
 use super::{
-    k_numerics::{K4Block, KInts, KKind, KPath, KScales, KSum, hsum_f32x8},
+    k_numerics::{K4Block, KInts, KKind, KPath, KScales, KSum, hsum_f32x8, on_path},
     tiles::{OutLayout, each_row},
 };
 use crate::quant::{
@@ -176,6 +176,15 @@ fn k4_ints(values: &[u8; QK_K], block: &impl K4Block, y: &BlockQ8K) -> KInts {
     ints
 }
 
+/// A Q4_K/Q5_K super-block's scales against an activation block.
+fn k4_scales(block: &impl K4Block, y: &BlockQ8K) -> KScales {
+    KScales {
+        d: block.d().to_f32(),
+        dmin: block.dmin().to_f32(),
+        dy: y.d,
+    }
+}
+
 /// A K-quant dot: each super-block's integers by `ints`, the float steps of `path`.
 fn k_dot<W>(
     x: &[W],
@@ -184,25 +193,27 @@ fn k_dot<W>(
     kind: KKind,
     ints: impl Fn(&W, &BlockQ8K) -> (KInts, KScales),
 ) -> f32 {
-    let mut sum = KSum::new(path, kind);
-    for (a, b) in x.iter().zip(y) {
-        let (ints, scales) = ints(a, b);
-        sum.add(&ints, scales);
-    }
-    sum.finish()
+    on_path!(path, P => {
+        let mut sum = KSum::<P>::new(kind);
+        for (a, b) in x.iter().zip(y) {
+            let (ints, scales) = ints(a, b);
+            sum.add(&ints, scales);
+        }
+        sum.finish()
+    })
 }
 
 /// Q4_K against Q8_K along `path`, as llama.cpp's x86 kernels compute it ([`KPath`]).
 pub fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K], path: KPath) -> f32 {
     k_dot(x, y, path, KKind::Q4K, |a, b| {
-        (k4_ints(&quant::q4_k_values(a), a, b), a.scales_with(b.d))
+        (k4_ints(&quant::q4_k_values(a), a, b), k4_scales(a, b))
     })
 }
 
 /// Q5_K against Q8_K along `path`: as [`vec_dot_q4_k_q8_k`] with 5-bit values.
 pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K], path: KPath) -> f32 {
     k_dot(x, y, path, KKind::Q5K, |a, b| {
-        (k4_ints(&quant::q5_k_values(a), a, b), a.scales_with(b.d))
+        (k4_ints(&quant::q5_k_values(a), a, b), k4_scales(a, b))
     })
 }
 

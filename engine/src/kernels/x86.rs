@@ -9,6 +9,7 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
+use super::k_numerics::{K4Block, KScales, path};
 use crate::quant::{BlockQ6K, BlockQ8K, QK};
 
 // ---------------------------------------------------------------------------------------------
@@ -196,6 +197,32 @@ pub(super) fn sub_block_sums(y: &BlockQ8K) -> __m128i {
 #[inline]
 pub(super) fn k4_min_products(mins: u64, sub_sums: __m128i) -> __m128i {
     _mm_madd_epi16(u8x8_to_i16(mins), sub_sums)
+}
+
+/// A Q4_K/Q5_K super-block's `d` and `dmin` (one `vcvtph2ps` of its head) with the activation's `dy`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn k4_block_scales<W: K4Block>(block: &W, dy: f32) -> KScales {
+    let head = head_f32(block);
+    KScales {
+        d: _mm_cvtss_f32(head),
+        dmin: _mm_cvtss_f32(_mm_movehdup_ps(head)),
+        dy,
+    }
+}
+
+/// The minimums' products ([`k4_min_products`]) as [`KInts::mins`] for path `P`: the four pairs, or
+/// only their total where the path takes nothing else.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn k4_min_ints<const P: u8>(products: __m128i) -> [i32; 4] {
+    if P == path::TILED || P == path::REPACKED_GEMV {
+        let pairs = _mm_add_epi32(products, _mm_shuffle_epi32::<0b01_00_11_10>(products));
+        let total = _mm_add_epi32(pairs, _mm_shuffle_epi32::<0b10_11_00_01>(pairs));
+        [_mm_cvtsi128_si32(total), 0, 0, 0]
+    } else {
+        store_i32x4(products)
+    }
 }
 
 /// The `-32` offset of a Q6_K super-block's values, as ggml's AVX2 code subtracts it from the int32

@@ -355,114 +355,174 @@ fn sum_groups_of_eight(v: __m512i) -> __m512i {
 }
 
 /// The results of one tile: rows `rows` (super-blocks `nb` = `rows.len()`) against one tile of
-/// tokens, `out[r][t]` for row `r` and token `t`: along llama.cpp's tiled product, or with `GEMM`
-/// (Q4_K) along its repacked GEMM, whose float steps come per 64 values instead of per super-block.
+/// tokens, `out[r][t]` for row `r` and token `t`, along llama.cpp's tiled product.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn dot_tile<const GEMM: bool>(
-    rows: &[RowsK],
-    tokens: &[TokensK],
-    terms: Terms,
-) -> [[f32; TOKENS]; ROWS] {
+fn dot_tile(rows: &[RowsK], tokens: &[TokensK], terms: Terms) -> [[f32; TOKENS]; ROWS] {
     let n = rows.len().min(tokens.len());
     // `acc[2r + h]`: lanes 0..8 for (row r, token 2h), 8..16 for (row r, token 2h + 1), every lane of
-    // a half holding the same sum; `acc_m` likewise for the GEMM's minimums.
+    // a half holding the same sum.
     let mut acc = [_mm512_setzero_ps(); ROWS * TOKENS / 2];
-    let mut acc_m = [_mm512_setzero_ps(); ROWS * TOKENS / 2];
     let pick = |a: i32, b: i32| _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
     // Lane `r * TOKENS + t` of the tokens' scales is token `t`'s, for every row.
     let picks: [__m512i; ROWS * TOKENS / 2] = std::array::from_fn(|k| {
         let first = 2 * k as i32;
         pick(first, first + 1)
     });
-    // A row's minimums' products of tokens 2h and 2h + 1 sit in lanes 8h.. and 8h + 4..: their
-    // sum (the tiled product) or group `g`'s (the GEMM).
-    let min_picks = |h: usize, g: usize| {
-        let first = (8 * h + g) as i32;
+    // The minimums' sums of tokens 2h and 2h + 1 sit in lanes 8h and 8h + 4.
+    let min_picks: [__m512i; TOKENS / 2] = std::array::from_fn(|h| {
+        let first = 8 * h as i32;
         pick(first, first + 4)
-    };
-    let groups = if GEMM { GROUPS } else { 1 };
+    });
     for (w, y) in rows[..n].iter().zip(&tokens[..n]) {
+        let sums = group_sums(w, y, 0..GROUPS);
         let dy = load_f32x16(&y.d);
-        let d_dy = _mm512_mul_ps(load_f32x16(&w.d), dy);
-        for group in 0..groups {
-            let mut sums = [[_mm512_setzero_si512(); TOKENS]; ROWS];
-            let span = if GEMM { group..group + 1 } else { 0..GROUPS };
-            for g in span {
-                let qy: [__m512i; TOKENS] = std::array::from_fn(|t| load_i8x64(&y.qs[t][g]));
-                for (r, row_sums) in sums.iter_mut().enumerate() {
-                    let q = load_u8x64(&w.q[r][g]);
-                    let lanes = _mm512_broadcast_i32x4(load_i16x8(&w.group_scales[r][g]));
-                    let sc = spread_i16(lanes, [0, 1, 2, 3]);
-                    for (sum, &y) in row_sums.iter_mut().zip(&qy) {
-                        *sum = dpwssd(*sum, _mm512_maddubs_epi16(q, y), sc);
-                    }
+        for (r, row_sums) in sums.iter().enumerate() {
+            let minimums = (terms == Terms::Minimums).then(|| {
+                let mins = _mm512_broadcast_i32x4(load_i16x8(&w.mins[r]));
+                sum_groups_of_four(_mm512_madd_epi16(mins, load_i16x32(&y.sub_sums)))
+            });
+            for h in 0..TOKENS / 2 {
+                let (a, b) = (row_sums[2 * h], row_sums[2 * h + 1]);
+                let low = _mm512_shuffle_i64x2::<0b01_00_01_00>(a, b);
+                let high = _mm512_shuffle_i64x2::<0b11_10_11_10>(a, b);
+                let mut folded = _mm512_add_epi32(low, high);
+                if terms == Terms::Offset32 {
+                    folded = _mm512_sub_epi32(folded, q6_k_offsets(w, y, r, h));
                 }
-            }
-            for (r, row_sums) in sums.iter().enumerate() {
-                let minimums = (terms == Terms::Minimums).then(|| {
-                    let mins = _mm512_broadcast_i32x4(load_i16x8(&w.mins[r]));
-                    let products = _mm512_madd_epi16(mins, load_i16x32(&y.sub_sums));
-                    if GEMM {
-                        products
-                    } else {
-                        sum_groups_of_four(products)
-                    }
-                });
-                for h in 0..TOKENS / 2 {
-                    let (a, b) = (row_sums[2 * h], row_sums[2 * h + 1]);
-                    let low = _mm512_shuffle_i64x2::<0b01_00_01_00>(a, b);
-                    let high = _mm512_shuffle_i64x2::<0b11_10_11_10>(a, b);
-                    let mut folded = _mm512_add_epi32(low, high);
-                    if terms == Terms::Offset32 {
-                        folded = _mm512_sub_epi32(folded, q6_k_offsets(w, y, r, h));
-                    }
-                    let total = _mm512_cvtepi32_ps(sum_groups_of_eight(folded));
-                    let k = r * TOKENS / 2 + h;
-                    let s2 = minimums.map(|m| {
-                        _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(min_picks(h, group), m))
-                    });
-                    if GEMM {
-                        // acc += S1 (d dy); acc_m += S2 (dmin dy), per 64 values.
-                        let scale = _mm512_permutexvar_ps(picks[k], d_dy);
-                        acc[k] = _mm512_fmadd_ps(total, scale, acc[k]);
-                        if let Some(s2) = s2 {
-                            let dmin_dy = _mm512_mul_ps(_mm512_set1_ps(w.dmin[r]), dy);
-                            let scale = _mm512_permutexvar_ps(picks[k], dmin_dy);
-                            acc_m[k] = _mm512_fmadd_ps(s2, scale, acc_m[k]);
-                        }
-                        continue;
-                    }
-                    let mut result = _mm512_mul_ps(total, _mm512_set1_ps(w.d[r * TOKENS]));
-                    if let Some(s2) = s2 {
-                        result = _mm512_fnmadd_ps(_mm512_set1_ps(w.dmin[r]), s2, result);
-                    }
-                    let scale = _mm512_permutexvar_ps(picks[k], dy);
-                    acc[k] = _mm512_fmadd_ps(result, scale, acc[k]);
+                let total = _mm512_cvtepi32_ps(sum_groups_of_eight(folded));
+                let k = r * TOKENS / 2 + h;
+                let mut result = _mm512_mul_ps(total, _mm512_set1_ps(w.d[r * TOKENS]));
+                if let Some(minimums) = minimums {
+                    let s2 = _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(min_picks[h], minimums));
+                    result = _mm512_fnmadd_ps(_mm512_set1_ps(w.dmin[r]), s2, result);
                 }
+                let scale = _mm512_permutexvar_ps(picks[k], dy);
+                acc[k] = _mm512_fmadd_ps(result, scale, acc[k]);
             }
         }
     }
     let mut out = [[0f32; TOKENS]; ROWS];
     for (r, row) in out.iter_mut().enumerate() {
         for (t, o) in row.iter_mut().enumerate() {
-            let k = r * TOKENS / 2 + t / 2;
             let mut lanes = [0f32; 16];
-            let mut min_lanes = [0f32; 16];
-            // SAFETY: `lanes` and `min_lanes` have room for 16 f32; unaligned stores.
-            unsafe {
-                _mm512_storeu_ps(lanes.as_mut_ptr(), acc[k]);
-                _mm512_storeu_ps(min_lanes.as_mut_ptr(), acc_m[k]);
-            }
-            let lane = 8 * (t % 2);
-            *o = if GEMM {
-                lanes[lane] - min_lanes[lane]
-            } else {
-                lanes[lane]
-            };
+            // SAFETY: `lanes` has room for 16 f32; unaligned store.
+            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), acc[r * TOKENS / 2 + t / 2]) };
+            *o = lanes[8 * (t % 2)];
         }
     }
     out
+}
+
+/// The scaled sums of one super-block's 64-value groups `groups` for every (row, token) of a tile:
+/// `sums[r][t]`'s 16 int32 lanes add up to them.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn group_sums(w: &RowsK, y: &TokensK, groups: std::ops::Range<usize>) -> [[__m512i; TOKENS]; ROWS] {
+    let mut sums = [[_mm512_setzero_si512(); TOKENS]; ROWS];
+    for g in groups {
+        let qy: [__m512i; TOKENS] = std::array::from_fn(|t| load_i8x64(&y.qs[t][g]));
+        for (r, row_sums) in sums.iter_mut().enumerate() {
+            let q = load_u8x64(&w.q[r][g]);
+            let lanes = _mm512_broadcast_i32x4(load_i16x8(&w.group_scales[r][g]));
+            let sc = spread_i16(lanes, [0, 1, 2, 3]);
+            for (sum, &y) in row_sums.iter_mut().zip(&qy) {
+                *sum = dpwssd(*sum, _mm512_maddubs_epi16(q, y), sc);
+            }
+        }
+    }
+    sums
+}
+
+/// One vector whose lane `4r + t` is the exact sum of `sums[r][t]`'s 16 lanes: a transpose-and-add
+/// tree (pairs of lanes, of pairs, of 128-bit quarters, of halves) that ends with the totals in order.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn tile_totals(sums: &[[__m512i; TOKENS]; ROWS]) -> __m512i {
+    let v: [__m512i; ROWS * TOKENS] = std::array::from_fn(|k| sums[k / TOKENS][k % TOKENS]);
+    let pairs: [__m512i; 8] = std::array::from_fn(|i| {
+        let (a, b) = (v[2 * i], v[2 * i + 1]);
+        _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b))
+    });
+    // Per 128-bit quarter: sources 4j..4j + 4 summed over that quarter.
+    let quads: [__m512i; 4] = std::array::from_fn(|j| {
+        let (c, d) = (pairs[2 * j], pairs[2 * j + 1]);
+        _mm512_add_epi32(_mm512_unpacklo_epi64(c, d), _mm512_unpackhi_epi64(c, d))
+    });
+    let halves: [__m512i; 2] = std::array::from_fn(|i| {
+        let (x, y) = (quads[2 * i], quads[2 * i + 1]);
+        _mm512_add_epi32(
+            _mm512_shuffle_i32x4::<0b10_00_10_00>(x, y),
+            _mm512_shuffle_i32x4::<0b11_01_11_01>(x, y),
+        )
+    });
+    let (x, y) = (halves[0], halves[1]);
+    _mm512_add_epi32(
+        _mm512_shuffle_i32x4::<0b10_00_10_00>(x, y),
+        _mm512_shuffle_i32x4::<0b11_01_11_01>(x, y),
+    )
+}
+
+/// The results of one tile of Q4_K rows along llama.cpp's repacked GEMM: per 64-value group `g`, the
+/// exact sums `S1_g` and `S2_g` of every (row, token), lane `4r + t`, fused with `d dy` and `dmin dy`
+/// into two sums; their difference at the end.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_tile_gemm(rows: &[RowsK], tokens: &[TokensK]) -> [[f32; TOKENS]; ROWS] {
+    let n = rows.len().min(tokens.len());
+    let mut acc = _mm512_setzero_ps();
+    let mut acc_m = _mm512_setzero_ps();
+    // Lane `4r + t` of a group's minimums: row r's products (lane `4t + g`), rows 0-1 from the first
+    // pair of vectors and 2-3 from the second.
+    let min_index: [__m512i; GROUPS] = std::array::from_fn(|g| {
+        let lane = |i: i32| 16 * ((i / 4) % 2) + 4 * (i % 4) + g as i32;
+        _mm512_setr_epi32(
+            lane(0),
+            lane(1),
+            lane(2),
+            lane(3),
+            lane(4),
+            lane(5),
+            lane(6),
+            lane(7),
+            lane(8),
+            lane(9),
+            lane(10),
+            lane(11),
+            lane(12),
+            lane(13),
+            lane(14),
+            lane(15),
+        )
+    });
+    let row_of_lane = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    for (w, y) in rows[..n].iter().zip(&tokens[..n]) {
+        let dy = load_f32x16(&y.d);
+        let d_dy = _mm512_mul_ps(load_f32x16(&w.d), dy);
+        // SAFETY: `w.dmin` is 4 readable f32; unaligned load.
+        let dmin = _mm512_castps128_ps512(unsafe { _mm_loadu_ps(w.dmin.as_ptr()) });
+        let dmin_dy = _mm512_mul_ps(_mm512_permutexvar_ps(row_of_lane, dmin), dy);
+        let products: [__m512i; ROWS] = std::array::from_fn(|r| {
+            let mins = _mm512_broadcast_i32x4(load_i16x8(&w.mins[r]));
+            _mm512_madd_epi16(mins, load_i16x32(&y.sub_sums))
+        });
+        for (g, index) in min_index.iter().enumerate() {
+            let s1 = tile_totals(&group_sums(w, y, g..g + 1));
+            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), d_dy, acc);
+            let first = _mm512_permutex2var_epi32(products[0], *index, products[1]);
+            let second = _mm512_permutex2var_epi32(products[2], *index, products[3]);
+            let s2 = _mm512_mask_blend_epi32(0xff00, first, second);
+            acc_m = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2), dmin_dy, acc_m);
+        }
+    }
+    let mut lanes = [0f32; 16];
+    let mut min_lanes = [0f32; 16];
+    // SAFETY: both have room for 16 f32; unaligned stores.
+    unsafe {
+        _mm512_storeu_ps(lanes.as_mut_ptr(), acc);
+        _mm512_storeu_ps(min_lanes.as_mut_ptr(), acc_m);
+    }
+    std::array::from_fn(|r| std::array::from_fn(|t| lanes[4 * r + t] - min_lanes[4 * r + t]))
 }
 
 /// Every row of `w` against every token of `x` (`nb` super-blocks each), into `out` as `layout`
@@ -477,7 +537,7 @@ fn gemm<W: KBlock>(w: &[W], x: &[BlockQ8K], nb: usize, out: &mut [f32], layout: 
             (&mut s.tokens, &mut s.rows),
             pack_tokens,
             |tile, out| pack_rows(tile, out),
-            |rows, tokens| dot_tile::<false>(rows, tokens, W::TERMS),
+            |rows, tokens| dot_tile(rows, tokens, W::TERMS),
         );
     });
 }
@@ -503,7 +563,7 @@ pub(crate) unsafe fn gemm_q4_k_q8_k_repacked(
             (&mut s.tokens, &mut s.rows),
             pack_tokens,
             |tile, out| pack_rows(tile, out),
-            |rows, tokens| dot_tile::<true>(rows, tokens, Terms::Minimums),
+            |rows, tokens| dot_tile_gemm(rows, tokens),
         );
     });
 }
