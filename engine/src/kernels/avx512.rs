@@ -196,6 +196,9 @@ fn dot_q8_0_rows<const R: usize>(rows: [&[BlockQ8_0]; R], y: &[BlockQ8_0]) -> [f
     let zero = _mm256_setzero_si256();
     let mut acc = [_mm256_setzero_ps(); R];
     for (i, b) in y[..n].iter().enumerate() {
+        if R > 1 {
+            x86::prefetch_rows_ahead(&rows, i);
+        }
         let qy = load_i8x32(&b.qs);
         let dy = f16_to_f32(b.d);
         for r in 0..R {
