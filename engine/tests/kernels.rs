@@ -487,8 +487,7 @@ fn simd_tiers_reproduce_ggml_x86_float_order_bit_for_bit() {
         let a81 = q8_1_activations(&mut rng, nb);
         for k in simd_tables() {
             let tier = k.tier();
-            // Q8_0 keeps the scalar reference's order instead (so that its products of many
-            // tokens can hold tokens in lanes): the same bits as the reference.
+            // The scalar reference takes ggml's x86 order too: the same bits.
             assert_bits(
                 &format!("{tier} q8_0 x{nb}"),
                 k.vec_dot_q8_0_q8_0(&w8, &a8),

@@ -13,10 +13,10 @@
 //!   into one 8-lane accumulator. Q5_1 adds `m_x * s_y` as Q4_1 does; Q4_K's minimums go through a
 //!   4-lane accumulator, Q5_K's through a scalar sum (fused, as GCC contracts it), Q6_K's `-32`
 //!   offset comes off the int32 lanes through the activation's 16-value sums, all as ggml does.
-//! - Q8_0 x Q8_0 keeps the scalar reference's numerics instead: each block's exact int32 sum, as f32,
-//!   times the product of the scales, added in block order.
-//!   A row's result then does not depend on how the lanes were split, which lets the AVX-512 product
-//!   of many tokens put tokens in lanes and still give decoding's bits.
+//! - Q8_0 x Q8_0 (`ggml_vec_dot_q8_0_q8_0`, and llama.cpp's tinyBLAS for prompts, which sums alike):
+//!   the same eight lanes fused with `d_x d_y` into one 8-lane accumulator.
+//! - The K-quants' float steps depend on which of llama.cpp's kernels the product takes; they live
+//!   once, in `k_numerics`, and this tier forms only their exact integers.
 //! - `vec_dot_f32` / `vec_dot_f16` (`ggml-cpu/vec.cpp`, `simd-mappings.h` `__AVX__` branch): four
 //!   8-lane accumulators over steps of 32 elements, `GGML_F32x8_REDUCE`, leftovers one at a time
 //!   (in f64 for f16).
