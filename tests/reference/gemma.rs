@@ -202,8 +202,9 @@ fn gemma_q5_k_m_requantization_equals_llama_quantize_bit_for_bit() {
 
 #[test]
 fn llama_server_evaluates_the_last_four_prompt_tokens_apart() {
-    assert_eq!(server_prompt_batches(3), [0..3]);
-    assert_eq!(server_prompt_batches(4), [0..4]);
+    let whole = |end| [std::ops::Range { start: 0, end }];
+    assert_eq!(server_prompt_batches(3), whole(3));
+    assert_eq!(server_prompt_batches(4), whole(4));
     assert_eq!(server_prompt_batches(6), [0..2, 2..6]);
     assert_eq!(server_prompt_batches(600), [0..84, 84..596, 596..600]);
 }
