@@ -1116,20 +1116,11 @@ pub(super) mod k_quant_reference;
 #[cfg(test)]
 mod tests {
     use super::{
-        k_quant_reference::{check_kernels, check_same_bits},
+        k_quant_reference::{ALL_PATHS, UNPACKED_PATHS, check_against_scalar},
         *,
     };
     use crate::kernels::cpu::{CpuFeatures, KernelTier};
     use crate::kernels::scalar;
-
-    /// Every path of a Q4_K dot, and those of the K-quants llama.cpp does not repack.
-    const ALL_PATHS: [KPath; 4] = [
-        KPath::VecDot,
-        KPath::Tiled,
-        KPath::RepackedGemv,
-        KPath::RepackedGemm,
-    ];
-    const UNPACKED_PATHS: [KPath; 2] = [KPath::VecDot, KPath::Tiled];
 
     /// Whether this CPU runs the tier (saying so when it does not).
     fn runs() -> bool {
@@ -1143,35 +1134,24 @@ mod tests {
     /// Checks a type's one-row and four-row kernels (see [`check_kernels`]), and that they give the
     /// scalar reference's bits; a K-quant's along each of llama.cpp's paths.
     macro_rules! check {
-        ($name:literal, $one:ident, $four:ident) => {{
-            check_kernels(
+        ($name:literal, $one:ident, $four:ident) => {
+            check_against_scalar(
                 $name,
                 // SAFETY: called only after `runs()`: the CPU has the tier's features.
                 |x, y| unsafe { $one(x, y) },
                 // SAFETY: as above.
                 |rows, y| unsafe { $four(rows, y) },
-            );
-            check_same_bits(
-                $name,
-                // SAFETY: as above.
-                |x, y| unsafe { $one(x, y) },
                 |x, y| scalar::$one(x, y),
-            );
-        }};
+            )
+        };
         ($name:literal, $one:ident, $four:ident, $paths:expr) => {
             for path in $paths {
-                let name = format!("{} {path:?}", $name);
-                check_kernels(
-                    &name,
+                check_against_scalar(
+                    &format!("{} {path:?}", $name),
                     // SAFETY: called only after `runs()`: the CPU has the tier's features.
                     |x, y| unsafe { $one(x, y, path) },
                     // SAFETY: as above.
                     |rows, y| unsafe { $four(rows, y, path) },
-                );
-                check_same_bits(
-                    &name,
-                    // SAFETY: as above.
-                    |x, y| unsafe { $one(x, y, path) },
                     |x, y| scalar::$one(x, y, path),
                 );
             }

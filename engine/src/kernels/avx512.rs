@@ -976,20 +976,13 @@ mod tests {
     use crate::kernels::{
         avx2::{
             self,
-            k_quant_reference::{check_kernels, check_same_bits},
+            k_quant_reference::{
+                ALL_PATHS, UNPACKED_PATHS, check_against_scalar, check_kernels, check_same_bits,
+            },
         },
         cpu::{CpuFeatures, KernelTier},
         scalar,
     };
-
-    /// Every path of a Q4_K dot, and those of the K-quants llama.cpp does not repack.
-    const ALL_PATHS: [KPath; 4] = [
-        KPath::VecDot,
-        KPath::Tiled,
-        KPath::RepackedGemv,
-        KPath::RepackedGemm,
-    ];
-    const UNPACKED_PATHS: [KPath; 2] = [KPath::VecDot, KPath::Tiled];
 
     /// Whether this CPU runs the tier (saying so when it does not).
     fn runs() -> bool {
@@ -1027,18 +1020,12 @@ mod tests {
         }};
         ($name:literal, $one:ident, $four:ident, $paths:expr) => {
             for path in $paths {
-                let name = format!("{} {path:?}", $name);
-                check_kernels(
-                    &name,
+                check_against_scalar(
+                    &format!("{} {path:?}", $name),
                     // SAFETY: called only after `runs()`: the CPU has the tier's features.
                     |x, y| unsafe { $one(x, y, path) },
                     // SAFETY: as above.
                     |rows, y| unsafe { $four(rows, y, path) },
-                );
-                check_same_bits(
-                    &name,
-                    // SAFETY: as above.
-                    |x, y| unsafe { $one(x, y, path) },
                     |x, y| scalar::$one(x, y, path),
                 );
             }

@@ -5,6 +5,7 @@
 use half::f16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
+use crate::kernels::k_numerics::KPath;
 use crate::quant::{
     self, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K,
     GgmlType, QK, QK_K,
@@ -280,6 +281,27 @@ pub(crate) fn check_kernels<W: Reference>(
     }
     assert_eq!(one(&[], &[]), 0.0, "{name}: empty row");
     assert_eq!(four([&[]; 4], &[]), [0.0; 4], "{name}: four empty rows");
+}
+
+/// Every path of a Q4_K dot, and those of the K-quants llama.cpp does not repack.
+pub(crate) const ALL_PATHS: [KPath; 4] = [
+    KPath::VecDot,
+    KPath::Tiled,
+    KPath::RepackedGemv,
+    KPath::RepackedGemm,
+];
+pub(crate) const UNPACKED_PATHS: [KPath; 2] = [KPath::VecDot, KPath::Tiled];
+
+/// [`check_kernels`] for a tier's one-row and four-row kernels, and [`check_same_bits`] of the
+/// one-row kernel against the scalar reference's.
+pub(crate) fn check_against_scalar<W: Reference>(
+    name: &str,
+    one: impl Fn(&[W], &[W::Act]) -> f32,
+    four: impl Fn([&[W]; 4], &[W::Act]) -> [f32; 4],
+    scalar: impl Fn(&[W], &[W::Act]) -> f32,
+) {
+    check_kernels(name, &one, four);
+    check_same_bits(name, one, scalar);
 }
 
 /// Checks that two kernels of a type give the same bits on every case of [`cases`].

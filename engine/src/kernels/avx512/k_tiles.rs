@@ -530,6 +530,20 @@ fn dot_tile_gemm(rows: &[RowsK], tokens: &[TokensK]) -> [[f32; TOKENS]; ROWS] {
 /// before the next, so its unpacked blocks stay in cache while the tokens stream past.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn gemm<W: KBlock>(w: &[W], x: &[BlockQ8K], nb: usize, out: &mut [f32], layout: OutLayout) {
+    gemm_with(w, x, nb, (out, layout), |rows, tokens| {
+        dot_tile(rows, tokens, W::TERMS)
+    });
+}
+
+/// [`gemm`] with `dot` as the tile kernel.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn gemm_with<W: KBlock>(
+    w: &[W],
+    x: &[BlockQ8K],
+    nb: usize,
+    (out, layout): (&mut [f32], OutLayout),
+    dot: impl FnMut(&[RowsK], &[TokensK]) -> [[f32; TOKENS]; ROWS],
+) {
     SCRATCH.with_borrow_mut(|s| {
         gemm_by_tiles(
             (w, x, nb),
@@ -537,7 +551,7 @@ fn gemm<W: KBlock>(w: &[W], x: &[BlockQ8K], nb: usize, out: &mut [f32], layout: 
             (&mut s.tokens, &mut s.rows),
             pack_tokens,
             |tile, out| pack_rows(tile, out),
-            |rows, tokens| dot_tile(rows, tokens, W::TERMS),
+            dot,
         );
     });
 }
@@ -556,15 +570,8 @@ pub(crate) unsafe fn gemm_q4_k_q8_k_repacked(
     out: &mut [f32],
     layout: OutLayout,
 ) {
-    SCRATCH.with_borrow_mut(|s| {
-        gemm_by_tiles(
-            (w, x, nb),
-            (out, layout),
-            (&mut s.tokens, &mut s.rows),
-            pack_tokens,
-            |tile, out| pack_rows(tile, out),
-            |rows, tokens| dot_tile_gemm(rows, tokens),
-        );
+    gemm_with(w, x, nb, (out, layout), |rows, tokens| {
+        dot_tile_gemm(rows, tokens)
     });
 }
 
