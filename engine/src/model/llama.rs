@@ -40,6 +40,31 @@ pub struct LoadOptions {
     pub placement: Placement,
 }
 
+/// Tokens one pass of [`Llama::forward`] runs at most: a long prompt runs as several passes, so that
+/// its activations stay at this many tokens' worth (llama.cpp's micro-batch).
+pub const PASS_TOKENS: usize = 128;
+
+/// The token ranges a call of `n` tokens runs as, passes of at most `max` tokens (a multiple of 8,
+/// at least 16). Every pass but the last holds a multiple of 8 tokens, and the last at least 8 when
+/// `n` is: a token's kernel path depends on whether its product has 8 tokens or more and on the whole
+/// groups of 4 from the product's start (see `kernels::k_numerics`), so each token takes the path it
+/// would take in one pass and the split changes no bit.
+fn pass_ranges(n: usize, max: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    debug_assert!(max >= 16 && max % 8 == 0);
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        let left = n - start;
+        let len = match left {
+            0 => return None,
+            _ if left <= max => left,
+            _ if left - max < 8 => max - 8,
+            _ => max,
+        };
+        start += len;
+        Some(start - len..start)
+    })
+}
+
 /// Which positions of a forward pass need logits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Logits {
@@ -251,35 +276,63 @@ impl Llama {
                 cache.capacity()
             )));
         }
+        self.forward_in_passes(tokens, cache, logits, out, PASS_TOKENS);
+        Ok(())
+    }
+
+    /// Runs checked `tokens` as passes of at most `max_pass` tokens ([`pass_ranges`]), each after the
+    /// keys and values of the ones before it, and gathers the logits asked for.
+    fn forward_in_passes(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        logits: Logits,
+        out: &mut Vec<f32>,
+        max_pass: usize,
+    ) {
         let start = cache.len;
         let mut workspace = self
             .workspace
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let ws = &mut *workspace;
-        ws.at.clear();
-        ws.at.extend((0..tokens.len()).map(|t| TokenAt {
-            seq: 0,
-            pos: start + t,
-        }));
-        ws.logit_rows.clear();
-        match logits {
-            Logits::Last => ws.logit_rows.push(tokens.len() - 1),
-            Logits::All => ws.logit_rows.extend(0..tokens.len()),
-        }
         let layouts = [cache.layout()];
-        let pass = Pass {
-            tokens,
-            at: &ws.at,
-            layouts: &layouts,
-            logit_rows: &ws.logit_rows,
-        };
         let kv_dim = cache.kv_dim;
-        self.pool.install(|| {
-            self.run_pass(&pass, &mut cache.storage, kv_dim, &mut ws.buffers, out);
-        });
+        let single = tokens.len() <= max_pass;
+        out.clear();
+        for range in pass_ranges(tokens.len(), max_pass) {
+            let n = range.len();
+            ws.at.clear();
+            ws.at.extend((range.clone()).map(|t| TokenAt {
+                seq: 0,
+                pos: start + t,
+            }));
+            ws.logit_rows.clear();
+            match logits {
+                Logits::Last if range.end == tokens.len() => ws.logit_rows.push(n - 1),
+                Logits::Last => {}
+                Logits::All => ws.logit_rows.extend(0..n),
+            }
+            let pass = Pass {
+                tokens: &tokens[range],
+                at: &ws.at,
+                layouts: &layouts,
+                logit_rows: &ws.logit_rows,
+            };
+            // One pass writes its logits straight to `out`; several add theirs one after another.
+            let target = if single || logits == Logits::Last {
+                &mut *out
+            } else {
+                &mut ws.logits
+            };
+            self.pool.install(|| {
+                self.run_pass(&pass, &mut cache.storage, kv_dim, &mut ws.buffers, target);
+            });
+            if !single && logits == Logits::All {
+                out.extend_from_slice(&ws.logits);
+            }
+        }
         cache.len = start + tokens.len();
-        Ok(())
     }
 
     /// Runs `op` on one of the engine's threads: forward passes inside it run without handing their

@@ -49,6 +49,11 @@ impl SpecialTokens {
         index
     }
 
+    /// The ids of the special tokens, longest text first.
+    pub(super) fn ids(&self) -> Vec<u32> {
+        self.by_priority.iter().map(|&(id, _)| id).collect()
+    }
+
     fn insert(&mut self, text: &[u8], priority: u32) {
         let mut node = 0usize;
         for &byte in text {

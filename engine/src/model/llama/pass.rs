@@ -39,6 +39,8 @@ pub(super) struct Workspace {
     pub(super) buffers: Buffers,
     pub(super) at: Vec<TokenAt>,
     pub(super) logit_rows: Vec<usize>,
+    /// One pass's logits, when a call runs as several passes.
+    pub(super) logits: Vec<f32>,
 }
 
 /// Query tokens per attention task: enough rows to share each widened block of keys, few enough to

@@ -174,3 +174,68 @@ fn head_norms_norm_each_head_on_its_own() {
         assert!((got - want).abs() < 1e-6, "{x:?}");
     }
 }
+
+#[test]
+fn pass_ranges_keep_each_token_on_its_kernel_path() {
+    let ranges = |n| pass_ranges(n, 128).collect::<Vec<_>>();
+    assert!(ranges(0).is_empty());
+    assert_eq!(ranges(5), [0..5]);
+    assert_eq!(ranges(128), [0..128]);
+    assert_eq!(
+        ranges(130),
+        [0..120, 120..130],
+        "no pass of fewer than 8 tokens"
+    );
+    assert_eq!(ranges(136), [0..128, 128..136]);
+    assert_eq!(ranges(300), [0..128, 128..256, 256..300]);
+    for n in 1..600 {
+        let passes = ranges(n);
+        assert_eq!(passes.first().map(|r| r.start), Some(0), "{n}");
+        assert_eq!(passes.last().map(|r| r.end), Some(n), "{n}");
+        for (pass, next) in passes.iter().zip(passes.iter().skip(1)) {
+            assert_eq!(pass.end, next.start, "{n}");
+            assert!(pass.len() % 8 == 0 && pass.len() <= 128, "{n}: {pass:?}");
+        }
+        let last = passes.last().map_or(0, |r| r.len());
+        assert!(last >= n.min(8), "{n}: a last pass of {last}");
+    }
+}
+
+#[test]
+fn a_prompt_run_in_several_passes_gives_the_same_bits() {
+    use crate::convert::test_model::{TinySpec, tiny_gguf};
+    let bytes = tiny_gguf(TinySpec {
+        arch: "llama",
+        tied: false,
+        bias: false,
+        seed: 5,
+    });
+    let loaded = crate::loader::LoadedModel::from_gguf_bytes(
+        std::path::Path::new("tiny.gguf"),
+        bytes,
+        LoadOptions {
+            threads: 2,
+            ..LoadOptions::default()
+        },
+    )
+    .expect("the tiny model loads");
+    let model = &loaded.model;
+    let vocab = model.config().vocab_size as u32;
+    let tokens: Vec<u32> = (0..45u32).map(|i| (i * 37 + 3) % vocab).collect();
+    let run = |logits, max_pass| {
+        let mut cache = model.new_cache(64);
+        let mut out = Vec::new();
+        model.forward_in_passes(&tokens[..7], &mut cache, logits, &mut out, max_pass);
+        model.forward_in_passes(&tokens[7..], &mut cache, logits, &mut out, max_pass);
+        (cache.len, out)
+    };
+    for logits in [Logits::All, Logits::Last] {
+        let (len, whole) = run(logits, 512);
+        let (split_len, split) = run(logits, 16);
+        assert_eq!((len, split_len), (45, 45));
+        let rows = if logits == Logits::All { 38 } else { 1 };
+        assert_eq!(whole.len(), rows * vocab as usize);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert!(bits(&whole) == bits(&split), "{logits:?}");
+    }
+}
