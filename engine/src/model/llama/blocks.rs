@@ -3,7 +3,11 @@
 
 use super::{
     Llama,
-    ops::{FFN_TOKENS, add_bias, add_residual, gated_activation, matmul, rms_norm, rms_norm_heads},
+    pass_ranges,
+    ops::{
+        FFN_TOKENS, add_bias, add_residual, gated_activation, gated_activation_rows, matmul,
+        rms_norm, rms_norm_heads,
+    },
     pass::{AttentionInputs, Buffers, Pass, QueryBlock, query_blocks},
     weights::Layer,
 };
@@ -198,26 +202,42 @@ impl Llama {
     }
 
     /// The feed-forward block over the pass's tokens, [`FFN_TOKENS`] at a time: its widest
-    /// activations (gate and up) are then held for that many tokens, not for a whole prompt; every
-    /// token's result is the same whichever tokens share its product.
+    /// activations (gate and up) are then held for that many tokens, not for a whole pass. The
+    /// tokens are cut as [`pass_ranges`] cuts a call, so each takes the kernel path it would take in
+    /// one product.
     pub(super) fn ffn_block(&self, split: Split<'_>, layer: &Layer, b: &mut Buffers, n: usize) {
         let c = &self.config;
         let (d, f) = (c.dim, c.ffn_dim);
         rms_norm(split, &b.x, &layer.ffn_norm, c.rms_eps, &mut b.xb);
-        for first in (0..n).step_by(FFN_TOKENS) {
-            let m = FFN_TOKENS.min(n - first);
-            let (gate, up) = (&mut b.gate[..m * f], &mut b.up[..m * f]);
-            layer.gate_up.matmul(
-                split,
-                &b.xb[first * d..(first + m) * d],
-                m,
-                &mut [&mut *gate, &mut *up],
-                &mut b.combined,
-                &mut b.scratch,
-            );
-            gated_activation(split, c.activation, f, gate, up);
-            let proj = &mut b.proj[first * d..(first + m) * d];
-            matmul(split, &layer.w_down, gate, m, proj, &mut b.scratch);
+        for range in pass_ranges(n, FFN_TOKENS) {
+            let m = range.len();
+            let x = &b.xb[range.start * d..range.end * d];
+            let hidden = match &layer.gate_up.fused {
+                // Each output row is [gate | up]; the gated rows are packed to its front.
+                Some(fused) => {
+                    b.combined.resize(m * 2 * f, 0.0);
+                    matmul(split, fused, x, m, &mut b.combined, &mut b.scratch);
+                    gated_activation_rows(split, c.activation, f, &mut b.combined);
+                    &b.combined[..m * f]
+                }
+                None => {
+                    b.gate.resize(m * f, 0.0);
+                    b.up.resize(m * f, 0.0);
+                    let (gate, up) = (&mut b.gate[..m * f], &mut b.up[..m * f]);
+                    layer.gate_up.matmul(
+                        split,
+                        x,
+                        m,
+                        &mut [&mut *gate, &mut *up],
+                        &mut b.combined,
+                        &mut b.scratch,
+                    );
+                    gated_activation(split, c.activation, f, gate, up);
+                    &b.gate[..m * f]
+                }
+            };
+            let proj = &mut b.proj[range.start * d..range.end * d];
+            matmul(split, &layer.w_down, hidden, m, proj, &mut b.scratch);
         }
         self.add_block_output(split, layer.post_ffn_norm.as_deref(), b);
     }

@@ -36,20 +36,43 @@ pub(super) fn gated_activation(
 ) {
     let width = width * ELEMENTWISE_TOKENS;
     split.chunks_mut(gate, width, |task, gate| {
-        let up = &up[task * width..];
-        match activation {
-            Activation::Silu => {
-                for (g, &u) in gate.iter_mut().zip(up) {
-                    *g = silu(*g) * u;
-                }
-            }
-            Activation::GeluTanh => {
-                for (g, &u) in gate.iter_mut().zip(up) {
-                    *g = gelu_gate(*g, u);
-                }
-            }
+        gate_in_place(activation, gate, &up[task * width..]);
+    });
+}
+
+/// [`gated_activation`] of rows of `[gate | up]` (`2 * width` each, as a fused gate/up product
+/// leaves them), the results packed to the front of `rows`: `m * width` values for `m` rows.
+pub(super) fn gated_activation_rows(
+    split: Split<'_>,
+    activation: Activation,
+    width: usize,
+    rows: &mut [f32],
+) {
+    split.chunks_mut(rows, 2 * width * ELEMENTWISE_TOKENS, |_, rows| {
+        for row in rows.chunks_exact_mut(2 * width) {
+            let (gate, up) = row.split_at_mut(width);
+            gate_in_place(activation, gate, up);
         }
     });
+    for t in 1..rows.len() / (2 * width) {
+        rows.copy_within(2 * t * width..(2 * t + 1) * width, t * width);
+    }
+}
+
+/// `gate = act(gate) * up`, element by element.
+fn gate_in_place(activation: Activation, gate: &mut [f32], up: &[f32]) {
+    match activation {
+        Activation::Silu => {
+            for (g, &u) in gate.iter_mut().zip(up) {
+                *g = silu(*g) * u;
+            }
+        }
+        Activation::GeluTanh => {
+            for (g, &u) in gate.iter_mut().zip(up) {
+                *g = gelu_gate(*g, u);
+            }
+        }
+    }
 }
 
 /// A product of the pass's loops on `split` with the process's kernel tier.

@@ -3,7 +3,7 @@
 
 use super::{
     Llama,
-    ops::{ELEMENTWISE_TOKENS, FFN_TOKENS, TEAM_TOKENS, matmul, rms_norm},
+    ops::{ELEMENTWISE_TOKENS, TEAM_TOKENS, matmul, rms_norm},
 };
 use crate::{
     kernels::{
@@ -114,7 +114,7 @@ pub(super) struct Buffers {
 impl Buffers {
     /// Sizes every buffer for `n` tokens; capacity only grows.
     pub(super) fn prepare(&mut self, config: &LlamaConfig, n: usize) {
-        let (d, q, kv, f) = (config.dim, config.q_dim(), config.kv_dim(), config.ffn_dim);
+        let (d, q, kv) = (config.dim, config.q_dim(), config.kv_dim());
         for (buffer, width) in [
             (&mut self.x, d),
             (&mut self.xb, d),
@@ -125,9 +125,6 @@ impl Buffers {
             (&mut self.proj, d),
         ] {
             buffer.resize(n * width, 0.0);
-        }
-        for buffer in [&mut self.gate, &mut self.up] {
-            buffer.resize(n.min(FFN_TOKENS) * f, 0.0);
         }
     }
 }

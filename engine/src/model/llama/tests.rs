@@ -239,3 +239,21 @@ fn a_prompt_run_in_several_passes_gives_the_same_bits() {
         assert!(bits(&whole) == bits(&split), "{logits:?}");
     }
 }
+
+#[test]
+fn gated_rows_pack_what_the_gate_and_up_halves_give_apart() {
+    use super::ops::{gated_activation, gated_activation_rows};
+    let (width, m) = (40, 37);
+    let rows: Vec<f32> = (0..m * 2 * width)
+        .map(|i| ((i * 7919 % 1000) as f32 - 500.0) / 97.0)
+        .collect();
+    for activation in [Activation::Silu, Activation::GeluTanh] {
+        let mut gate: Vec<f32> = rows.chunks(width).step_by(2).flatten().copied().collect();
+        let up: Vec<f32> = rows.chunks(width).skip(1).step_by(2).flatten().copied().collect();
+        gated_activation(Split::Here, activation, width, &mut gate, &up);
+        let mut packed = rows.clone();
+        gated_activation_rows(Split::Pool, activation, width, &mut packed);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert!(bits(&packed[..m * width]) == bits(&gate), "{activation:?}");
+    }
+}
