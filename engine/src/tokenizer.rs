@@ -7,6 +7,7 @@
 //! outside the vocabulary is an error (llama.cpp warns and uses its default).
 
 mod bpe;
+mod merges;
 mod special;
 mod spm;
 mod vocab;

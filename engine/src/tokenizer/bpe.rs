@@ -2,6 +2,7 @@
 //! `tokenizer.ggml.pre` value (`llm_tokenizer_bpe`), each splitting the pieces the previous one
 //! left, then GPT-2's byte alphabet and the file's ranked merges.
 
+use super::merges::{self, Cut};
 use tokenizers::{
     DecoderWrapper, PreTokenizerWrapper, SplitDelimiterBehavior,
     decoders::byte_level::ByteLevel as ByteLevelDecoder,
@@ -186,19 +187,11 @@ pub(super) fn model(
         .enumerate()
         .map(|(i, t)| (t.clone(), i as u32))
         .collect();
-    let merges = merges
+    let cuts = merges
         .iter()
-        .map(|m| {
-            let (a, b) = split_merge(m).ok_or_else(|| format!("merge {m:?} is not \"a b\""))?;
-            // `tokenizers` needs the merged token in the vocabulary (and panics on some that are not).
-            if !vocab.contains_key(&format!("{a}{b}")) {
-                return Err(format!(
-                    "merge {m:?} makes a token that is not in the vocabulary"
-                ));
-            }
-            Ok((a.to_string(), b.to_string()))
-        })
+        .map(|m| merge_cut(m, &vocab))
         .collect::<Result<Vec<_>, String>>()?;
+    let merges = merges::firing(tokens, &vocab, cuts);
     let bpe = BPE::builder()
         .vocab_and_merges(vocab, merges)
         .ignore_merges(pre.ignore_merges)
@@ -208,6 +201,27 @@ pub(super) fn model(
     tokenizer.with_pre_tokenizer(Some(pre.wrapper()?));
     tokenizer.with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevelDecoder::default())));
     Ok(tokenizer)
+}
+
+/// Merge `"a b"` as a cut of the vocabulary token `ab`.
+///
+/// # Errors
+/// When the merge is not `"a b"`, or `a`, `b` or `ab` is not in the vocabulary (`tokenizers` needs
+/// all three, and panics on some merges whose result is missing).
+fn merge_cut(merge: &str, vocab: &Vocab) -> Result<Cut, String> {
+    let (a, b) = split_merge(merge).ok_or_else(|| format!("merge {merge:?} is not \"a b\""))?;
+    let id = |text: &str| vocab.get(text).copied();
+    let piece = id(&format!("{a}{b}"))
+        .ok_or_else(|| format!("merge {merge:?} makes a token that is not in the vocabulary"))?;
+    match (id(a), id(b)) {
+        (Some(left), Some(right)) => Ok(Cut {
+            piece,
+            at: a.len() as u32,
+            left,
+            right,
+        }),
+        _ => Err(format!("merge {merge:?} joins a token that is not in the vocabulary")),
+    }
 }
 
 /// `"a b"` as llama.cpp splits it: at the first space after the first byte, so `"  a"` is
@@ -297,6 +311,11 @@ mod tests {
         );
         let err = model(&tokens, &["ab".into()], pre).unwrap_err();
         assert!(err.contains("\"ab\" is not \"a b\""), "{err}");
+        let err = model(&tokens, &["aba b".into()], pre).unwrap_err();
+        assert!(
+            err.contains("\"aba b\" joins a token that is not in the vocabulary"),
+            "{err}"
+        );
     }
 
     #[test]

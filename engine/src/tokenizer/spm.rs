@@ -13,8 +13,6 @@
 //! could still merge it with a neighbour. Real vocabularies give their pieces distinct scores and
 //! hold every character their pieces are made of, so neither shows.
 
-use std::collections::HashMap;
-
 use tokenizers::{
     DecoderWrapper, NormalizerWrapper,
     decoders::{
@@ -25,40 +23,23 @@ use tokenizers::{
     normalizers::{Prepend, Replace, Sequence as NormalizerSequence},
 };
 
-use super::vocab::Vocabulary;
+use super::{
+    merges::{self, Cut},
+    vocab::Vocabulary,
+};
 
 /// SentencePiece's stand-in for a space.
 pub(super) const SPACE_MARK: &str = "\u{2581}";
 
 /// The BPE merges equivalent to scoring pieces, best first: for each piece, each cut into two
 /// pieces of `vocab`, ordered by the piece's score (higher first), then its id, then the cut; of
-/// those, only the cuts that can ever fire (see [`last_cuts`]).
+/// those, only the ones that can ever fire ([`merges::firing`]).
 pub(super) fn derive_merges(
     tokens: &[String],
     scores: &[f32],
     vocab: &Vocab,
 ) -> Vec<(String, String)> {
-    let cuts = ranked_cuts(tokens, scores, vocab);
-    let fires = last_cuts(tokens, vocab, &cuts);
-    cuts.iter()
-        .zip(fires)
-        .filter(|&(_, fires)| fires)
-        .map(|(cut, _)| {
-            let (left, right) = tokens[cut.piece as usize].split_at(cut.at as usize);
-            (left.to_string(), right.to_string())
-        })
-        .collect()
-}
-
-/// A piece cut into two pieces.
-#[derive(Debug, Clone, Copy)]
-struct Cut {
-    /// The piece's id.
-    piece: u32,
-    /// The byte where the right part starts.
-    at: u32,
-    left: u32,
-    right: u32,
+    merges::firing(tokens, vocab, ranked_cuts(tokens, scores, vocab))
 }
 
 /// Every cut of every piece into two pieces, in merge order.
@@ -88,61 +69,6 @@ fn ranked_cuts(tokens: &[String], scores: &[f32], vocab: &Vocab) -> Vec<Cut> {
             .then(a.at.cmp(&b.at))
     });
     cuts.into_iter().map(|(_, cut)| cut).collect()
-}
-
-/// Which of `cuts` (in merge order) can ever fire. Wherever a piece forms, no merge has crossed its
-/// edges, so the merges inside it are those its own text goes through alone: the piece forms by the
-/// last of them, always the same cut. Every other cut of it never fires, nor does any cut of a piece
-/// its own text does not merge into. Leaving those out changes no tokenization and halves the merge
-/// table (Gemma 3: 514,847 cuts, 236,245 merges).
-fn last_cuts(tokens: &[String], vocab: &Vocab, cuts: &[Cut]) -> Vec<bool> {
-    let rank: HashMap<(u32, u32), (usize, u32)> = cuts
-        .iter()
-        .enumerate()
-        .map(|(rank, cut)| ((cut.left, cut.right), (rank, cut.piece)))
-        .collect();
-    let mut fires = vec![false; cuts.len()];
-    let mut symbols: Vec<u32> = Vec::new();
-    for (id, text) in tokens.iter().enumerate() {
-        symbols.clear();
-        for c in text.chars() {
-            match vocab.get(c.encode_utf8(&mut [0; 4]) as &str) {
-                Some(&char_id) => symbols.push(char_id),
-                None => break,
-            }
-        }
-        if symbols.len() < 2 || symbols.len() != text.chars().count() {
-            continue;
-        }
-        if let Some(last) = merge_alone(&mut symbols, &rank)
-            && symbols == [id as u32]
-        {
-            fires[last] = true;
-        }
-    }
-    fires
-}
-
-/// Merges `symbols` as BPE does (the lowest rank first, the leftmost of equal ones) until no merge
-/// applies; returns the rank of the last merge.
-fn merge_alone(symbols: &mut Vec<u32>, rank: &HashMap<(u32, u32), (usize, u32)>) -> Option<usize> {
-    let mut last = None;
-    loop {
-        let best = symbols
-            .windows(2)
-            .enumerate()
-            .filter_map(|(at, pair)| {
-                rank.get(&(pair[0], pair[1]))
-                    .map(|&(r, piece)| (r, at, piece))
-            })
-            .min_by_key(|&(r, at, _)| (r, at));
-        let Some((r, at, piece)) = best else {
-            return last;
-        };
-        symbols[at] = piece;
-        symbols.remove(at + 1);
-        last = Some(r);
-    }
 }
 
 /// A score as a totally ordered key: -0 equals 0 (llama.cpp compares with `<`) and NaN is lowest.
