@@ -50,7 +50,7 @@ pub const PASS_TOKENS: usize = 128;
 /// groups of 4 from the product's start (see `kernels::k_numerics`), so each token takes the path it
 /// would take in one pass and the split changes no bit.
 fn pass_ranges(n: usize, max: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
-    debug_assert!(max >= 16 && max % 8 == 0);
+    debug_assert!(max >= 16 && max.is_multiple_of(8));
     let mut start = 0;
     std::iter::from_fn(move || {
         let left = n - start;

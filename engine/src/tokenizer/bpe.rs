@@ -220,7 +220,9 @@ fn merge_cut(merge: &str, vocab: &Vocab) -> Result<Cut, String> {
             left,
             right,
         }),
-        _ => Err(format!("merge {merge:?} joins a token that is not in the vocabulary")),
+        _ => Err(format!(
+            "merge {merge:?} joins a token that is not in the vocabulary"
+        )),
     }
 }
 

@@ -85,7 +85,6 @@ fn merge_alone(symbols: &mut Vec<u32>, rank: &HashMap<(u32, u32), (usize, u32)>)
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -169,7 +168,12 @@ mod tests {
         }
         let (vocab, cuts) = cuts_of(&tokens, &merges);
         let kept = firing(&tokens, &vocab, cuts);
-        assert!(kept.len() < merges.len(), "{} of {}", kept.len(), merges.len());
+        assert!(
+            kept.len() < merges.len(),
+            "{} of {}",
+            kept.len(),
+            merges.len()
+        );
         let (all, pruned) = (bpe(&tokens, merges), bpe(&tokens, kept));
         let ids = |model: &BPE, text: &str| -> Vec<u32> {
             let tokens = model.tokenize(text).expect("tokenizes");

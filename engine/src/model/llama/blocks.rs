@@ -3,12 +3,12 @@
 
 use super::{
     Llama,
-    pass_ranges,
     ops::{
         FFN_TOKENS, add_bias, add_residual, gated_activation, gated_activation_rows, matmul,
         rms_norm, rms_norm_heads,
     },
     pass::{AttentionInputs, Buffers, Pass, QueryBlock, query_blocks},
+    pass_ranges,
     weights::Layer,
 };
 use crate::{
