@@ -331,13 +331,13 @@ impl Tokenizer {
 struct Pieces {
     bytes: Vec<u8>,
     /// Where each token's bytes end in `bytes`.
-    ends: Vec<usize>,
+    ends: Vec<u32>,
 }
 
 impl Pieces {
     fn get(&self, id: usize) -> Option<&[u8]> {
-        let end = *self.ends.get(id)?;
-        let start = id.checked_sub(1).map_or(0, |prev| self.ends[prev]);
+        let end = *self.ends.get(id)? as usize;
+        let start = id.checked_sub(1).map_or(0, |prev| self.ends[prev] as usize);
         self.bytes.get(start..end)
     }
 
@@ -351,7 +351,9 @@ impl FromIterator<Vec<u8>> for Pieces {
         let mut out = Self::default();
         for piece in pieces {
             out.bytes.extend_from_slice(&piece);
-            out.ends.push(out.bytes.len());
+            // A vocabulary's texts stay far below 4 GiB; past it, later tokens read as empty.
+            out.ends
+                .push(u32::try_from(out.bytes.len()).unwrap_or(u32::MAX));
         }
         out.bytes.shrink_to_fit();
         out.ends.shrink_to_fit();

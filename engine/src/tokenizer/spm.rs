@@ -100,9 +100,12 @@ pub(super) fn model(
         .map(|(id, text)| (text.clone(), id as u32))
         .collect();
     let merges = derive_merges(&vocab.tokens, &vocab.scores, &map);
+    // No word cache: with no pre-tokenizer a "word" is a whole stretch of text, which seldom comes
+    // twice, and `tokenizers` would keep up to 10,000 of them on each thread that encodes.
     let mut builder = BPE::builder()
         .vocab_and_merges(map, merges)
-        .byte_fallback(true);
+        .byte_fallback(true)
+        .cache_capacity(0);
     if let Some(text) = unknown.and_then(|id| vocab.tokens.get(id as usize)) {
         builder = builder.unk_token(text.clone());
     }

@@ -194,7 +194,10 @@ fn pass_ranges_keep_each_token_on_its_kernel_path() {
         assert_eq!(passes.last().map(|r| r.end), Some(n), "{n}");
         for (pass, next) in passes.iter().zip(passes.iter().skip(1)) {
             assert_eq!(pass.end, next.start, "{n}");
-            assert!(pass.len().is_multiple_of(8) && pass.len() <= 128, "{n}: {pass:?}");
+            assert!(
+                pass.len().is_multiple_of(8) && pass.len() <= 128,
+                "{n}: {pass:?}"
+            );
         }
         let last = passes.last().map_or(0, |r| r.len());
         assert!(last >= n.min(8), "{n}: a last pass of {last}");
