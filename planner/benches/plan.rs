@@ -116,6 +116,7 @@ fn bench_route(c: &mut Criterion) {
             in_flight: i % 40,
             queue_depth: (i % 40).saturating_sub(32),
             prompt_tokens_ahead: 0,
+            projected: None,
         })
         .collect();
     let cpu = PoolState {

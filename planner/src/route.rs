@@ -42,6 +42,11 @@ pub struct InstanceLoad {
     /// request's prompt is prefilled after (or beside) them.
     #[serde(default)]
     pub prompt_tokens_ahead: u32,
+    /// What the request at hand would get here when the instance's own requests are replayed step by
+    /// step ([`crate::sim::BatchingHost::project`] on a mirror of the instance), before the client's
+    /// overhead: when given, it replaces the closed-form estimate from the counts above.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub projected: Option<Prediction>,
 }
 
 /// What kind of pool.
@@ -573,10 +578,16 @@ pub fn route(
     }
 }
 
-/// Predicted TTFT and E2E on a CPU instance: a request beyond the free slots waits for earlier ones to
-/// finish (queue position x mean service / slots); one with a free slot has its prompt prefilled after
-/// the prompt tokens still ahead of it; decode runs at the TPOT of the resulting batch.
+/// Predicted TTFT and E2E on a CPU instance. With a step-by-step projection of the instance
+/// ([`InstanceLoad::projected`]), that projection and the time a request spends outside the engine;
+/// else a closed form: a
+/// request beyond the free slots waits for earlier ones to finish (queue position x mean service /
+/// slots); one with a free slot has its prompt prefilled after the prompt tokens still ahead of it;
+/// decode runs at the TPOT of the resulting batch.
 pub fn predict_cpu(s: &ServiceCurve, load: InstanceLoad, req: &RouteRequest) -> (f64, f64) {
+    if let Some(p) = load.projected {
+        return s.client_latencies(p.ttft_s, p.e2e_s);
+    }
     let slots = f64::from(s.slots);
     let k = f64::from(load.in_flight);
     let out = f64::from(req.expected_output_tokens);
@@ -661,11 +672,13 @@ mod tests {
                 in_flight: 3,
                 queue_depth: 0,
                 prompt_tokens_ahead: 0,
+                projected: None,
             },
             InstanceLoad {
                 in_flight: 1,
                 queue_depth: 0,
                 prompt_tokens_ahead: 0,
+                projected: None,
             },
         ];
         let p = pools(&curve, &idle);
@@ -690,6 +703,7 @@ mod tests {
             in_flight: 40,
             queue_depth: 32,
             prompt_tokens_ahead: 0,
+            projected: None,
         }; 2];
         let p = pools(&curve, &busy);
         let d = route(&req(0.9), &p, &b, &policy);
@@ -853,6 +867,7 @@ mod tests {
             in_flight: 1,
             queue_depth: 0,
             prompt_tokens_ahead: ahead,
+            projected: None,
         };
         let (ttft, e2e) = predict_cpu(&curve, load(0), &req(0.5));
         let (later, later_e2e) = predict_cpu(&curve, load(512), &req(0.5));

@@ -16,8 +16,8 @@ use crate::error::{PlannerError, Result};
 use crate::plan::data::{Plan, PlanHour};
 use crate::profile::ConfigProfile;
 use crate::route::{
-    BudgetRules, BudgetState, InstanceLoad, PoolKind, PoolState, RoutePolicy, RouteRequest, Target,
-    route,
+    BudgetRules, BudgetState, InstanceLoad, PoolKind, PoolState, Prediction, RoutePolicy,
+    RouteRequest, Target, route,
 };
 use crate::service::ServiceCurve;
 use crate::workload::{Arrivals, GpuPricing, HOURS, Sla, TraceRecord, Workload};
@@ -174,6 +174,9 @@ pub struct Finished {
     pub finish: f64,
 }
 
+/// The class index [`BatchingHost::project`] gives the request it projects.
+const PROJECTED: usize = usize::MAX;
+
 /// Shortest step the host runs, seconds (keeps a curve of zeros from stalling the clock).
 const MIN_STEP_S: f64 = 1e-6;
 
@@ -259,7 +262,66 @@ impl BatchingHost {
             in_flight: waiting + self.running.len() as u32,
             queue_depth: waiting,
             prompt_tokens_ahead: ahead.min(f64::from(u32::MAX)) as u32,
+            projected: None,
         }
+    }
+
+    /// What a request of `prompt_tokens` and `output_tokens` arriving at `t` would get here as the
+    /// host stands, with nothing arriving after it: its time to first token and end-to-end latency
+    /// (seconds from `t`), as the steps serve it beside the requests already on the host. The host
+    /// itself is left as it is.
+    pub fn project(&self, t: f64, prompt_tokens: f64, output_tokens: f64) -> Prediction {
+        let mut host = self.clone();
+        host.finished.clear();
+        let t = t.max(host.now);
+        host.admit(t, PROJECTED, prompt_tokens, output_tokens);
+        host.finish_all();
+        host.finished
+            .iter()
+            .find(|f| f.class == PROJECTED)
+            .map_or_else(Prediction::default, |f| Prediction {
+                ttft_s: f.first_token - t,
+                e2e_s: f.finish - t,
+            })
+    }
+
+    /// The request admitted as `class` showed its first token at `t` on the instance this host
+    /// mirrors: its prompt is done here too, and a step running the last of it ends at `t` (a mirror
+    /// tells its requests apart by the class index).
+    pub fn first_token_seen(&mut self, t: f64, class: usize) {
+        self.advance(t);
+        let Some(job) = self
+            .waiting
+            .iter_mut()
+            .chain(&mut self.running)
+            .find(|j| j.class == class && j.prefilling())
+        else {
+            return;
+        };
+        if job.chunk > 0.0 {
+            // The step in flight runs its last chunk: end that step now.
+            job.prompt_left = job.chunk;
+            self.step_end = Some(t.max(self.now));
+            self.advance(t);
+        } else {
+            job.prompt_left = 0.0;
+            job.first_token = t;
+            job.output_left = (job.output_left - 1.0).max(1.0);
+        }
+    }
+
+    /// The request admitted as `class` ended at `t` on the instance this host mirrors: it leaves here
+    /// too (and a step in flight with nothing left to run ends). What the host finished on its own is
+    /// dropped.
+    pub fn finished_seen(&mut self, t: f64, class: usize) {
+        self.advance(t);
+        self.waiting.retain(|j| j.class != class);
+        self.running.retain(|j| j.class != class);
+        if self.running.is_empty() {
+            self.step_end = None;
+        }
+        self.finished.clear();
+        self.start_step();
     }
 
     /// The requests finished so far, handed over once.

@@ -21,6 +21,7 @@ mod status;
 mod table;
 #[cfg(test)]
 mod testing;
+pub mod twin;
 pub mod upstream;
 
 use std::{path::PathBuf, sync::Arc};

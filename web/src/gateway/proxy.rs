@@ -27,6 +27,7 @@ use super::{
     select::{Choice, reason_codes},
     state::GatewayState,
     table::{Endpoint, Pool, Table},
+    twin::TwinKey,
     upstream::{
         self, BodyStream, ErrorSource, Http, Relay, StreamEnd, StreamSummary, Upstream,
         UpstreamError,
@@ -174,7 +175,7 @@ pub(crate) async fn forward(
         if !endpoint.health.try_acquire(Instant::now()) {
             continue;
         }
-        let mut in_flight = InFlight::new(endpoint.clone(), req.prompt_tokens);
+        let mut in_flight = InFlight::new(endpoint.clone(), req.prompt_tokens, req.output_tokens);
         let answer = match send(upstream, table, pool, &endpoint, &req).await {
             Ok(a) => {
                 in_flight.first_byte();
@@ -424,32 +425,44 @@ fn with_id(mut response: Response, id: &str) -> Response {
 }
 
 /// Counts a request in flight on an endpoint while it lives, and its prompt tokens among those ahead
-/// of a new request's until its first byte comes back.
+/// of a new request's until its first byte comes back; tells the endpoint's mirror the same.
 struct InFlight {
     endpoint: Arc<Endpoint>,
     prompt_tokens: u32,
+    twin: Option<TwinKey>,
 }
 
 impl InFlight {
-    fn new(endpoint: Arc<Endpoint>, prompt_tokens: u32) -> Self {
+    fn new(endpoint: Arc<Endpoint>, prompt_tokens: u32, output_tokens: u32) -> Self {
         let health = &endpoint.health;
         health.in_flight.fetch_add(1, Ordering::Relaxed);
         health
             .prompt_tokens_ahead
             .fetch_add(prompt_tokens, Ordering::Relaxed);
+        let twin = endpoint
+            .twin
+            .as_ref()
+            .map(|t| t.admit(Instant::now(), prompt_tokens, output_tokens));
         Self {
             endpoint,
             prompt_tokens,
+            twin,
         }
     }
 
     /// The answer's first byte is back: its prompt is no longer ahead of anyone's.
     fn first_byte(&mut self) {
         let tokens = std::mem::take(&mut self.prompt_tokens);
+        if tokens == 0 {
+            return;
+        }
         self.endpoint
             .health
             .prompt_tokens_ahead
             .fetch_sub(tokens, Ordering::Relaxed);
+        if let (Some(twin), Some(key)) = (&self.endpoint.twin, self.twin) {
+            twin.first_byte(key, Instant::now());
+        }
     }
 }
 
@@ -460,6 +473,9 @@ impl Drop for InFlight {
             .health
             .in_flight
             .fetch_sub(1, Ordering::Relaxed);
+        if let (Some(twin), Some(key)) = (&self.endpoint.twin, self.twin) {
+            twin.ended(key, Instant::now());
+        }
     }
 }
 

@@ -190,6 +190,10 @@ fn candidates<'a>(
                 in_flight: k,
                 queue_depth: k.saturating_sub(max),
                 prompt_tokens_ahead: e.health.prompt_tokens_ahead.load(Ordering::Relaxed),
+                projected: e
+                    .twin
+                    .as_ref()
+                    .map(|t| t.project(now, req.prompt_tokens, req.output_tokens)),
             }
         })
         .collect();

@@ -9,10 +9,13 @@ use std::{
     time::Instant,
 };
 
+use strata_planner::route::PoolKind;
+
 use super::{
     config::{EndpointConfig, GatewayConfig, PoolConfig},
     health::{Breaker, EndpointHealth, Prober},
     keys::KeyState,
+    twin::Twin,
     upstream::{self, Target},
 };
 
@@ -25,6 +28,8 @@ pub struct Endpoint {
     pub config: EndpointConfig,
     /// Breaker, load and latency.
     pub health: EndpointHealth,
+    /// A step-by-step mirror of the endpoint's engine (CPU pools with a service model).
+    pub twin: Option<Twin>,
 }
 
 /// One pool.
@@ -101,6 +106,7 @@ impl Table {
                                 Breaker::new(config.breaker_failures, config.breaker_open)
                                     .probed_by(prober),
                             ),
+                            twin: twin_of(p),
                         })
                     })
                 })
@@ -143,5 +149,13 @@ impl Table {
             }
         }
         names
+    }
+}
+
+/// The mirror an endpoint of pool `p` gets: one per endpoint of a CPU pool with a service model.
+fn twin_of(p: &PoolConfig) -> Option<Twin> {
+    match (p.kind, &p.service) {
+        (PoolKind::Cpu, Some(curve)) => Some(Twin::new(curve, Instant::now())),
+        _ => None,
     }
 }
