@@ -182,11 +182,7 @@ pub(super) fn model(
     merges: &[String],
     pre: PreTokenizer,
 ) -> Result<tokenizers::Tokenizer, String> {
-    let vocab: Vocab = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (t.clone(), i as u32))
-        .collect();
+    let vocab = merges::vocab_of(tokens);
     let cuts = merges
         .iter()
         .map(|m| merge_cut(m, &vocab))

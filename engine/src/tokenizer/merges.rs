@@ -20,6 +20,15 @@ pub(super) struct Cut {
     pub(super) right: u32,
 }
 
+/// The `tokenizers` vocabulary of `tokens`: each text with its index as id.
+pub(super) fn vocab_of(tokens: &[String]) -> Vocab {
+    tokens
+        .iter()
+        .enumerate()
+        .map(|(id, text)| (text.clone(), id as u32))
+        .collect()
+}
+
 /// The merges of `cuts` (in rank order) that can fire, as `(left, right)` texts in that order.
 pub(super) fn firing(tokens: &[String], vocab: &Vocab, cuts: Vec<Cut>) -> Vec<(String, String)> {
     let fires = fires(tokens, vocab, &cuts);
@@ -94,11 +103,7 @@ mod tests {
 
     /// `(tokens, vocab, cuts)` of `merges` written as `(left, right)` texts, in rank order.
     fn cuts_of(tokens: &[String], merges: &[(String, String)]) -> (Vocab, Vec<Cut>) {
-        let vocab: Vocab = tokens
-            .iter()
-            .enumerate()
-            .map(|(id, t)| (t.clone(), id as u32))
-            .collect();
+        let vocab = vocab_of(tokens);
         let cuts = merges
             .iter()
             .map(|(a, b)| Cut {
@@ -136,13 +141,8 @@ mod tests {
 
     /// A BPE model over `tokens` and `merges`, with no pre-tokenizer.
     fn bpe(tokens: &[String], merges: Vec<(String, String)>) -> BPE {
-        let vocab: Vocab = tokens
-            .iter()
-            .enumerate()
-            .map(|(id, t)| (t.clone(), id as u32))
-            .collect();
         BPE::builder()
-            .vocab_and_merges(vocab, merges)
+            .vocab_and_merges(vocab_of(tokens), merges)
             .build()
             .expect("builds")
     }

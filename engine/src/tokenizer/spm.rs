@@ -93,12 +93,7 @@ pub(super) fn model(
     add_space_prefix: bool,
     unknown: Option<u32>,
 ) -> Result<tokenizers::Tokenizer, String> {
-    let map: Vocab = vocab
-        .tokens
-        .iter()
-        .enumerate()
-        .map(|(id, text)| (text.clone(), id as u32))
-        .collect();
+    let map = merges::vocab_of(&vocab.tokens);
     let merges = derive_merges(&vocab.tokens, &vocab.scores, &map);
     // No word cache: with no pre-tokenizer a "word" is a whole stretch of text, which seldom comes
     // twice, and `tokenizers` would keep up to 10,000 of them on each thread that encodes.
@@ -312,12 +307,7 @@ mod tests {
 
     fn merges(tokens: &[&str], scores: &[f32]) -> Vec<(String, String)> {
         let tokens: Vec<String> = tokens.iter().map(|s| s.to_string()).collect();
-        let vocab: Vocab = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
-        derive_merges(&tokens, scores, &vocab)
+        derive_merges(&tokens, scores, &merges::vocab_of(&tokens))
     }
 
     #[test]

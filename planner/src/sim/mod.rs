@@ -268,15 +268,14 @@ impl BatchingHost {
 
     /// What a request of `prompt_tokens` and `output_tokens` arriving at `t` would get here as the
     /// host stands, with nothing arriving after it: its time to first token and end-to-end latency
-    /// (seconds from `t`), as the steps serve it beside the requests already on the host. The host
-    /// itself is left as it is.
-    pub fn project(&self, t: f64, prompt_tokens: f64, output_tokens: f64) -> Prediction {
-        let mut host = self.clone();
-        host.finished.clear();
-        let t = t.max(host.now);
-        host.admit(t, PROJECTED, prompt_tokens, output_tokens);
-        host.finish_all();
-        host.finished
+    /// (seconds from `t`), as the steps serve it beside the requests already on the host. Runs the
+    /// host itself to the end: project on a copy to keep the original.
+    pub fn project(mut self, t: f64, prompt_tokens: f64, output_tokens: f64) -> Prediction {
+        self.finished.clear();
+        let t = t.max(self.now);
+        self.admit(t, PROJECTED, prompt_tokens, output_tokens);
+        self.finish_all();
+        self.finished
             .iter()
             .find(|f| f.class == PROJECTED)
             .map_or_else(Prediction::default, |f| Prediction {

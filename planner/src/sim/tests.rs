@@ -155,16 +155,17 @@ fn without_a_free_slot_a_request_waits_for_one() {
     assert_eq!((load.in_flight, load.queue_depth), (0, 0));
 }
 
-/// A mirror's projection is what admitting the request would give, and leaves the mirror as it was.
+/// A mirror's projection is what admitting the request would give; made on a copy, it leaves the
+/// mirror as it was.
 #[test]
 fn a_projection_serves_the_request_beside_those_on_the_host_and_changes_nothing() {
     let mut host = BatchingHost::new(&curve(2));
-    let alone = host.project(0.0, 10.0, 5.0);
+    let alone = host.clone().project(0.0, 10.0, 5.0);
     assert!((alone.ttft_s - 0.1).abs() < 1e-9 && (alone.e2e_s - 0.5).abs() < 1e-9);
     host.admit(0.0, 0, 10.0, 5.0);
     // As the timeline above: its prompt waits for A's (to 0.1), shares a step with A's next token
     // (to 0.3), and its last token comes at 1.0.
-    let behind = host.project(0.0, 10.0, 5.0);
+    let behind = host.clone().project(0.0, 10.0, 5.0);
     assert!((behind.ttft_s - 0.3).abs() < 1e-9, "{behind:?}");
     assert!((behind.e2e_s - 1.0).abs() < 1e-9, "{behind:?}");
     assert_eq!(finished(&mut host), vec![(0.1, 0.5)], "A alone, as before");
@@ -177,12 +178,12 @@ fn first_tokens_and_ends_seen_resync_a_mirror() {
     let mut host = BatchingHost::new(&curve(2));
     host.admit(0.0, 7, 10.0, 5.0);
     host.first_token_seen(0.04, 7);
-    let p = host.project(0.04, 10.0, 1.0);
+    let p = host.clone().project(0.04, 10.0, 1.0);
     // A decodes from 0.04: the next step (to 0.14) runs its token; the new prompt shares the one
     // after with A's next token (0.1 + 0.1 s).
     assert!((p.ttft_s - (0.34 - 0.04)).abs() < 1e-9, "{p:?}");
     host.finished_seen(0.05, 7);
-    let idle = host.project(0.05, 10.0, 1.0);
+    let idle = host.clone().project(0.05, 10.0, 1.0);
     assert!((idle.ttft_s - 0.1).abs() < 1e-9, "{idle:?}");
     assert!(finished(&mut host).is_empty(), "A left");
 }
