@@ -1096,6 +1096,30 @@ fn new_tiled_products_equal_single_row_dots_bit_for_bit() {
     }
 }
 
+/// The repacked Q4_K GEMM (a row per vector lane on the AVX-512 tier) gives, for every row and
+/// token, the bits of the single-row dot along llama.cpp's repacked GEMM, across tiles of 16 rows,
+/// rows that end a tile short, and tiles of tokens padded at the end.
+#[test]
+fn repacked_q4_k_products_equal_single_row_dots_bit_for_bit() {
+    let mut rng = StdRng::seed_from_u64(0x5eed_0106);
+    for nb in [1, 3] {
+        for rows in [1, 8, 16, 24, 70] {
+            let w = q4_k_weights(&mut rng, rows * nb);
+            for tokens in TILED_TOKENS {
+                let a = q8_k_activations(&mut rng, tokens * nb);
+                for k in tables() {
+                    check_tiled(
+                        &format!("q4_k repacked {} {rows} x {tokens} x{nb}", k.tier()),
+                        (&w, &a, nb),
+                        |w, x, out, layout| k.gemm_q4_k_q8_k_repacked(w, x, nb, out, layout),
+                        |w, x| k.vec_dot_q4_k_q8_k(w, x, KPath::RepackedGemm),
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn new_free_functions_use_the_process_table() {
     let k = dispatch::table();

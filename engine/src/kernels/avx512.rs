@@ -43,11 +43,11 @@ macro_rules! tiled_products {
     )*};
 }
 
-mod k_tiles;
+mod k_lanes;
 mod q0_tiles;
 
 pub(crate) use self::{
-    k_tiles::{gemm_q4_k_q8_k, gemm_q4_k_q8_k_repacked, gemm_q5_k_q8_k, gemm_q6_k_q8_k},
+    k_lanes::{gemm_q4_k_q8_k, gemm_q4_k_q8_k_repacked, gemm_q5_k_q8_k, gemm_q6_k_q8_k},
     q0_tiles::{gemm_q4_0_q8_0, gemm_q5_0_q8_0, gemm_q8_0_q8_0},
 };
 
@@ -721,7 +721,7 @@ pub(crate) unsafe fn vec_dot_q6_k_q8_k_x4(
 
 // ---------------------------------------------------------------------------------------------
 // Tiled products (prefill): Q4_1 in register tiles of `TILE_ROWS` weight rows by `TILE_TOKENS` tokens
-// (below), Q4_0, Q5_0 and Q8_0 in `q0_tiles`, the K-quants in `k_tiles`.
+// (below), Q4_0, Q5_0 and Q8_0 in `q0_tiles`, the K-quants in `k_lanes` (a row per lane).
 //
 // Every (row, token) of a tile keeps its own 8-lane accumulator and goes through exactly the per-block
 // operations of the single-row dots above, so every result has the single-row call's bits. The scale

@@ -1,0 +1,520 @@
+//! K-quant products of many tokens on the AVX-512 tier, one weight row per int32 lane, as ggml's
+//! interleaved `q4_Kx8` layout does on eight lanes.
+//!
+//! A call unpacks each tile of sixteen rows once into [`RowsLanes`]: per four values, a vector whose
+//! lane `r` holds row `r`'s four values as unsigned bytes (Q5_K's fifth and Q6_K's high bits in).
+//! One `vpdpbusd` against four of a token's activations, broadcast to every lane, then adds four
+//! products to each of the sixteen rows' sums, so a row's sums never leave their lane: no reduction
+//! across lanes, where a row-per-vector tile spends most of its instructions. Per span of one scale
+//! (32 values, Q6_K 16) the products are scaled by `vpmulld`; Q4_K/Q5_K's minimums times the
+//! activation sums and Q6_K's `-32` offsets are `vpdpwssd`s of i16 pairs. The float steps are those of
+//! the kernel llama.cpp takes for the matrix ([`Steps`]), so each result has the single-row dot's
+//! bits.
+
+use std::{arch::x86_64::*, cell::RefCell};
+
+use super::{broadcast_u8x32, load_u8x64};
+use crate::{
+    kernels::{
+        tiles::{OutLayout, gemm_by_tiles},
+        x86::{self, f16_to_f32},
+    },
+    quant::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K},
+};
+
+/// Weight rows per tile: one per int32 lane of a vector.
+const ROWS: usize = 16;
+/// Tokens per tile.
+const TOKENS: usize = 8;
+/// Four-value quads per super-block.
+const QUADS: usize = QK_K / 4;
+/// 64-value groups per super-block.
+const GROUPS: usize = QK_K / 64;
+/// 16-value spans per super-block (Q6_K's scales).
+const SIXTEENS: usize = QK_K / 16;
+
+/// Which of llama.cpp's kernels a product follows: where the exact integers become floats.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Steps {
+    /// The repacked Q4_K GEMM: per 64 values, `acc = fma(S1, d dy, acc)` and
+    /// `acc_m = fma(S2, dmin dy, acc_m)`; `acc - acc_m` at the end.
+    RepackedGemm,
+    /// The tiled product: per super-block, `r = fma(-dmin, S2, S1 d)` (Q6_K: `S1 d`) and
+    /// `acc = fma(r, dy, acc)`.
+    Tiled,
+}
+
+/// One super-block of a tile of rows, a row per lane.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct RowsLanes {
+    /// `q[k]`, lane `r`: values `4k..4k + 4` of row `r`, a byte each.
+    q: [[u32; ROWS]; QUADS],
+    /// `scales[j]`, lane `r`: the scale of row `r`'s `j`-th span (32 values; Q6_K 16).
+    scales: [[i32; ROWS]; SIXTEENS],
+    /// `pairs[g]`, lane `r`, two i16: Q4_K/Q5_K the minimums of row `r`'s 32-value sub-blocks `2g` and
+    /// `2g + 1`; Q6_K (eight of them) the scales of its 16-value spans `2g` and `2g + 1`.
+    pairs: [[u32; ROWS]; SIXTEENS / 2],
+    d: [f32; ROWS],
+    dmin: [f32; ROWS],
+}
+
+impl Default for RowsLanes {
+    fn default() -> Self {
+        Self {
+            q: [[0; ROWS]; QUADS],
+            scales: [[0; ROWS]; SIXTEENS],
+            pairs: [[0; ROWS]; SIXTEENS / 2],
+            d: [0.0; ROWS],
+            dmin: [0.0; ROWS],
+        }
+    }
+}
+
+/// One super-block of a tile of tokens.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct TokensLanes {
+    /// Per token, its 256 activations four to a word.
+    qs: [[u32; QUADS]; TOKENS],
+    /// Per token and group `g`: the sums of its 32-value sub-blocks `2g` and `2g + 1`, an i16 each.
+    sub_sums: [[u32; GROUPS]; TOKENS],
+    /// Per token and `m`: the sums of its 16-value spans `2m` and `2m + 1`, an i16 each.
+    bsums: [[u32; SIXTEENS / 2]; TOKENS],
+    d: [f32; TOKENS],
+}
+
+impl Default for TokensLanes {
+    fn default() -> Self {
+        Self {
+            qs: [[0; QUADS]; TOKENS],
+            sub_sums: [[0; GROUPS]; TOKENS],
+            bsums: [[0; SIXTEENS / 2]; TOKENS],
+            d: [0.0; TOKENS],
+        }
+    }
+}
+
+/// Per-thread buffers: allocated on a thread's first product, then reused.
+#[derive(Default)]
+struct Scratch {
+    tokens: Vec<TokensLanes>,
+    rows: Vec<RowsLanes>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Two i16 in one word, `low` first.
+fn i16_pair(low: i16, high: i16) -> u32 {
+    u32::from(low as u16) | (u32::from(high as u16) << 16)
+}
+
+/// A K-quant weight block as the lane kernel reads it.
+trait LaneBlock {
+    /// Values per scale: 32, or Q6_K's 16.
+    const SPAN: usize;
+    /// Whether the type has minimums (Q4_K, Q5_K) or Q6_K's `-32` offset.
+    const MINIMUMS: bool;
+    /// Unpacks one block into lane `r` of `out`.
+    ///
+    /// # Safety
+    /// The CPU must support the tier's features.
+    unsafe fn unpack(&self, out: &mut RowsLanes, r: usize);
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn store_u8x64(out: &mut [u8; 64], v: __m512i) {
+    // SAFETY: `out` is 64 writable bytes; `storeu` has no alignment requirement.
+    unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), v) }
+}
+
+/// The values of a Q4_K/Q5_K block, fifth bits (`qh`, Q5_K) added, as the single-row dot forms them.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn k4_values(qs: &[u8; QK_K / 2], qh: Option<&[u8; QK_K / 8]>, out: &mut [[u8; 64]; GROUPS]) {
+    let low4 = _mm512_set1_epi8(0x0f);
+    let sixteen = _mm512_set1_epi8(0x10);
+    let nibble_shift = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
+    let (q4, _) = qs.as_chunks::<32>();
+    let high = match qh {
+        Some(h) => broadcast_u8x32(h),
+        None => _mm512_setzero_si512(),
+    };
+    let mut bit = _mm512_inserti64x4::<1>(_mm512_set1_epi8(1), _mm256_set1_epi8(2));
+    for (g, o) in out.iter_mut().enumerate() {
+        let bits = _mm512_srlv_epi64(broadcast_u8x32(&q4[g]), nibble_shift);
+        let mut q = _mm512_and_si512(bits, low4);
+        if qh.is_some() {
+            q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(high, bit), q, sixteen);
+            bit = _mm512_slli_epi16::<2>(bit);
+        }
+        store_u8x64(o, q);
+    }
+}
+
+/// The unsigned 6-bit values of a Q6_K block in natural order, as the single-row dot forms them.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn q6_k_values(x: &BlockQ6K, out: &mut [[u8; 64]; GROUPS]) {
+    /// `(a & b) | c` for `vpternlogd`.
+    const A_AND_B_OR_C: i32 = 0xea;
+    let low4 = _mm512_set1_epi8(0x0f);
+    let high2 = _mm512_set1_epi8(0x30);
+    let first_pairs = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4);
+    let second_pairs = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
+    let (ql, _) = x.ql.as_chunks::<64>();
+    let (qh, _) = x.qh.as_chunks::<32>();
+    for j in 0..QK_K / 128 {
+        let (l, h) = (load_u8x64(&ql[j]), broadcast_u8x32(&qh[j]));
+        let h_first = _mm512_and_si512(_mm512_sllv_epi64(h, first_pairs), high2);
+        let h_second = _mm512_and_si512(_mm512_srlv_epi64(h, second_pairs), high2);
+        let first = _mm512_ternarylogic_epi32::<A_AND_B_OR_C>(l, low4, h_first);
+        let second =
+            _mm512_ternarylogic_epi32::<A_AND_B_OR_C>(_mm512_srli_epi16::<4>(l), low4, h_second);
+        store_u8x64(&mut out[2 * j], first);
+        store_u8x64(&mut out[2 * j + 1], second);
+    }
+}
+
+/// Lane `r` of `out.q` from a block's values in natural order.
+fn spread_values(values: &[[u8; 64]; GROUPS], out: &mut RowsLanes, r: usize) {
+    for (g, group) in values.iter().enumerate() {
+        for (k, quad) in group.as_chunks::<4>().0.iter().enumerate() {
+            out.q[16 * g + k][r] = u32::from_le_bytes(*quad);
+        }
+    }
+}
+
+/// Unpacks a Q4_K/Q5_K block's values and scales into lane `r` of `out`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn unpack_k4(
+    (d, dmin, packed): (half::f16, half::f16, &[u8; 12]),
+    (qs, qh): (&[u8; QK_K / 2], Option<&[u8; QK_K / 8]>),
+    out: &mut RowsLanes,
+    r: usize,
+) {
+    let mut values = [[0u8; 64]; GROUPS];
+    k4_values(qs, qh, &mut values);
+    spread_values(&values, out, r);
+    let (scales, mins) = x86::scales_mins_k4(packed);
+    let [scales, mins] = [scales, mins].map(u64::to_le_bytes);
+    for (j, &scale) in scales.iter().enumerate() {
+        out.scales[j][r] = i32::from(scale);
+    }
+    for (g, m) in mins.as_chunks::<2>().0.iter().enumerate() {
+        out.pairs[g][r] = i16_pair(i16::from(m[0]), i16::from(m[1]));
+    }
+    out.d[r] = f16_to_f32(d);
+    out.dmin[r] = f16_to_f32(dmin);
+}
+
+impl LaneBlock for BlockQ4K {
+    const SPAN: usize = 32;
+    const MINIMUMS: bool = true;
+    unsafe fn unpack(&self, out: &mut RowsLanes, r: usize) {
+        // SAFETY: the caller's CPU has the tier's features (this function's contract).
+        unsafe { unpack_k4((self.d, self.dmin, &self.scales), (&self.qs, None), out, r) }
+    }
+}
+
+impl LaneBlock for BlockQ5K {
+    const SPAN: usize = 32;
+    const MINIMUMS: bool = true;
+    unsafe fn unpack(&self, out: &mut RowsLanes, r: usize) {
+        let bits = (&self.qs, Some(&self.qh));
+        // SAFETY: as for Q4_K.
+        unsafe { unpack_k4((self.d, self.dmin, &self.scales), bits, out, r) }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn unpack_q6_k(x: &BlockQ6K, out: &mut RowsLanes, r: usize) {
+    let mut values = [[0u8; 64]; GROUPS];
+    q6_k_values(x, &mut values);
+    spread_values(&values, out, r);
+    for (j, &scale) in x.scales.iter().enumerate() {
+        out.scales[j][r] = i32::from(scale);
+    }
+    for (m, pair) in x.scales.as_chunks::<2>().0.iter().enumerate() {
+        out.pairs[m][r] = i16_pair(i16::from(pair[0]), i16::from(pair[1]));
+    }
+    out.d[r] = f16_to_f32(x.d);
+}
+
+impl LaneBlock for BlockQ6K {
+    const SPAN: usize = 16;
+    const MINIMUMS: bool = false;
+    unsafe fn unpack(&self, out: &mut RowsLanes, r: usize) {
+        // SAFETY: as for Q4_K.
+        unsafe { unpack_q6_k(self, out, r) }
+    }
+}
+
+/// Unpacks a tile of rows (`nb` super-blocks each) into `out`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn pack_rows<W: LaneBlock>(rows: &[&[W]; ROWS], out: &mut Vec<RowsLanes>) {
+    let nb = rows.iter().map(|r| r.len()).min().unwrap_or(0);
+    out.clear();
+    out.resize(nb, RowsLanes::default());
+    for (i, p) in out.iter_mut().enumerate() {
+        for (r, row) in rows.iter().enumerate() {
+            // SAFETY: this function's target features are the tier's.
+            unsafe { row[i].unpack(p, r) };
+        }
+    }
+}
+
+/// Unpacks `x` (tokens of `nb` super-blocks) into `out`, `nb` entries per tile of tokens; the last
+/// tile is padded with zero tokens.
+fn pack_tokens(x: &[BlockQ8K], nb: usize, out: &mut Vec<TokensLanes>) {
+    let tokens = x.len() / nb;
+    out.clear();
+    out.resize(tokens.div_ceil(TOKENS) * nb, TokensLanes::default());
+    for (t, blocks) in x.chunks_exact(nb).enumerate() {
+        let (tile, lane) = (t / TOKENS, t % TOKENS);
+        for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
+            for (word, q) in p.qs[lane].iter_mut().zip(b.qs.as_chunks::<4>().0) {
+                *word = u32::from_le_bytes(q.map(|v| v as u8));
+            }
+            // The single-row dot's sub-block sums: pairs of 16-value sums.
+            let sub = |s: usize| b.bsums[2 * s].wrapping_add(b.bsums[2 * s + 1]);
+            p.sub_sums[lane] = std::array::from_fn(|g| i16_pair(sub(2 * g), sub(2 * g + 1)));
+            p.bsums[lane] = std::array::from_fn(|m| i16_pair(b.bsums[2 * m], b.bsums[2 * m + 1]));
+            p.d[lane] = b.d;
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn load_u32x16(v: &[u32; ROWS]) -> __m512i {
+    // SAFETY: `v` is 64 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn load_i32x16(v: &[i32; ROWS]) -> __m512i {
+    // SAFETY: as in `load_u32x16`.
+    unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn load_f32x16(v: &[f32; ROWS]) -> __m512 {
+    // SAFETY: `v` is 16 readable f32; `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_ps(v.as_ptr()) }
+}
+
+/// Adds to `s1`, per token of the tile, lane `r`: row `r`'s scaled products with the token's
+/// activations over the spans `spans` of `span` values.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn add_scaled_products(
+    w: &RowsLanes,
+    y: &TokensLanes,
+    (span, spans): (usize, std::ops::Range<usize>),
+    s1: &mut [__m512i; TOKENS],
+) {
+    let quads = span / 4;
+    for j in spans {
+        let mut p = [_mm512_setzero_si512(); TOKENS];
+        for k in quads * j..quads * (j + 1) {
+            let q = load_u32x16(&w.q[k]);
+            for (t, sum) in p.iter_mut().enumerate() {
+                let a = _mm512_set1_epi32(y.qs[t][k] as i32);
+                *sum = _mm512_dpbusd_epi32(*sum, q, a);
+            }
+        }
+        let scale = load_i32x16(&w.scales[j]);
+        for (sum, p) in s1.iter_mut().zip(p) {
+            *sum = _mm512_add_epi32(*sum, _mm512_mullo_epi32(p, scale));
+        }
+    }
+}
+
+/// Per token, lane `r`: `S2` of row `r` (Q4_K/Q5_K's minimums times the activation sums) over the
+/// 64-value groups `groups`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn minimum_products(
+    w: &RowsLanes,
+    y: &TokensLanes,
+    groups: std::ops::Range<usize>,
+) -> [__m512i; TOKENS] {
+    let mut s2 = [_mm512_setzero_si512(); TOKENS];
+    for g in groups {
+        let mins = load_u32x16(&w.pairs[g]);
+        for (t, s2) in s2.iter_mut().enumerate() {
+            let sums = _mm512_set1_epi32(y.sub_sums[t][g] as i32);
+            *s2 = _mm512_dpwssd_epi32(*s2, mins, sums);
+        }
+    }
+    s2
+}
+
+/// Per token, lane `r`: Q6_K's offset of row `r`, `32 sum(scale * 16-value activation sum)`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn q6_k_offsets(w: &RowsLanes, y: &TokensLanes) -> [__m512i; TOKENS] {
+    let mut offsets = [_mm512_setzero_si512(); TOKENS];
+    for (m, pair) in w.pairs.iter().enumerate() {
+        let scales = load_u32x16(pair);
+        for (t, offset) in offsets.iter_mut().enumerate() {
+            let sums = _mm512_set1_epi32(y.bsums[t][m] as i32);
+            *offset = _mm512_dpwssd_epi32(*offset, scales, sums);
+        }
+    }
+    offsets.map(|o| _mm512_slli_epi32::<5>(o))
+}
+
+/// Per token, lane `r`: row `r`'s dot along the repacked GEMM's steps (Q4_K).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn gemm_sums<W: LaneBlock>(rows: &[RowsLanes], tokens: &[TokensLanes]) -> [__m512; TOKENS] {
+    let mut acc = [_mm512_setzero_ps(); TOKENS];
+    for (w, y) in rows.iter().zip(tokens) {
+        let d = load_f32x16(&w.d);
+        for g in 0..GROUPS {
+            let mut s1 = [_mm512_setzero_si512(); TOKENS];
+            add_scaled_products(w, y, (32, 2 * g..2 * g + 2), &mut s1);
+            for (t, acc) in acc.iter_mut().enumerate() {
+                let d_dy = _mm512_mul_ps(d, _mm512_set1_ps(y.d[t]));
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[t]), d_dy, *acc);
+            }
+        }
+    }
+    let mut acc_m = [_mm512_setzero_ps(); TOKENS];
+    for (w, y) in rows.iter().zip(tokens) {
+        let dmin = load_f32x16(&w.dmin);
+        for g in 0..GROUPS {
+            let s2 = minimum_products(w, y, g..g + 1);
+            for (t, acc) in acc_m.iter_mut().enumerate() {
+                let dmin_dy = _mm512_mul_ps(dmin, _mm512_set1_ps(y.d[t]));
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s2[t]), dmin_dy, *acc);
+            }
+        }
+    }
+    std::array::from_fn(|t| _mm512_sub_ps(acc[t], acc_m[t]))
+}
+
+/// Per token, lane `r`: row `r`'s dot along the tiled product's steps.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn tiled_sums<W: LaneBlock>(rows: &[RowsLanes], tokens: &[TokensLanes]) -> [__m512; TOKENS] {
+    let mut acc = [_mm512_setzero_ps(); TOKENS];
+    for (w, y) in rows.iter().zip(tokens) {
+        let mut s1 = [_mm512_setzero_si512(); TOKENS];
+        add_scaled_products(w, y, (W::SPAN, 0..QK_K / W::SPAN), &mut s1);
+        if !W::MINIMUMS {
+            for (s1, offset) in s1.iter_mut().zip(q6_k_offsets(w, y)) {
+                *s1 = _mm512_sub_epi32(*s1, offset);
+            }
+        }
+        let d = load_f32x16(&w.d);
+        let mut result: [__m512; TOKENS] =
+            std::array::from_fn(|t| _mm512_mul_ps(_mm512_cvtepi32_ps(s1[t]), d));
+        if W::MINIMUMS {
+            let s2 = minimum_products(w, y, 0..GROUPS);
+            let dmin = load_f32x16(&w.dmin);
+            for (r, s2) in result.iter_mut().zip(s2) {
+                *r = _mm512_fnmadd_ps(dmin, _mm512_cvtepi32_ps(s2), *r);
+            }
+        }
+        for (t, acc) in acc.iter_mut().enumerate() {
+            *acc = _mm512_fmadd_ps(result[t], _mm512_set1_ps(y.d[t]), *acc);
+        }
+    }
+    acc
+}
+
+/// The results of one tile, `out[r][t]` for row `r` and token `t`, along `steps`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_tile<W: LaneBlock>(
+    rows: &[RowsLanes],
+    tokens: &[TokensLanes],
+    steps: Steps,
+) -> [[f32; TOKENS]; ROWS] {
+    let n = rows.len().min(tokens.len());
+    let (rows, tokens) = (&rows[..n], &tokens[..n]);
+    let sums = match steps {
+        Steps::RepackedGemm => gemm_sums::<W>(rows, tokens),
+        Steps::Tiled => tiled_sums::<W>(rows, tokens),
+    };
+    let mut lanes = [[0f32; ROWS]; TOKENS];
+    for (lane, sum) in lanes.iter_mut().zip(sums) {
+        // SAFETY: `lane` has room for 16 f32; unaligned store.
+        unsafe { _mm512_storeu_ps(lane.as_mut_ptr(), sum) };
+    }
+    std::array::from_fn(|r| std::array::from_fn(|t| lanes[t][r]))
+}
+
+/// Every row of `w` against every token of `x` (`nb` super-blocks each) along `steps`, into `out`
+/// as `layout` places them.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn gemm<W: LaneBlock>(
+    (w, x, nb): (&[W], &[BlockQ8K], usize),
+    (out, layout): (&mut [f32], OutLayout),
+    steps: Steps,
+) {
+    SCRATCH.with_borrow_mut(|s| {
+        gemm_by_tiles(
+            (w, x, nb),
+            (out, layout),
+            (&mut s.tokens, &mut s.rows),
+            pack_tokens,
+            |tile, out| pack_rows(tile, out),
+            |rows, tokens| dot_tile::<W>(rows, tokens, steps),
+        );
+    });
+}
+
+/// Q4_K rows of `w` against the tokens of `x` (`nb` super-blocks each) along llama.cpp's repacked
+/// GEMM ([`KPath::RepackedGemm`](crate::kernels::k_numerics::KPath::RepackedGemm)), into `out` as
+/// `layout` places them, with the bits of the single-row dots along that path.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn gemm_q4_k_q8_k_repacked(
+    w: &[BlockQ4K],
+    x: &[BlockQ8K],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    gemm((w, x, nb), (out, layout), Steps::RepackedGemm);
+}
+
+/// Defines a tiled K-quant product along llama.cpp's tiled product
+/// ([`KPath::Tiled`](crate::kernels::k_numerics::KPath::Tiled)).
+macro_rules! lane_products {
+    ($($name:ident: $w:ty;)*) => {$(
+        /// Every row of `w` against every token of `x` (`nb` super-blocks each) along llama.cpp's
+        /// tiled product, into `out` as `layout` places them, with the single-row dots' bits.
+        ///
+        /// # Safety
+        /// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512)
+        /// features.
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(crate) unsafe fn $name(
+            w: &[$w],
+            x: &[BlockQ8K],
+            nb: usize,
+            out: &mut [f32],
+            layout: OutLayout,
+        ) {
+            gemm((w, x, nb), (out, layout), Steps::Tiled);
+        }
+    )*};
+}
+
+lane_products! {
+    gemm_q4_k_q8_k: BlockQ4K;
+    gemm_q5_k_q8_k: BlockQ5K;
+    gemm_q6_k_q8_k: BlockQ6K;
+}
