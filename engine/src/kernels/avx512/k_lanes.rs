@@ -117,11 +117,12 @@ trait LaneBlock {
     const SPAN: usize;
     /// Whether the type has minimums (Q4_K, Q5_K) or Q6_K's `-32` offset.
     const MINIMUMS: bool;
-    /// Unpacks one block into lane `r` of `out`.
+    /// Unpacks one block: its values in natural order into `values`, the rest into lane `r` of
+    /// `out`.
     ///
     /// # Safety
     /// The CPU must support the tier's features.
-    unsafe fn unpack(&self, out: &mut RowsLanes, r: usize);
+    unsafe fn unpack(&self, values: &mut [[u8; 64]; GROUPS], out: &mut RowsLanes, r: usize);
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -179,13 +180,58 @@ fn q6_k_values(x: &BlockQ6K, out: &mut [[u8; 64]; GROUPS]) {
     }
 }
 
-/// Lane `r` of `out.q` from a block's values in natural order.
-fn spread_values(values: &[[u8; 64]; GROUPS], out: &mut RowsLanes, r: usize) {
-    for (g, group) in values.iter().enumerate() {
-        for (k, quad) in group.as_chunks::<4>().0.iter().enumerate() {
-            out.q[16 * g + k][r] = u32::from_le_bytes(*quad);
+/// A tile's values in natural order, a row per entry, before they are spread a row per lane.
+type TileValues = [[[u8; 64]; GROUPS]; ROWS];
+
+/// `out.q` from the tile's values: `q[k]`, lane `r`, is row `r`'s `k`-th word, each 64-value group
+/// a 16 x 16 word transpose.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn spread_values(values: &TileValues, out: &mut RowsLanes) {
+    for g in 0..GROUPS {
+        let rows: [__m512i; ROWS] = std::array::from_fn(|r| load_u8x64(&values[r][g]));
+        for (w, words) in transpose_16x16(rows).into_iter().enumerate() {
+            // SAFETY: `out.q[16g + w]` is 64 writable bytes; unaligned store.
+            unsafe { _mm512_storeu_si512(out.q[16 * g + w].as_mut_ptr().cast(), words) };
         }
     }
+}
+
+/// The transpose of 16 vectors of 16 words: word `w` of vector `r` goes to word `r` of vector `w`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn transpose_16x16(r: [__m512i; 16]) -> [__m512i; 16] {
+    // Per 128-bit quarter q: pairs of rows interleaved, then quads, so that `quads[4i + j]` holds, in
+    // quarter q, word 4q + j of rows 4i..4i + 4.
+    let pairs: [__m512i; 16] = std::array::from_fn(|k| {
+        let (a, b) = (r[k & !1], r[k | 1]);
+        if k % 2 == 0 {
+            _mm512_unpacklo_epi32(a, b)
+        } else {
+            _mm512_unpackhi_epi32(a, b)
+        }
+    });
+    let quads: [__m512i; 16] = std::array::from_fn(|k| {
+        let (i, j) = (k / 4, k % 4);
+        let (a, b) = (pairs[4 * i + j / 2], pairs[4 * i + j / 2 + 2]);
+        if j % 2 == 0 {
+            _mm512_unpacklo_epi64(a, b)
+        } else {
+            _mm512_unpackhi_epi64(a, b)
+        }
+    });
+    // Word 4q + j of every row: quarter q of quads j, 4 + j, 8 + j, 12 + j.
+    let mut out = [_mm512_setzero_si512(); 16];
+    for j in 0..4 {
+        let low01 = _mm512_shuffle_i32x4::<0x44>(quads[j], quads[4 + j]);
+        let low23 = _mm512_shuffle_i32x4::<0xee>(quads[j], quads[4 + j]);
+        let high01 = _mm512_shuffle_i32x4::<0x44>(quads[8 + j], quads[12 + j]);
+        let high23 = _mm512_shuffle_i32x4::<0xee>(quads[8 + j], quads[12 + j]);
+        out[j] = _mm512_shuffle_i32x4::<0x88>(low01, high01);
+        out[4 + j] = _mm512_shuffle_i32x4::<0xdd>(low01, high01);
+        out[8 + j] = _mm512_shuffle_i32x4::<0x88>(low23, high23);
+        out[12 + j] = _mm512_shuffle_i32x4::<0xdd>(low23, high23);
+    }
+    out
 }
 
 /// Unpacks a Q4_K/Q5_K block's values and scales into lane `r` of `out`.
@@ -193,12 +239,10 @@ fn spread_values(values: &[[u8; 64]; GROUPS], out: &mut RowsLanes, r: usize) {
 fn unpack_k4(
     (d, dmin, packed): (half::f16, half::f16, &[u8; 12]),
     (qs, qh): (&[u8; QK_K / 2], Option<&[u8; QK_K / 8]>),
-    out: &mut RowsLanes,
+    (values, out): (&mut [[u8; 64]; GROUPS], &mut RowsLanes),
     r: usize,
 ) {
-    let mut values = [[0u8; 64]; GROUPS];
-    k4_values(qs, qh, &mut values);
-    spread_values(&values, out, r);
+    k4_values(qs, qh, values);
     let (scales, mins) = x86::scales_mins_k4(packed);
     let [scales, mins] = [scales, mins].map(u64::to_le_bytes);
     for (j, &scale) in scales.iter().enumerate() {
@@ -214,27 +258,26 @@ fn unpack_k4(
 impl LaneBlock for BlockQ4K {
     const SPAN: usize = 32;
     const MINIMUMS: bool = true;
-    unsafe fn unpack(&self, out: &mut RowsLanes, r: usize) {
+    unsafe fn unpack(&self, values: &mut [[u8; 64]; GROUPS], out: &mut RowsLanes, r: usize) {
+        let parts = (self.d, self.dmin, &self.scales);
         // SAFETY: the caller's CPU has the tier's features (this function's contract).
-        unsafe { unpack_k4((self.d, self.dmin, &self.scales), (&self.qs, None), out, r) }
+        unsafe { unpack_k4(parts, (&self.qs, None), (values, out), r) }
     }
 }
 
 impl LaneBlock for BlockQ5K {
     const SPAN: usize = 32;
     const MINIMUMS: bool = true;
-    unsafe fn unpack(&self, out: &mut RowsLanes, r: usize) {
-        let bits = (&self.qs, Some(&self.qh));
+    unsafe fn unpack(&self, values: &mut [[u8; 64]; GROUPS], out: &mut RowsLanes, r: usize) {
+        let parts = (self.d, self.dmin, &self.scales);
         // SAFETY: as for Q4_K.
-        unsafe { unpack_k4((self.d, self.dmin, &self.scales), bits, out, r) }
+        unsafe { unpack_k4(parts, (&self.qs, Some(&self.qh)), (values, out), r) }
     }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn unpack_q6_k(x: &BlockQ6K, out: &mut RowsLanes, r: usize) {
-    let mut values = [[0u8; 64]; GROUPS];
-    q6_k_values(x, &mut values);
-    spread_values(&values, out, r);
+fn unpack_q6_k(x: &BlockQ6K, values: &mut [[u8; 64]; GROUPS], out: &mut RowsLanes, r: usize) {
+    q6_k_values(x, values);
     for (j, &scale) in x.scales.iter().enumerate() {
         out.scales[j][r] = i32::from(scale);
     }
@@ -247,9 +290,9 @@ fn unpack_q6_k(x: &BlockQ6K, out: &mut RowsLanes, r: usize) {
 impl LaneBlock for BlockQ6K {
     const SPAN: usize = 16;
     const MINIMUMS: bool = false;
-    unsafe fn unpack(&self, out: &mut RowsLanes, r: usize) {
+    unsafe fn unpack(&self, values: &mut [[u8; 64]; GROUPS], out: &mut RowsLanes, r: usize) {
         // SAFETY: as for Q4_K.
-        unsafe { unpack_q6_k(self, out, r) }
+        unsafe { unpack_q6_k(self, values, out, r) }
     }
 }
 
@@ -259,11 +302,13 @@ fn pack_rows<W: LaneBlock>(rows: &[&[W]; ROWS], out: &mut Vec<RowsLanes>) {
     let nb = rows.iter().map(|r| r.len()).min().unwrap_or(0);
     out.clear();
     out.resize(nb, RowsLanes::default());
+    let mut values: TileValues = [[[0; 64]; GROUPS]; ROWS];
     for (i, p) in out.iter_mut().enumerate() {
-        for (r, row) in rows.iter().enumerate() {
+        for (r, (row, values)) in rows.iter().zip(&mut values).enumerate() {
             // SAFETY: this function's target features are the tier's.
-            unsafe { row[i].unpack(p, r) };
+            unsafe { row[i].unpack(values, p, r) };
         }
+        spread_values(&values, p);
     }
 }
 
