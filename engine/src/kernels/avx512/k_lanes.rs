@@ -187,11 +187,11 @@ type TileValues = [[[u8; 64]; GROUPS]; ROWS];
 /// a 16 x 16 word transpose.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn spread_values(values: &TileValues, out: &mut RowsLanes) {
-    for g in 0..GROUPS {
+    for (g, quads) in out.q.chunks_exact_mut(16).enumerate() {
         let rows: [__m512i; ROWS] = std::array::from_fn(|r| load_u8x64(&values[r][g]));
-        for (w, words) in transpose_16x16(rows).into_iter().enumerate() {
-            // SAFETY: `out.q[16g + w]` is 64 writable bytes; unaligned store.
-            unsafe { _mm512_storeu_si512(out.q[16 * g + w].as_mut_ptr().cast(), words) };
+        for (q, words) in quads.iter_mut().zip(transpose_16x16(rows)) {
+            // SAFETY: `q` is 64 writable bytes; unaligned store.
+            unsafe { _mm512_storeu_si512(q.as_mut_ptr().cast(), words) };
         }
     }
 }
