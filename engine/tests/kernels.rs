@@ -1096,6 +1096,34 @@ fn new_tiled_products_equal_single_row_dots_bit_for_bit() {
     }
 }
 
+/// The four-row Q4_K dot gives the bits of four single-row calls along every path llama.cpp takes
+/// (the repacked GEMV reduces the four rows' totals together on the AVX-512 tier).
+#[test]
+fn q4_k_x4_forms_equal_four_single_row_calls_on_every_path() {
+    let mut rng = StdRng::seed_from_u64(0x5eed_0107);
+    for &nb in &SUPER_BLOCK_COUNTS {
+        let w: [Vec<BlockQ4K>; 4] = std::array::from_fn(|_| q4_k_weights(&mut rng, nb));
+        let a = q8_k_activations(&mut rng, nb);
+        for k in tables() {
+            for path in [
+                KPath::VecDot,
+                KPath::Tiled,
+                KPath::RepackedGemv,
+                KPath::RepackedGemm,
+            ] {
+                let got = k.vec_dot_q4_k_q8_k_x4(w.each_ref().map(|r| r.as_slice()), &a, path);
+                for (r, row) in w.iter().enumerate() {
+                    assert_bits(
+                        &format!("q4_k {} {path:?} x{nb} row {r}", k.tier()),
+                        got[r],
+                        k.vec_dot_q4_k_q8_k(row, &a, path),
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// The repacked Q4_K GEMM (a row per vector lane on the AVX-512 tier) gives, for every row and
 /// token, the bits of the single-row dot along llama.cpp's repacked GEMM, across tiles of 16 rows,
 /// rows that end a tile short, and tiles of tokens padded at the end.

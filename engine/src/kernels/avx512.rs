@@ -505,19 +505,19 @@ fn fold_halves(v: __m512i) -> __m256i {
     _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
 }
 
-/// The integers of a Q4_K/Q5_K super-block's dot ([`KInts`]): each 64 values (two sub-blocks) in one
-/// 512-bit vector, low nibbles in the low half and high nibbles in the high half, scaled and added by
-/// `vpdpwssd`; the halves added at the end give the AVX2 tier's lanes, and each vector's total, when
-/// `PAIRS`, its pair. `scales` holds the eight sub-block scales as i16; `qh`, for Q5_K, the fifth bits.
+/// Calls `each(j, p, scaled)` for each 64 values `j` of a Q4_K/Q5_K super-block: `p` the i16 pair
+/// products of the values (low nibbles in the low half, high nibbles in the high half, Q5_K's fifth
+/// bits `qh` added) with the activations `q8`, `scaled` their sub-blocks' scales from the eight i16
+/// `scales`, for `vpdpwssd`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn k4_ints<const P: u8>(
+fn for_k4_products(
     qs: &[u8; QK_K / 2],
     qh: Option<&[u8; QK_K / 8]>,
     scales: __m128i,
     q8: &[i8; QK_K],
-) -> KInts {
-    const { assert!(P <= path::REPACKED_GEMM) };
+    mut each: impl FnMut(usize, __m512i, __m512i),
+) {
     let low4 = _mm512_set1_epi8(0x0f);
     let sixteen = _mm512_set1_epi8(0x10);
     let nibble_shift = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
@@ -528,10 +528,8 @@ fn k4_ints<const P: u8>(
         Some(h) => broadcast_u8x32(h),
         None => _mm512_setzero_si512(),
     };
-    let mut ints = KInts::default();
     // The fifth bits of sub-blocks 2j (low half) and 2j + 1 (high half).
     let mut bit = _mm512_inserti64x4::<1>(_mm512_set1_epi8(1), _mm256_set1_epi8(2));
-    let mut sumi = _mm512_setzero_si512();
     for j in 0..QK_K / 64 {
         let bits = _mm512_srlv_epi64(broadcast_u8x32(&q4[j]), nibble_shift);
         let mut q = _mm512_and_si512(bits, low4);
@@ -541,19 +539,53 @@ fn k4_ints<const P: u8>(
         }
         let p = _mm512_maddubs_epi16(q, load_i8x64(&q8[j]));
         let s = 2 * j as i32;
-        let scaled = spread_i16(scales, [s, s, s + 1, s + 1]);
-        if P == path::REPACKED_GEMM {
+        each(j, p, spread_i16(scales, [s, s, s + 1, s + 1]));
+    }
+}
+
+/// A Q4_K/Q5_K super-block's scaled sums `S1` spread over 16 int32 lanes (their total is `S1`).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn k4_scaled_sums(
+    qs: &[u8; QK_K / 2],
+    qh: Option<&[u8; QK_K / 8]>,
+    scales: __m128i,
+    q8: &[i8; QK_K],
+) -> __m512i {
+    let mut sumi = _mm512_setzero_si512();
+    for_k4_products(qs, qh, scales, q8, |_, p, scaled| {
+        sumi = _mm512_dpwssd_epi32(sumi, p, scaled);
+    });
+    sumi
+}
+
+/// The integers of a Q4_K/Q5_K super-block's dot ([`KInts`]) along path `P`: the repacked GEMM's
+/// pair per 64 values, or the scaled sums ([`k4_scaled_sums`]) with their halves added (the AVX2
+/// tier's lanes) or totalled. `scales` holds the eight sub-block scales as i16; `qh`, for Q5_K, the
+/// fifth bits.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn k4_ints<const P: u8>(
+    qs: &[u8; QK_K / 2],
+    qh: Option<&[u8; QK_K / 8]>,
+    scales: __m128i,
+    q8: &[i8; QK_K],
+) -> KInts {
+    const { assert!(P <= path::REPACKED_GEMM) };
+    let mut ints = KInts::default();
+    if P == path::REPACKED_GEMM {
+        for_k4_products(qs, qh, scales, q8, |j, p, scaled| {
             let pair = _mm512_dpwssd_epi32(_mm512_setzero_si512(), p, scaled);
             ints.pairs[j] = _mm512_reduce_add_epi32(pair);
-        } else {
-            sumi = _mm512_dpwssd_epi32(sumi, p, scaled);
-        }
+        });
+        return ints;
     }
-    match P {
-        path::VEC_DOT => ints.lanes = x86::store_i32x8(fold_halves(sumi)),
+    let sumi = k4_scaled_sums(qs, qh, scales, q8);
+    if P == path::VEC_DOT {
+        ints.lanes = x86::store_i32x8(fold_halves(sumi));
+    } else {
         // The paths that take only the total.
-        path::TILED | path::REPACKED_GEMV => ints.lanes[0] = _mm512_reduce_add_epi32(sumi),
-        _ => {}
+        ints.lanes[0] = _mm512_reduce_add_epi32(sumi);
     }
     ints
 }
@@ -604,7 +636,86 @@ pub(crate) unsafe fn vec_dot_q4_k_q8_k_x4(
     y: &[BlockQ8K],
     path: KPath,
 ) -> [f32; 4] {
+    if path == KPath::RepackedGemv {
+        return gemv_q4_k_rows4(rows, y);
+    }
     on_path!(path, P => dot_k4_rows::<_, 4, P>(rows, y))
+}
+
+/// Four Q4_K rows against `y` along llama.cpp's repacked GEMV, each super-block's integer totals
+/// `S1` and `S2` of the four rows reduced together into the lanes of one vector, so that the float
+/// steps (`acc = fma(S1, d dy, acc)`, `acc_m = fma(S2, dmin dy, acc_m)`, `acc - acc_m`) run a row
+/// per lane.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn gemv_q4_k_rows4(rows: [&[BlockQ4K]; 4], y: &[BlockQ8K]) -> [f32; 4] {
+    let n = common_len(&rows, y);
+    let rows = cut(rows, n);
+    let mut acc = _mm_setzero_ps();
+    let mut acc_m = _mm_setzero_ps();
+    for (i, b) in y[..n].iter().enumerate() {
+        x86::prefetch_blocks_ahead(&rows, i);
+        let sub_sums = x86::sub_block_sums(b);
+        let mut s1 = [_mm512_setzero_si512(); 4];
+        let mut s2 = [_mm_setzero_si128(); 4];
+        for ((s1, s2), row) in s1.iter_mut().zip(&mut s2).zip(&rows) {
+            let a = &row[i];
+            let (scales, mins) = x86::scales_mins_k4(&a.scales);
+            *s1 = k4_scaled_sums(&a.qs, None, x86::u8x8_to_i16(scales), &b.qs);
+            *s2 = x86::k4_min_products(mins, sub_sums);
+        }
+        let halves = _mm_setr_epi16(
+            rows[0][i].d.to_bits() as i16,
+            rows[1][i].d.to_bits() as i16,
+            rows[2][i].d.to_bits() as i16,
+            rows[3][i].d.to_bits() as i16,
+            rows[0][i].dmin.to_bits() as i16,
+            rows[1][i].dmin.to_bits() as i16,
+            rows[2][i].dmin.to_bits() as i16,
+            rows[3][i].dmin.to_bits() as i16,
+        );
+        let scales = _mm256_mul_ps(_mm256_cvtph_ps(halves), _mm256_set1_ps(b.d));
+        let (d_dy, dmin_dy) = (
+            _mm256_castps256_ps128(scales),
+            _mm256_extractf128_ps::<1>(scales),
+        );
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(totals_of_four(s1)), d_dy, acc);
+        acc_m = _mm_fmadd_ps(_mm_cvtepi32_ps(totals_of_four_x4(s2)), dmin_dy, acc_m);
+    }
+    let mut out = [0f32; 4];
+    // SAFETY: `out` has room for 4 f32; unaligned store.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), _mm_sub_ps(acc, acc_m)) };
+    out
+}
+
+/// Lane `r`: the exact sum of the 16 lanes of `v[r]`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn totals_of_four(v: [__m512i; 4]) -> __m128i {
+    let pair = |a: __m512i, b: __m512i| {
+        _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b))
+    };
+    let (ab, cd) = (pair(v[0], v[1]), pair(v[2], v[3]));
+    // Per 128-bit quarter: the quarter's sums of v[0], v[1], v[2], v[3].
+    let quarters = _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+    let halves = _mm256_add_epi32(
+        _mm512_castsi512_si256(quarters),
+        _mm512_extracti64x4_epi64::<1>(quarters),
+    );
+    _mm_add_epi32(
+        _mm256_castsi256_si128(halves),
+        _mm256_extracti128_si256::<1>(halves),
+    )
+}
+
+/// Lane `r`: the exact sum of the 4 lanes of `v[r]`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn totals_of_four_x4(v: [__m128i; 4]) -> __m128i {
+    let pair =
+        |a: __m128i, b: __m128i| _mm_add_epi32(_mm_unpacklo_epi32(a, b), _mm_unpackhi_epi32(a, b));
+    let (ab, cd) = (pair(v[0], v[1]), pair(v[2], v[3]));
+    _mm_add_epi32(_mm_unpacklo_epi64(ab, cd), _mm_unpackhi_epi64(ab, cd))
 }
 
 /// ggml's Q5_K x Q8_K dot along `path`, on 512-bit vectors.
