@@ -1096,6 +1096,48 @@ fn new_tiled_products_equal_single_row_dots_bit_for_bit() {
     }
 }
 
+/// llama.cpp's repacked Q4_0 steps (one `fma(S, d_x d_y)` per block, in block order) on every tier:
+/// the single-row dot equals that definition, the four-row dot four single-row calls, and the tiled
+/// product (a row per vector lane on the AVX-512 tier) the single-row dots, all bit for bit.
+#[test]
+fn repacked_q4_0_dots_and_products_follow_llama_cpp_steps_bit_for_bit() {
+    let mut rng = StdRng::seed_from_u64(0x5eed_0108);
+    let definition = |x: &[BlockQ4_0], y: &[BlockQ8_0]| {
+        x.iter().zip(y).fold(0f32, |acc, (a, b)| {
+            let q = nibbles(&a.qs);
+            let s: i32 = (0..QK).map(|i| (q[i] - 8) * i32::from(b.qs[i])).sum();
+            (s as f32).mul_add(a.d.to_f32() * b.d.to_f32(), acc)
+        })
+    };
+    for nb in [1, 3, 18] {
+        let rows4: [Vec<BlockQ4_0>; 4] = std::array::from_fn(|_| q4_0_weights(&mut rng, nb));
+        let y = q8_0_activations(&mut rng, nb);
+        for k in tables() {
+            let four = k.vec_dot_q4_0_q8_0_repacked_x4(rows4.each_ref().map(|r| r.as_slice()), &y);
+            for (r, row) in rows4.iter().enumerate() {
+                let what = format!("q4_0 repacked {} x{nb} row {r}", k.tier());
+                let one = k.vec_dot_q4_0_q8_0_repacked(row, &y);
+                assert_bits(&what, one, definition(row, &y));
+                assert_bits(&format!("{what} (four rows)"), four[r], one);
+            }
+        }
+        for rows in [1, 8, 16, 24, 70] {
+            let w = q4_0_weights(&mut rng, rows * nb);
+            for tokens in TILED_TOKENS {
+                let a = q8_0_activations(&mut rng, tokens * nb);
+                for k in tables() {
+                    check_tiled(
+                        &format!("q4_0 repacked {} {rows} x {tokens} x{nb}", k.tier()),
+                        (&w, &a, nb),
+                        |w, x, out, layout| k.gemm_q4_0_q8_0_repacked(w, x, nb, out, layout),
+                        |w, x| k.vec_dot_q4_0_q8_0_repacked(w, x),
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// The four-row Q4_K dot gives the bits of four single-row calls along every path llama.cpp takes
 /// (the repacked GEMV reduces the four rows' totals together on the AVX-512 tier).
 #[test]

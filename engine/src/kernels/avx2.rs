@@ -45,7 +45,7 @@ use super::{
         bytes_from_nibbles_32, common_len, cut, f16_to_f32, gemm_by_dots, head_f32, hsum_float_8,
         k4_block_scales, k4_min_products, load_i8x32, load_i16x16, prefetch_blocks_ahead,
         prefetch_rows_ahead, q6_k_offset, scales_i16, scales_mins_k4, store_i32x4, store_i32x8,
-        sub_block_sums, u8x8_to_i16,
+        sub_block_sums, total_i32x8, u8x8_to_i16,
     },
 };
 use crate::quant::{
@@ -239,10 +239,14 @@ pub(crate) unsafe fn gemv_q8_0_q8_0(w: &[BlockQ8_0], y: &[BlockQ8_0], out: &mut 
 /// are `sum(q*y) - 8*sum(y)` over each 4 bytes, which equals ggml's `sum((q-8)*y)`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn dot_q4_0_rows<const R: usize>(rows: [&[BlockQ4_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
+fn dot_q4_0_rows<const R: usize, const REPACKED: bool>(
+    rows: [&[BlockQ4_0]; R],
+    y: &[BlockQ8_0],
+) -> [f32; R] {
     let n = common_len(&rows, y);
     let rows = cut(rows, n);
     let mut acc = [_mm256_setzero_ps(); R];
+    let mut sums = [0f32; R];
     for (i, b) in y[..n].iter().enumerate() {
         let hy = head_f32(b);
         let qy = load_i8x32(&b.qs);
@@ -250,14 +254,24 @@ fn dot_q4_0_rows<const R: usize>(rows: [&[BlockQ4_0]; R], y: &[BlockQ8_0]) -> [f
         let offset = _mm256_maddubs_epi16(_mm256_set1_epi8(8), qy);
         for r in 0..R {
             let a = &rows[r][i];
-            let d = _mm256_broadcastss_ps(_mm_mul_ss(head_f32(a), hy));
+            let d = _mm_mul_ss(head_f32(a), hy);
             let qx = bytes_from_nibbles_32(&a.qs);
             let pairs = _mm256_sub_epi16(_mm256_maddubs_epi16(qx, qy), offset);
-            let sums = _mm256_madd_epi16(_mm256_set1_epi16(1), pairs);
-            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sums), acc[r]);
+            let lanes = _mm256_madd_epi16(_mm256_set1_epi16(1), pairs);
+            if REPACKED {
+                let total = total_i32x8(lanes) as f32;
+                sums[r] = total.mul_add(_mm_cvtss_f32(d), sums[r]);
+            } else {
+                let d = _mm256_broadcastss_ps(d);
+                acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[r]);
+            }
         }
     }
-    acc.map(|a| hsum_float_8(a))
+    if REPACKED {
+        sums
+    } else {
+        acc.map(|a| hsum_float_8(a))
+    }
 }
 
 /// ggml `ggml_vec_dot_q4_0_q8_0` (AVX2).
@@ -266,7 +280,7 @@ fn dot_q4_0_rows<const R: usize>(rows: [&[BlockQ4_0]; R], y: &[BlockQ8_0]) -> [f
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn vec_dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
-    dot_q4_0_rows([x], y)[0]
+    dot_q4_0_rows::<1, false>([x], y)[0]
 }
 
 /// Four rows of [`vec_dot_q4_0_q8_0`] sharing the activation loads.
@@ -275,7 +289,29 @@ pub(crate) unsafe fn vec_dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 
 /// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn vec_dot_q4_0_q8_0_x4(rows: [&[BlockQ4_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
-    dot_q4_0_rows(rows, y)
+    dot_q4_0_rows::<4, false>(rows, y)
+}
+
+/// ggml's repacked Q4_0 GEMV and GEMM (AVX2): per block, the exact integer dot fused with `d_x d_y`
+/// into one sum.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q4_0_q8_0_repacked(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
+    dot_q4_0_rows::<1, true>([x], y)[0]
+}
+
+/// Four rows of [`vec_dot_q4_0_q8_0_repacked`] sharing the activation loads.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn vec_dot_q4_0_q8_0_repacked_x4(
+    rows: [&[BlockQ4_0]; 4],
+    y: &[BlockQ8_0],
+) -> [f32; 4] {
+    dot_q4_0_rows::<4, true>(rows, y)
 }
 
 /// Q4_1 x Q8_1 dots of `R` rows against `y` (ggml `ggml_vec_dot_q4_1_q8_1`, AVX2).
@@ -1102,6 +1138,8 @@ path_k_dots! {
 // The tiled forms of the 5-bit and K-quant types: this tier's single-row and four-row dots over
 // every row and token.
 gemm_by_dots! {
+    gemm_q4_0_q8_0_repacked: BlockQ4_0, BlockQ8_0 =>
+        vec_dot_q4_0_q8_0_repacked, vec_dot_q4_0_q8_0_repacked_x4;
     gemm_q5_0_q8_0: BlockQ5_0, BlockQ8_0 => vec_dot_q5_0_q8_0, vec_dot_q5_0_q8_0_x4;
     gemm_q5_1_q8_1: BlockQ5_1, BlockQ8_1 => vec_dot_q5_1_q8_1, vec_dot_q5_1_q8_1_x4;
     gemm_q4_k_q8_k: BlockQ4K, BlockQ8K => tiled_q4_k, tiled_q4_k_x4;

@@ -45,10 +45,12 @@ macro_rules! tiled_products {
 
 mod k_lanes;
 mod q0_tiles;
+mod q4_0_lanes;
 
 pub(crate) use self::{
     k_lanes::{gemm_q4_k_q8_k, gemm_q4_k_q8_k_repacked, gemm_q5_k_q8_k, gemm_q6_k_q8_k},
     q0_tiles::{gemm_q4_0_q8_0, gemm_q5_0_q8_0, gemm_q8_0_q8_0},
+    q4_0_lanes::gemm_q4_0_q8_0_repacked,
 };
 
 use std::{arch::x86_64::*, cell::RefCell};
@@ -259,25 +261,110 @@ pub(crate) unsafe fn gemv_q8_0_q8_0(w: &[BlockQ8_0], y: &[BlockQ8_0], out: &mut 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 fn dot_q4_0_rows<const R: usize>(rows: [&[BlockQ4_0]; R], y: &[BlockQ8_0]) -> [f32; R] {
+    let mut acc = [_mm256_setzero_ps(); R];
+    for_q4_0_blocks(rows, y, |r, d, lanes| {
+        acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(d), _mm256_cvtepi32_ps(lanes), acc[r]);
+    });
+    acc.map(|a| hsum_float_8(a))
+}
+
+/// Calls `each(r, d, lanes)` for each block of each of `R` Q4_0 rows against `y`, in block order:
+/// `d` holds `d_x d_y` in its first lane, `lanes` the block's exact products in eight int32 lanes.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn for_q4_0_blocks<const R: usize>(
+    rows: [&[BlockQ4_0]; R],
+    y: &[BlockQ8_0],
+    mut each: impl FnMut(usize, __m128, __m256i),
+) {
     let n = common_len(&rows, y);
     let rows = cut(rows, n);
     let eight = _mm256_set1_epi8(8);
     let zero = _mm256_setzero_si256();
-    let mut acc = [_mm256_setzero_ps(); R];
     for (i, b) in y[..n].iter().enumerate() {
         let hy = head_f32(b);
         let qy = load_i8x32(&b.qs);
         // -8 * sum(y) per lane: Q4_0 values are nibble - 8.
         let offset = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, eight, qy));
-        for r in 0..R {
-            let a = &rows[r][i];
-            let d = _mm256_broadcastss_ps(_mm_mul_ss(head_f32(a), hy));
+        for (r, row) in rows.iter().enumerate() {
+            let a = &row[i];
             let qx = bytes_from_nibbles_32(&a.qs);
-            let q = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(offset, qx, qy));
-            acc[r] = _mm256_fmadd_ps(d, q, acc[r]);
+            each(
+                r,
+                _mm_mul_ss(head_f32(a), hy),
+                _mm256_dpbusd_epi32(offset, qx, qy),
+            );
         }
     }
-    acc.map(|a| hsum_float_8(a))
+}
+
+/// Four Q4_0 rows against `y` along ggml's repacked GEMV and GEMM: per block, the exact totals of the
+/// four rows reduced together and fused with `d_x d_y` into one sum a row per lane.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_q4_0_repacked_rows4(rows: [&[BlockQ4_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
+    let n = common_len(&rows, y);
+    let rows = cut(rows, n);
+    let eight = _mm256_set1_epi8(8);
+    let zero = _mm256_setzero_si256();
+    let mut acc = _mm_setzero_ps();
+    for (i, b) in y[..n].iter().enumerate() {
+        x86::prefetch_rows_ahead(&rows, i);
+        let qy = load_i8x32(&b.qs);
+        // -8 * sum(y) per lane: Q4_0 values are nibble - 8.
+        let offset = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, eight, qy));
+        let lanes =
+            rows.map(|row| _mm256_dpbusd_epi32(offset, bytes_from_nibbles_32(&row[i].qs), qy));
+        let d = rows.map(|row| row[i].d.to_bits() as i16);
+        let d_x = _mm_cvtph_ps(_mm_setr_epi16(d[0], d[1], d[2], d[3], 0, 0, 0, 0));
+        let d_xy = _mm_mul_ps(d_x, _mm_set1_ps(f16_to_f32(b.d)));
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(totals_of_four_x8(lanes)), d_xy, acc);
+    }
+    let mut out = [0f32; 4];
+    // SAFETY: `out` has room for 4 f32; unaligned store.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+    out
+}
+
+/// Lane `r`: the exact sum of the 8 lanes of `v[r]`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn totals_of_four_x8(v: [__m256i; 4]) -> __m128i {
+    let pair = |a: __m256i, b: __m256i| {
+        _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b))
+    };
+    let (ab, cd) = (pair(v[0], v[1]), pair(v[2], v[3]));
+    let halves = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
+    _mm_add_epi32(
+        _mm256_castsi256_si128(halves),
+        _mm256_extracti128_si256::<1>(halves),
+    )
+}
+
+/// ggml's repacked Q4_0 GEMV and GEMM, with VNNI: per block, the exact integer dot fused with
+/// `d_x d_y` into one sum.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q4_0_q8_0_repacked(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
+    let mut sum = 0f32;
+    for_q4_0_blocks([x], y, |_, d, lanes| {
+        sum = (x86::total_i32x8(lanes) as f32).mul_add(_mm_cvtss_f32(d), sum);
+    });
+    sum
+}
+
+/// Four rows of [`vec_dot_q4_0_q8_0_repacked`].
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](super::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn vec_dot_q4_0_q8_0_repacked_x4(
+    rows: [&[BlockQ4_0]; 4],
+    y: &[BlockQ8_0],
+) -> [f32; 4] {
+    dot_q4_0_repacked_rows4(rows, y)
 }
 
 /// ggml `ggml_vec_dot_q4_0_q8_0`, with VNNI.

@@ -52,6 +52,9 @@ pub struct KernelTable {
     q4_1_x4: unsafe fn([&[BlockQ4_1]; 4], &[BlockQ8_1]) -> [f32; 4],
     q8_0_gemm: unsafe fn(&[BlockQ8_0], &[BlockQ8_0], usize, &mut [f32], OutLayout),
     q4_0_gemm: unsafe fn(&[BlockQ4_0], &[BlockQ8_0], usize, &mut [f32], OutLayout),
+    q4_0_repacked: unsafe fn(&[BlockQ4_0], &[BlockQ8_0]) -> f32,
+    q4_0_repacked_x4: unsafe fn([&[BlockQ4_0]; 4], &[BlockQ8_0]) -> [f32; 4],
+    q4_0_gemm_repacked: unsafe fn(&[BlockQ4_0], &[BlockQ8_0], usize, &mut [f32], OutLayout),
     q4_1_gemm: unsafe fn(&[BlockQ4_1], &[BlockQ8_1], usize, &mut [f32], OutLayout),
     q5_0: unsafe fn(&[BlockQ5_0], &[BlockQ8_0]) -> f32,
     q5_0_x4: unsafe fn([&[BlockQ5_0]; 4], &[BlockQ8_0]) -> [f32; 4],
@@ -88,6 +91,9 @@ static SCALAR: KernelTable = KernelTable {
     q4_1_x4: scalar::vec_dot_q4_1_q8_1_x4,
     q8_0_gemm: scalar::gemm_q8_0_q8_0,
     q4_0_gemm: scalar::gemm_q4_0_q8_0,
+    q4_0_repacked: scalar::vec_dot_q4_0_q8_0_repacked,
+    q4_0_repacked_x4: scalar::vec_dot_q4_0_q8_0_repacked_x4,
+    q4_0_gemm_repacked: scalar::gemm_q4_0_q8_0_repacked,
     q4_1_gemm: scalar::gemm_q4_1_q8_1,
     q5_0: scalar::vec_dot_q5_0_q8_0,
     q5_0_x4: scalar::vec_dot_q5_0_q8_0_x4,
@@ -125,6 +131,9 @@ static AVX2: KernelTable = KernelTable {
     q4_1_x4: avx2::vec_dot_q4_1_q8_1_x4,
     q8_0_gemm: avx2::gemm_q8_0_q8_0,
     q4_0_gemm: avx2::gemm_q4_0_q8_0,
+    q4_0_repacked: avx2::vec_dot_q4_0_q8_0_repacked,
+    q4_0_repacked_x4: avx2::vec_dot_q4_0_q8_0_repacked_x4,
+    q4_0_gemm_repacked: avx2::gemm_q4_0_q8_0_repacked,
     q4_1_gemm: avx2::gemm_q4_1_q8_1,
     q5_0: avx2::vec_dot_q5_0_q8_0,
     q5_0_x4: avx2::vec_dot_q5_0_q8_0_x4,
@@ -162,6 +171,9 @@ static AVX512: KernelTable = KernelTable {
     q4_1_x4: avx512::vec_dot_q4_1_q8_1_x4,
     q8_0_gemm: avx512::gemm_q8_0_q8_0,
     q4_0_gemm: avx512::gemm_q4_0_q8_0,
+    q4_0_repacked: avx512::vec_dot_q4_0_q8_0_repacked,
+    q4_0_repacked_x4: avx512::vec_dot_q4_0_q8_0_repacked_x4,
+    q4_0_gemm_repacked: avx512::gemm_q4_0_q8_0_repacked,
     q4_1_gemm: avx512::gemm_q4_1_q8_1,
     q5_0: avx512::vec_dot_q5_0_q8_0,
     q5_0_x4: avx512::vec_dot_q5_0_q8_0_x4,
@@ -308,6 +320,25 @@ impl KernelTable {
         unsafe { (self.q4_0_x4)(rows, y) }
     }
 
+    /// Q4_0 weights against Q8_0 activations along ggml's repacked Q4_0 GEMV and GEMM (`q4_0_8x8`,
+    /// taken for matrices whose rows come in eights): one `fma(S, d_x d_y)` per block.
+    #[inline]
+    pub fn vec_dot_q4_0_q8_0_repacked(&self, x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q4_0_repacked)(x, y) }
+    }
+
+    /// Four rows of [`Self::vec_dot_q4_0_q8_0_repacked`]; equal to four single-row calls.
+    #[inline]
+    pub fn vec_dot_q4_0_q8_0_repacked_x4(
+        &self,
+        rows: [&[BlockQ4_0]; 4],
+        y: &[BlockQ8_0],
+    ) -> [f32; 4] {
+        // SAFETY: as in `vec_dot_f32`.
+        unsafe { (self.q4_0_repacked_x4)(rows, y) }
+    }
+
     /// Q4_1 weights against Q8_1 activations (ggml `ggml_vec_dot_q4_1_q8_1`).
     #[inline]
     pub fn vec_dot_q4_1_q8_1(&self, x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
@@ -357,6 +388,24 @@ impl KernelTable {
     ) {
         // SAFETY: as in `gemm_q8_0_q8_0`.
         unsafe { (self.q4_0_gemm)(w, x, nb, out, layout) }
+    }
+
+    /// [`Self::vec_dot_q4_0_q8_0_repacked`] of every weight row against every token, as
+    /// [`Self::gemm_q8_0_q8_0`].
+    ///
+    /// # Panics
+    /// When `out` is too short for `layout`.
+    #[inline]
+    pub fn gemm_q4_0_q8_0_repacked(
+        &self,
+        w: &[BlockQ4_0],
+        x: &[BlockQ8_0],
+        nb: usize,
+        out: &mut [f32],
+        layout: OutLayout,
+    ) {
+        // SAFETY: as in `gemm_q8_0_q8_0`.
+        unsafe { (self.q4_0_gemm_repacked)(w, x, nb, out, layout) }
     }
 
     /// [`Self::vec_dot_q4_1_q8_1`] of every weight row against every token, as

@@ -74,7 +74,7 @@ impl KPath {
     /// The kernel llama.cpp's x86 build runs for token `t` of a call of `tokens` tokens against a
     /// `ty` matrix of `rows` rows: Q4_K matrices whose rows come in eights are repacked at load.
     pub fn for_token(ty: GgmlType, rows: usize, tokens: usize, t: usize) -> Self {
-        let repacked = ty == GgmlType::Q4K && rows.is_multiple_of(8);
+        let repacked = ty == GgmlType::Q4K && repacks(ty, rows);
         match (repacked, tokens >= TILED_MIN_TOKENS) {
             (true, _) if t < tokens - tokens % GEMM_GROUP => Self::RepackedGemm,
             (true, _) => Self::RepackedGemv,
@@ -82,6 +82,13 @@ impl KPath {
             (false, false) => Self::VecDot,
         }
     }
+}
+
+/// Whether llama.cpp's x86 build (AVX2 and up) repacks a `ty` matrix of `rows` rows at load into
+/// rows interleaved by eight, whose kernels take their own float steps: Q4_0 and Q4_K matrices whose
+/// rows come in eights.
+pub fn repacks(ty: GgmlType, rows: usize) -> bool {
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4K) && rows.is_multiple_of(8)
 }
 
 /// A Q4_K or Q5_K super-block, as the tiers' dots read it.

@@ -21,9 +21,12 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 pub use self::tiles::OutLayout;
-use self::{dispatch::KernelTable, k_numerics::KPath};
+use self::{
+    dispatch::KernelTable,
+    k_numerics::{KPath, repacks},
+};
 use crate::{
-    quant::{self, BlockQ8_0, BlockQ8_1, BlockQ8K},
+    quant::{self, BlockQ8_0, BlockQ8_1, BlockQ8K, GgmlType},
     team::Split,
     weights::{Weight, WeightData},
 };
@@ -142,8 +145,9 @@ fn quantize_rows<'a, B: quant::ActivationBlock>(
 
 /// Writes `out[i] = W[first_row + i] · x[t]` for `out.len()` consecutive rows. With `quads`, four rows per
 /// call share one pass over the activation row: faster while the rows sit in cache (a few tokens) and,
-/// for Q4_1 whose four-row dots prefetch the rows ahead, when they stream from memory (one token);
-/// the other types' four-row dots ran slower than one row per call there.
+/// for Q4_1 whose four-row dots prefetch the rows ahead and the repacked Q4_0 and Q4_K whose four-row
+/// dots reduce the rows' totals together, when they stream from memory (one token); the other types'
+/// four-row dots ran slower than one row per call there.
 fn rows_dot(
     k: &KernelTable,
     w: &Weight,
@@ -214,6 +218,14 @@ fn rows_dot(
         (WeightData::Q8_0(v), Converted::Q8_0(a)) => {
             blocks!(v, a, vec_dot_q8_0_q8_0, vec_dot_q8_0_q8_0_x4)
         }
+        (WeightData::Q4_0(v), Converted::Q8_0(a)) if repacks(GgmlType::Q4_0, w.rows) => {
+            blocks!(
+                v,
+                a,
+                vec_dot_q4_0_q8_0_repacked,
+                vec_dot_q4_0_q8_0_repacked_x4
+            )
+        }
         (WeightData::Q4_0(v), Converted::Q8_0(a)) => {
             blocks!(v, a, vec_dot_q4_0_q8_0, vec_dot_q4_0_q8_0_x4)
         }
@@ -278,7 +290,9 @@ pub fn matmul_split(
     debug_assert_eq!(out.len(), n_tokens * w.rows);
     if n_tokens == 1 {
         let converted = convert(w, x, split, scratch);
-        let quads = matches!(w.data, WeightData::Q4_1(_));
+        // The four-row dots of Q4_1 prefetch the rows ahead; those of the matrices llama.cpp repacks
+        // reduce the four rows' block totals together.
+        let quads = matches!(w.data, WeightData::Q4_1(_)) || repacks(w.kind().file_type(), w.rows);
         let rows_per_task = rows_per_thread(w.rows, split.threads());
         split.chunks_mut(out, rows_per_task, |task, chunk| {
             rows_dot(k, w, &converted, task * rows_per_task, (0, 1), chunk, quads);
@@ -365,6 +379,9 @@ fn tiled_matmul(
     let path = KPath::for_token(w.kind().file_type(), w.rows, n_tokens, 0);
     match (&w.data, converted) {
         (WeightData::Q8_0(v), Converted::Q8_0(a)) => tiled!(v, a, gemm_q8_0_q8_0),
+        (WeightData::Q4_0(v), Converted::Q8_0(a)) if repacks(GgmlType::Q4_0, w.rows) => {
+            tiled!(v, a, gemm_q4_0_q8_0_repacked)
+        }
         (WeightData::Q4_0(v), Converted::Q8_0(a)) => tiled!(v, a, gemm_q4_0_q8_0),
         (WeightData::Q4_1(v), Converted::Q8_1(a)) => tiled!(v, a, gemm_q4_1_q8_1),
         (WeightData::Q5_0(v), Converted::Q8_0(a)) => tiled!(v, a, gemm_q5_0_q8_0),

@@ -109,6 +109,21 @@ pub fn vec_dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
     })
 }
 
+/// ggml's repacked Q4_0 GEMV and GEMM (`q4_0_8x8`, which llama.cpp's x86 build takes for Q4_0
+/// matrices whose rows come in eights): per block, the exact integer dot fused with `d_x d_y` into one
+/// sum.
+pub fn vec_dot_q4_0_q8_0_repacked(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
+    x.iter().zip(y).fold(0.0, |acc, (a, b)| {
+        let q = nibbles(&a.qs);
+        let sum: i32 = q
+            .iter()
+            .zip(&b.qs)
+            .map(|(&q, &y)| i32::from(q - 8) * i32::from(y))
+            .sum();
+        (sum as f32).mul_add(a.d.to_f32() * b.d.to_f32(), acc)
+    })
+}
+
 /// ggml `ggml_vec_dot_q5_0_q8_0` (x86).
 pub fn vec_dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
     x86_dot(x, y, |a, b| {
@@ -266,6 +281,11 @@ pub fn vec_dot_q4_0_q8_0_x4(rows: [&[BlockQ4_0]; 4], y: &[BlockQ8_0]) -> [f32; 4
     rows.map(|x| vec_dot_q4_0_q8_0(x, y))
 }
 
+/// Four Q4_0 weight rows against one activation row: four calls of [`vec_dot_q4_0_q8_0_repacked`].
+pub fn vec_dot_q4_0_q8_0_repacked_x4(rows: [&[BlockQ4_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
+    rows.map(|x| vec_dot_q4_0_q8_0_repacked(x, y))
+}
+
 /// Four Q4_1 weight rows against one activation row: four calls of [`vec_dot_q4_1_q8_1`].
 pub fn vec_dot_q4_1_q8_1_x4(rows: [&[BlockQ4_1]; 4], y: &[BlockQ8_1]) -> [f32; 4] {
     rows.map(|x| vec_dot_q4_1_q8_1(x, y))
@@ -337,6 +357,18 @@ pub fn gemm_q4_0_q8_0(
     layout: OutLayout,
 ) {
     gemm(w, x, nb, out, layout, vec_dot_q4_0_q8_0);
+}
+
+/// [`vec_dot_q4_0_q8_0_repacked`] of every row of `w` against every token of `x`, as
+/// [`gemm_q8_0_q8_0`].
+pub fn gemm_q4_0_q8_0_repacked(
+    w: &[BlockQ4_0],
+    x: &[BlockQ8_0],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    gemm(w, x, nb, out, layout, vec_dot_q4_0_q8_0_repacked);
 }
 
 /// [`vec_dot_q4_1_q8_1`] of every row of `w` against every token of `x`, as [`gemm_q8_0_q8_0`].

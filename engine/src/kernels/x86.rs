@@ -172,6 +172,18 @@ pub(super) fn scales_mins_k4(packed: &[u8; 12]) -> (u64, u64) {
     (join(a & LOW6, scales_high), join(b & LOW6, mins_high))
 }
 
+/// The exact sum of eight int32 lanes.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn total_i32x8(v: __m256i) -> i32 {
+    let halves = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let pairs = _mm_add_epi32(halves, _mm_shuffle_epi32::<0b01_00_11_10>(halves));
+    _mm_cvtsi128_si32(_mm_add_epi32(
+        pairs,
+        _mm_shuffle_epi32::<0b10_11_00_01>(pairs),
+    ))
+}
+
 /// Eight bytes widened to eight i16 lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]

@@ -1,0 +1,158 @@
+//! Q4_0 products of many tokens along llama.cpp's repacked Q4_0 GEMM (`q4_0_8x8`, taken for matrices
+//! whose rows come in eights) on the AVX-512 tier, one weight row per int32 lane, as in
+//! [`k_lanes`](super::k_lanes).
+//!
+//! A call unpacks each tile of sixteen rows once into [`RowsQ4_0`]: per four values of a block, a
+//! vector whose lane `r` holds row `r`'s four nibbles as bytes. Per block and token, eight `vpdpbusd`
+//! against the token's activations broadcast to every lane give each row's products with the
+//! nibbles; less `8 sum(y)` they are the block's exact dot `S`, and the float step is llama.cpp's:
+//! `acc = fma(S, d_x d_y, acc)`.
+
+use std::{arch::x86_64::*, cell::RefCell};
+
+use crate::{
+    kernels::{
+        tiles::{OutLayout, gemm_by_tiles},
+        x86::f16_to_f32,
+    },
+    quant::{BlockQ4_0, BlockQ8_0, QK},
+};
+
+/// Weight rows per tile: one per int32 lane of a vector.
+const ROWS: usize = 16;
+/// Tokens per tile.
+const TOKENS: usize = 8;
+/// Four-value quads per block.
+const QUADS: usize = QK / 4;
+
+/// One block of a tile of rows, a row per lane.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct RowsQ4_0 {
+    /// `q[k]`, lane `r`: the nibbles of values `4k..4k + 4` of row `r`, a byte each.
+    q: [[u32; ROWS]; QUADS],
+    d: [f32; ROWS],
+}
+
+/// One block of a tile of tokens.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(64))]
+struct TokensQ8_0 {
+    /// Per token, its 32 activations four to a word.
+    qs: [[u32; QUADS]; TOKENS],
+    /// Per token, `8 sum(y)`: what the nibbles' offset of 8 takes from the products.
+    offsets: [i32; TOKENS],
+    d: [f32; TOKENS],
+}
+
+/// Per-thread buffers: allocated on a thread's first product, then reused.
+#[derive(Default)]
+struct Scratch {
+    tokens: Vec<TokensQ8_0>,
+    rows: Vec<RowsQ4_0>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Unpacks a tile of rows (`nb` blocks each) into `out`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn pack_rows(rows: &[&[BlockQ4_0]; ROWS], out: &mut Vec<RowsQ4_0>) {
+    const LOW4: u32 = 0x0f0f_0f0f;
+    let nb = rows.iter().map(|r| r.len()).min().unwrap_or(0);
+    out.clear();
+    out.resize(nb, RowsQ4_0::default());
+    for (i, p) in out.iter_mut().enumerate() {
+        for (r, row) in rows.iter().enumerate() {
+            let b = &row[i];
+            // Byte j holds value j in its low nibble and value j + 16 in its high one.
+            for (k, word) in b.qs.as_chunks::<4>().0.iter().enumerate() {
+                let w = u32::from_le_bytes(*word);
+                p.q[k][r] = w & LOW4;
+                p.q[k + QUADS / 2][r] = (w >> 4) & LOW4;
+            }
+            p.d[r] = f16_to_f32(b.d);
+        }
+    }
+}
+
+/// Unpacks `x` (tokens of `nb` blocks) into `out`, `nb` entries per tile of tokens; the last tile is
+/// padded with zero tokens.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn pack_tokens(x: &[BlockQ8_0], nb: usize, out: &mut Vec<TokensQ8_0>) {
+    let tokens = x.len() / nb;
+    out.clear();
+    out.resize(tokens.div_ceil(TOKENS) * nb, TokensQ8_0::default());
+    for (t, blocks) in x.chunks_exact(nb).enumerate() {
+        let (tile, lane) = (t / TOKENS, t % TOKENS);
+        for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
+            for (word, q) in p.qs[lane].iter_mut().zip(b.qs.as_chunks::<4>().0) {
+                *word = u32::from_le_bytes(q.map(|v| v as u8));
+            }
+            p.offsets[lane] = 8 * b.qs.iter().map(|&v| i32::from(v)).sum::<i32>();
+            p.d[lane] = f16_to_f32(b.d);
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn load_u32x16(v: &[u32; ROWS]) -> __m512i {
+    // SAFETY: `v` is 64 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+}
+
+/// The results of one tile, `out[r][t]` for row `r` and token `t`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn dot_tile(rows: &[RowsQ4_0], tokens: &[TokensQ8_0]) -> [[f32; TOKENS]; ROWS] {
+    let n = rows.len().min(tokens.len());
+    let mut acc = [_mm512_setzero_ps(); TOKENS];
+    for (w, y) in rows[..n].iter().zip(&tokens[..n]) {
+        let mut sums: [__m512i; TOKENS] = std::array::from_fn(|t| _mm512_set1_epi32(-y.offsets[t]));
+        for (k, quad) in w.q.iter().enumerate() {
+            let q = load_u32x16(quad);
+            for (t, sum) in sums.iter_mut().enumerate() {
+                *sum = _mm512_dpbusd_epi32(*sum, q, _mm512_set1_epi32(y.qs[t][k] as i32));
+            }
+        }
+        // SAFETY: `w.d` is 16 readable f32; unaligned load.
+        let d = unsafe { _mm512_loadu_ps(w.d.as_ptr()) };
+        for (t, acc) in acc.iter_mut().enumerate() {
+            let d_xy = _mm512_mul_ps(d, _mm512_set1_ps(y.d[t]));
+            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[t]), d_xy, *acc);
+        }
+    }
+    let mut lanes = [[0f32; ROWS]; TOKENS];
+    for (lane, acc) in lanes.iter_mut().zip(acc) {
+        // SAFETY: `lane` has room for 16 f32; unaligned store.
+        unsafe { _mm512_storeu_ps(lane.as_mut_ptr(), acc) };
+    }
+    std::array::from_fn(|r| std::array::from_fn(|t| lanes[t][r]))
+}
+
+/// Q4_0 rows of `w` against the tokens of `x` (`nb` blocks each) along llama.cpp's repacked Q4_0
+/// GEMM, into `out` as `layout` places them, with the bits of the single-row repacked dots.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn gemm_q4_0_q8_0_repacked(
+    w: &[BlockQ4_0],
+    x: &[BlockQ8_0],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    SCRATCH.with_borrow_mut(|s| {
+        gemm_by_tiles(
+            (w, x, nb),
+            (out, layout),
+            (&mut s.tokens, &mut s.rows),
+            |x, nb, out| pack_tokens(x, nb, out),
+            |tile, out| pack_rows(tile, out),
+            |rows, tokens| dot_tile(rows, tokens),
+        );
+    });
+}
