@@ -106,6 +106,20 @@ fn load_f32x16(v: &[f32; EPR]) -> __m512 {
 
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
+fn load_u32x16(v: &[u32; EPR]) -> __m512i {
+    // SAFETY: `v` is 64 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn load_i32x16(v: &[i32; EPR]) -> __m512i {
+    // SAFETY: as in `load_u32x16`.
+    unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
 fn load_f16x16(v: &[f16; EPR]) -> __m512 {
     // SAFETY: `v` is 16 readable f16 (32 bytes); `loadu` has no alignment requirement.
     _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(v.as_ptr().cast()) })

@@ -13,7 +13,7 @@
 
 use std::{arch::x86_64::*, cell::RefCell};
 
-use super::{broadcast_u8x32, load_u8x64};
+use super::{broadcast_u8x32, load_f32x16, load_i32x16, load_u8x64, load_u32x16};
 use crate::{
     kernels::{
         tiles::{OutLayout, gemm_by_tiles},
@@ -23,7 +23,7 @@ use crate::{
 };
 
 /// Weight rows per tile: one per int32 lane of a vector.
-const ROWS: usize = 16;
+pub(super) const ROWS: usize = 16;
 /// Tokens per tile.
 const TOKENS: usize = 8;
 /// Four-value quads per super-block.
@@ -333,27 +333,6 @@ fn pack_tokens(x: &[BlockQ8K], nb: usize, out: &mut Vec<TokensLanes>) {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn load_u32x16(v: &[u32; ROWS]) -> __m512i {
-    // SAFETY: `v` is 64 readable bytes; `loadu` has no alignment requirement.
-    unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn load_i32x16(v: &[i32; ROWS]) -> __m512i {
-    // SAFETY: as in `load_u32x16`.
-    unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn load_f32x16(v: &[f32; ROWS]) -> __m512 {
-    // SAFETY: `v` is 16 readable f32; `loadu` has no alignment requirement.
-    unsafe { _mm512_loadu_ps(v.as_ptr()) }
-}
-
 /// Adds to `s1`, per token of the tile, lane `r`: row `r`'s scaled products with the token's
 /// activations over the spans `spans` of `span` values.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -490,7 +469,14 @@ fn dot_tile<W: LaneBlock>(
         Steps::RepackedGemm => gemm_sums::<W>(rows, tokens),
         Steps::Tiled => tiled_sums::<W>(rows, tokens),
     };
-    let mut lanes = [[0f32; ROWS]; TOKENS];
+    tile_results(sums)
+}
+
+/// A tile's results by row and token from its per-token vectors, a row per lane.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+pub(super) fn tile_results<const T: usize>(sums: [__m512; T]) -> [[f32; T]; ROWS] {
+    let mut lanes = [[0f32; ROWS]; T];
     for (lane, sum) in lanes.iter_mut().zip(sums) {
         // SAFETY: `lane` has room for 16 f32; unaligned store.
         unsafe { _mm512_storeu_ps(lane.as_mut_ptr(), sum) };

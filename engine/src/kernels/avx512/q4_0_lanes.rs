@@ -10,6 +10,10 @@
 
 use std::{arch::x86_64::*, cell::RefCell};
 
+use super::{
+    k_lanes::{ROWS, tile_results},
+    load_f32x16, load_u32x16,
+};
 use crate::{
     kernels::{
         tiles::{OutLayout, gemm_by_tiles},
@@ -18,8 +22,6 @@ use crate::{
     quant::{BlockQ4_0, BlockQ8_0, QK},
 };
 
-/// Weight rows per tile: one per int32 lane of a vector.
-const ROWS: usize = 16;
 /// Tokens per tile.
 const TOKENS: usize = 8;
 /// Four-value quads per block.
@@ -96,13 +98,6 @@ fn pack_tokens(x: &[BlockQ8_0], nb: usize, out: &mut Vec<TokensQ8_0>) {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn load_u32x16(v: &[u32; ROWS]) -> __m512i {
-    // SAFETY: `v` is 64 readable bytes; `loadu` has no alignment requirement.
-    unsafe { _mm512_loadu_si512(v.as_ptr().cast()) }
-}
-
 /// The results of one tile, `out[r][t]` for row `r` and token `t`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
@@ -117,19 +112,13 @@ fn dot_tile(rows: &[RowsQ4_0], tokens: &[TokensQ8_0]) -> [[f32; TOKENS]; ROWS] {
                 *sum = _mm512_dpbusd_epi32(*sum, q, _mm512_set1_epi32(y.qs[t][k] as i32));
             }
         }
-        // SAFETY: `w.d` is 16 readable f32; unaligned load.
-        let d = unsafe { _mm512_loadu_ps(w.d.as_ptr()) };
+        let d = load_f32x16(&w.d);
         for (t, acc) in acc.iter_mut().enumerate() {
             let d_xy = _mm512_mul_ps(d, _mm512_set1_ps(y.d[t]));
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[t]), d_xy, *acc);
         }
     }
-    let mut lanes = [[0f32; ROWS]; TOKENS];
-    for (lane, acc) in lanes.iter_mut().zip(acc) {
-        // SAFETY: `lane` has room for 16 f32; unaligned store.
-        unsafe { _mm512_storeu_ps(lane.as_mut_ptr(), acc) };
-    }
-    std::array::from_fn(|r| std::array::from_fn(|t| lanes[t][r]))
+    tile_results(acc)
 }
 
 /// Q4_0 rows of `w` against the tokens of `x` (`nb` blocks each) along llama.cpp's repacked Q4_0
