@@ -606,10 +606,39 @@ fn fold_halves(v: __m512i) -> __m256i {
     _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
 }
 
+/// Calls `each(j, values)` for each 64 values `j` of a Q4_K/Q5_K super-block, as unsigned bytes: low
+/// nibbles in the low half, high nibbles in the high half, Q5_K's fifth bits `qh` added.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn for_k4_values(
+    qs: &[u8; QK_K / 2],
+    qh: Option<&[u8; QK_K / 8]>,
+    mut each: impl FnMut(usize, __m512i),
+) {
+    let low4 = _mm512_set1_epi8(0x0f);
+    let sixteen = _mm512_set1_epi8(0x10);
+    let nibble_shift = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
+    let (q4, _) = qs.as_chunks::<32>();
+    let high = match qh {
+        Some(h) => broadcast_u8x32(h),
+        None => _mm512_setzero_si512(),
+    };
+    // The fifth bits of sub-blocks 2j (low half) and 2j + 1 (high half).
+    let mut bit = _mm512_inserti64x4::<1>(_mm512_set1_epi8(1), _mm256_set1_epi8(2));
+    for (j, q4) in q4.iter().enumerate() {
+        let bits = _mm512_srlv_epi64(broadcast_u8x32(q4), nibble_shift);
+        let mut q = _mm512_and_si512(bits, low4);
+        if qh.is_some() {
+            q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(high, bit), q, sixteen);
+            bit = _mm512_slli_epi16::<2>(bit);
+        }
+        each(j, q);
+    }
+}
+
 /// Calls `each(j, p, scaled)` for each 64 values `j` of a Q4_K/Q5_K super-block: `p` the i16 pair
-/// products of the values (low nibbles in the low half, high nibbles in the high half, Q5_K's fifth
-/// bits `qh` added) with the activations `q8`, `scaled` their sub-blocks' scales from the eight i16
-/// `scales`, for `vpdpwssd`.
+/// products of its values ([`for_k4_values`]) with the activations `q8`, `scaled` their sub-blocks'
+/// scales from the eight i16 `scales`, for `vpdpwssd`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 fn for_k4_products(
@@ -619,29 +648,13 @@ fn for_k4_products(
     q8: &[i8; QK_K],
     mut each: impl FnMut(usize, __m512i, __m512i),
 ) {
-    let low4 = _mm512_set1_epi8(0x0f);
-    let sixteen = _mm512_set1_epi8(0x10);
-    let nibble_shift = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
     let scales = _mm512_broadcast_i32x4(scales);
-    let (q4, _) = qs.as_chunks::<32>();
     let (q8, _) = q8.as_chunks::<64>();
-    let high = match qh {
-        Some(h) => broadcast_u8x32(h),
-        None => _mm512_setzero_si512(),
-    };
-    // The fifth bits of sub-blocks 2j (low half) and 2j + 1 (high half).
-    let mut bit = _mm512_inserti64x4::<1>(_mm512_set1_epi8(1), _mm256_set1_epi8(2));
-    for j in 0..QK_K / 64 {
-        let bits = _mm512_srlv_epi64(broadcast_u8x32(&q4[j]), nibble_shift);
-        let mut q = _mm512_and_si512(bits, low4);
-        if qh.is_some() {
-            q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(high, bit), q, sixteen);
-            bit = _mm512_slli_epi16::<2>(bit);
-        }
+    for_k4_values(qs, qh, |j, q| {
         let p = _mm512_maddubs_epi16(q, load_i8x64(&q8[j]));
         let s = 2 * j as i32;
         each(j, p, spread_i16(scales, [s, s, s + 1, s + 1]));
-    }
+    });
 }
 
 /// A Q4_K/Q5_K super-block's scaled sums `S1` spread over 16 int32 lanes (their total is `S1`).
@@ -841,13 +854,11 @@ pub(crate) unsafe fn vec_dot_q5_k_q8_k_x4(
     on_path!(path, P => dot_k4_rows::<_, 4, P>(rows, y))
 }
 
-/// The int32 lanes of a Q6_K super-block's scaled sums of its unsigned 6-bit values, equal to the
-/// AVX2 tier's: each 128 values as two 512-bit vectors (values 0..64 from the low nibbles, 64..128
-/// from the high ones, each with its 2-bit pairs of `qh`), scaled and added by `vpdpwssd`; the halves
-/// are added at the end.
+/// Values `128j..128j + 64` and `128j + 64..128j + 128` of a Q6_K block as unsigned 6-bit bytes: the
+/// low and high nibbles of `ql`, each with its 2-bit pairs of `qh`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn q6_k_scaled_sums(x: &BlockQ6K, q8: &[i8; QK_K]) -> __m256i {
+fn q6_k_values_128(x: &BlockQ6K, j: usize) -> [__m512i; 2] {
     /// `(a & b) | c` for `vpternlogd`.
     const A_AND_B_OR_C: i32 = 0xea;
     let low4 = _mm512_set1_epi8(0x0f);
@@ -858,17 +869,28 @@ fn q6_k_scaled_sums(x: &BlockQ6K, q8: &[i8; QK_K]) -> __m256i {
     let second_pairs = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
     let (ql, _) = x.ql.as_chunks::<64>();
     let (qh, _) = x.qh.as_chunks::<32>();
+    let (l, h) = (load_u8x64(&ql[j]), broadcast_u8x32(&qh[j]));
+    let h_first = _mm512_and_si512(_mm512_sllv_epi64(h, first_pairs), high2);
+    let h_second = _mm512_and_si512(_mm512_srlv_epi64(h, second_pairs), high2);
+    [
+        _mm512_ternarylogic_epi32::<A_AND_B_OR_C>(l, low4, h_first),
+        _mm512_ternarylogic_epi32::<A_AND_B_OR_C>(_mm512_srli_epi16::<4>(l), low4, h_second),
+    ]
+}
+
+/// The int32 lanes of a Q6_K super-block's scaled sums of its unsigned 6-bit values, equal to the
+/// AVX2 tier's: each 128 values as two 512-bit vectors (values 0..64 from the low nibbles, 64..128
+/// from the high ones, each with its 2-bit pairs of `qh`), scaled and added by `vpdpwssd`; the halves
+/// are added at the end.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn q6_k_scaled_sums(x: &BlockQ6K, q8: &[i8; QK_K]) -> __m256i {
     let (scales, _) = x.scales.as_chunks::<8>();
     let (q8, _) = q8.as_chunks::<64>();
     let mut sumi = _mm512_setzero_si512();
-    for j in 0..QK_K / 128 {
-        let sc = _mm512_broadcast_i32x4(x86::scales_i16(&scales[j]));
-        let (l, h) = (load_u8x64(&ql[j]), broadcast_u8x32(&qh[j]));
-        let h_first = _mm512_and_si512(_mm512_sllv_epi64(h, first_pairs), high2);
-        let h_second = _mm512_and_si512(_mm512_srlv_epi64(h, second_pairs), high2);
-        let first = _mm512_ternarylogic_epi32::<A_AND_B_OR_C>(l, low4, h_first);
-        let second =
-            _mm512_ternarylogic_epi32::<A_AND_B_OR_C>(_mm512_srli_epi16::<4>(l), low4, h_second);
+    for (j, scales) in scales.iter().enumerate() {
+        let sc = _mm512_broadcast_i32x4(x86::scales_i16(scales));
+        let [first, second] = q6_k_values_128(x, j);
         let p = _mm512_maddubs_epi16(first, load_i8x64(&q8[2 * j]));
         sumi = _mm512_dpwssd_epi32(sumi, p, spread_i16(sc, [0, 1, 2, 3]));
         let p = _mm512_maddubs_epi16(second, load_i8x64(&q8[2 * j + 1]));

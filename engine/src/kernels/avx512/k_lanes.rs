@@ -13,7 +13,7 @@
 
 use std::{arch::x86_64::*, cell::RefCell};
 
-use super::{broadcast_u8x32, load_f32x16, load_i32x16, load_u8x64, load_u32x16};
+use super::{for_k4_values, load_f32x16, load_i32x16, load_u8x64, load_u32x16, q6_k_values_128};
 use crate::{
     kernels::{
         tiles::{OutLayout, gemm_by_tiles},
@@ -132,51 +132,21 @@ fn store_u8x64(out: &mut [u8; 64], v: __m512i) {
     unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), v) }
 }
 
-/// The values of a Q4_K/Q5_K block, fifth bits (`qh`, Q5_K) added, as the single-row dot forms them.
+/// The values of a Q4_K/Q5_K block in natural order, as the single-row dot forms them.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 fn k4_values(qs: &[u8; QK_K / 2], qh: Option<&[u8; QK_K / 8]>, out: &mut [[u8; 64]; GROUPS]) {
-    let low4 = _mm512_set1_epi8(0x0f);
-    let sixteen = _mm512_set1_epi8(0x10);
-    let nibble_shift = _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0);
-    let (q4, _) = qs.as_chunks::<32>();
-    let high = match qh {
-        Some(h) => broadcast_u8x32(h),
-        None => _mm512_setzero_si512(),
-    };
-    let mut bit = _mm512_inserti64x4::<1>(_mm512_set1_epi8(1), _mm256_set1_epi8(2));
-    for (g, o) in out.iter_mut().enumerate() {
-        let bits = _mm512_srlv_epi64(broadcast_u8x32(&q4[g]), nibble_shift);
-        let mut q = _mm512_and_si512(bits, low4);
-        if qh.is_some() {
-            q = _mm512_mask_add_epi8(q, _mm512_test_epi8_mask(high, bit), q, sixteen);
-            bit = _mm512_slli_epi16::<2>(bit);
-        }
-        store_u8x64(o, q);
-    }
+    for_k4_values(qs, qh, |g, q| store_u8x64(&mut out[g], q));
 }
 
 /// The unsigned 6-bit values of a Q6_K block in natural order, as the single-row dot forms them.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
 fn q6_k_values(x: &BlockQ6K, out: &mut [[u8; 64]; GROUPS]) {
-    /// `(a & b) | c` for `vpternlogd`.
-    const A_AND_B_OR_C: i32 = 0xea;
-    let low4 = _mm512_set1_epi8(0x0f);
-    let high2 = _mm512_set1_epi8(0x30);
-    let first_pairs = _mm512_set_epi64(2, 2, 2, 2, 4, 4, 4, 4);
-    let second_pairs = _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0);
-    let (ql, _) = x.ql.as_chunks::<64>();
-    let (qh, _) = x.qh.as_chunks::<32>();
-    for j in 0..QK_K / 128 {
-        let (l, h) = (load_u8x64(&ql[j]), broadcast_u8x32(&qh[j]));
-        let h_first = _mm512_and_si512(_mm512_sllv_epi64(h, first_pairs), high2);
-        let h_second = _mm512_and_si512(_mm512_srlv_epi64(h, second_pairs), high2);
-        let first = _mm512_ternarylogic_epi32::<A_AND_B_OR_C>(l, low4, h_first);
-        let second =
-            _mm512_ternarylogic_epi32::<A_AND_B_OR_C>(_mm512_srli_epi16::<4>(l), low4, h_second);
-        store_u8x64(&mut out[2 * j], first);
-        store_u8x64(&mut out[2 * j + 1], second);
+    for (j, pair) in out.as_chunks_mut::<2>().0.iter_mut().enumerate() {
+        let [first, second] = q6_k_values_128(x, j);
+        store_u8x64(&mut pair[0], first);
+        store_u8x64(&mut pair[1], second);
     }
 }
 
