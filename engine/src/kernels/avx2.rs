@@ -34,6 +34,14 @@
 #![cfg(target_arch = "x86_64")]
 #![allow(unsafe_code)]
 
+mod k_lanes;
+mod q4_0_lanes;
+
+pub(crate) use self::{
+    k_lanes::{gemm_q4_k_q8_k, gemm_q4_k_q8_k_repacked, gemm_q5_k_q8_k, gemm_q6_k_q8_k},
+    q4_0_lanes::gemm_q4_0_q8_0_repacked,
+};
+
 use std::{arch::x86_64::*, cell::RefCell};
 
 use half::f16;
@@ -92,6 +100,25 @@ fn reduce_f32x8(mut x: [__m256; 4]) -> f32 {
 fn load_f32x8(v: &[f32; EPR]) -> __m256 {
     // SAFETY: `v` is 8 readable f32; `loadu` has no alignment requirement.
     unsafe { _mm256_loadu_ps(v.as_ptr()) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn load_u32x8(v: &[u32; EPR]) -> __m256i {
+    // SAFETY: `v` is 32 readable bytes; `loadu` has no alignment requirement.
+    unsafe { _mm256_loadu_si256(v.as_ptr().cast()) }
+}
+
+/// A tile's results by row and token from its per-token vectors, a row per lane.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn lane_results<const T: usize>(sums: [__m256; T]) -> [[f32; T]; EPR] {
+    let mut lanes = [[0f32; EPR]; T];
+    for (lane, sum) in lanes.iter_mut().zip(sums) {
+        // SAFETY: `lane` has room for 8 f32; unaligned store.
+        unsafe { _mm256_storeu_ps(lane.as_mut_ptr(), sum) };
+    }
+    std::array::from_fn(|r| std::array::from_fn(|t| lanes[t][r]))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -1102,50 +1129,11 @@ pub(crate) unsafe fn gemm_q4_1_q8_1(
     });
 }
 
-/// Stamps the K-quant dots along one fixed path: llama.cpp's tiled product (every K-quant product of
-/// many tokens this tier's tiled forms run) or its repacked Q4_K GEMM.
-macro_rules! path_k_dots {
-    ($($name:ident, $name_x4:ident: $w:ty => $dot:ident, $dot_x4:ident, $path:expr;)*) => {$(
-        /// The single-row dot along one path.
-        ///
-        /// # Safety
-        /// The CPU must support AVX2, FMA and F16C.
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $name(x: &[$w], y: &[BlockQ8K]) -> f32 {
-            // SAFETY: this function's contract.
-            unsafe { $dot(x, y, $path) }
-        }
-
-        /// The four-row dot along one path.
-        ///
-        /// # Safety
-        /// The CPU must support AVX2, FMA and F16C.
-        #[target_feature(enable = "avx2,fma,f16c")]
-        unsafe fn $name_x4(rows: [&[$w]; 4], y: &[BlockQ8K]) -> [f32; 4] {
-            // SAFETY: this function's contract.
-            unsafe { $dot_x4(rows, y, $path) }
-        }
-    )*};
-}
-
-path_k_dots! {
-    tiled_q4_k, tiled_q4_k_x4: BlockQ4K => vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4, KPath::Tiled;
-    tiled_q5_k, tiled_q5_k_x4: BlockQ5K => vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_x4, KPath::Tiled;
-    tiled_q6_k, tiled_q6_k_x4: BlockQ6K => vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_x4, KPath::Tiled;
-    gemm_q4_k, gemm_q4_k_x4: BlockQ4K => vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4, KPath::RepackedGemm;
-}
-
-// The tiled forms of the 5-bit and K-quant types: this tier's single-row and four-row dots over
-// every row and token.
+// The tiled forms of the 5-bit types: this tier's single-row and four-row dots over every row and
+// token.
 gemm_by_dots! {
-    gemm_q4_0_q8_0_repacked: BlockQ4_0, BlockQ8_0 =>
-        vec_dot_q4_0_q8_0_repacked, vec_dot_q4_0_q8_0_repacked_x4;
     gemm_q5_0_q8_0: BlockQ5_0, BlockQ8_0 => vec_dot_q5_0_q8_0, vec_dot_q5_0_q8_0_x4;
     gemm_q5_1_q8_1: BlockQ5_1, BlockQ8_1 => vec_dot_q5_1_q8_1, vec_dot_q5_1_q8_1_x4;
-    gemm_q4_k_q8_k: BlockQ4K, BlockQ8K => tiled_q4_k, tiled_q4_k_x4;
-    gemm_q4_k_q8_k_repacked: BlockQ4K, BlockQ8K => gemm_q4_k, gemm_q4_k_x4;
-    gemm_q5_k_q8_k: BlockQ5K, BlockQ8K => tiled_q5_k, tiled_q5_k_x4;
-    gemm_q6_k_q8_k: BlockQ6K, BlockQ8K => tiled_q6_k, tiled_q6_k_x4;
 }
 
 #[cfg(test)]
