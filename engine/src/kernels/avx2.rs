@@ -53,7 +53,7 @@ use super::{
         bytes_from_nibbles_32, common_len, cut, f16_to_f32, gemm_by_dots, head_f32, hsum_float_8,
         k4_block_scales, k4_min_products, load_i8x32, load_i16x16, prefetch_blocks_ahead,
         prefetch_rows_ahead, q6_k_offset, scales_i16, scales_mins_k4, store_i32x4, store_i32x8,
-        sub_block_sums, total_i32x8, u8x8_to_i16,
+        sub_block_sums, total_i32x8, totals_of_four_x8, u8x8_to_i16,
     },
 };
 use crate::quant::{
@@ -338,7 +338,36 @@ pub(crate) unsafe fn vec_dot_q4_0_q8_0_repacked_x4(
     rows: [&[BlockQ4_0]; 4],
     y: &[BlockQ8_0],
 ) -> [f32; 4] {
-    dot_q4_0_rows::<4, true>(rows, y)
+    dot_q4_0_repacked_rows4(rows, y)
+}
+
+/// Four Q4_0 rows against `y` along ggml's repacked GEMV and GEMM: per block, the exact totals of the
+/// four rows reduced together and fused with `d_x d_y` into one sum a row per lane.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_q4_0_repacked_rows4(rows: [&[BlockQ4_0]; 4], y: &[BlockQ8_0]) -> [f32; 4] {
+    let n = common_len(&rows, y);
+    let rows = cut(rows, n);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = _mm_setzero_ps();
+    for (i, b) in y[..n].iter().enumerate() {
+        prefetch_rows_ahead(&rows, i);
+        let qy = load_i8x32(&b.qs);
+        // 8 * (y[2k] + y[2k+1]) as int16 pairs, as in `dot_q4_0_rows`.
+        let offset = _mm256_maddubs_epi16(_mm256_set1_epi8(8), qy);
+        let lanes = rows.map(|row| {
+            let pairs = _mm256_maddubs_epi16(bytes_from_nibbles_32(&row[i].qs), qy);
+            _mm256_madd_epi16(ones, _mm256_sub_epi16(pairs, offset))
+        });
+        let d = rows.map(|row| row[i].d.to_bits() as i16);
+        let d_x = _mm_cvtph_ps(_mm_setr_epi16(d[0], d[1], d[2], d[3], 0, 0, 0, 0));
+        let d_xy = _mm_mul_ps(d_x, _mm_set1_ps(f16_to_f32(b.d)));
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(totals_of_four_x8(lanes)), d_xy, acc);
+    }
+    let mut out = [0f32; 4];
+    // SAFETY: `out` has room for 4 f32; unaligned store.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+    out
 }
 
 /// Q4_1 x Q8_1 dots of `R` rows against `y` (ggml `ggml_vec_dot_q4_1_q8_1`, AVX2).

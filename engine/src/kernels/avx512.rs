@@ -332,27 +332,12 @@ fn dot_q4_0_repacked_rows4(rows: [&[BlockQ4_0]; 4], y: &[BlockQ8_0]) -> [f32; 4]
         let d = rows.map(|row| row[i].d.to_bits() as i16);
         let d_x = _mm_cvtph_ps(_mm_setr_epi16(d[0], d[1], d[2], d[3], 0, 0, 0, 0));
         let d_xy = _mm_mul_ps(d_x, _mm_set1_ps(f16_to_f32(b.d)));
-        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(totals_of_four_x8(lanes)), d_xy, acc);
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(x86::totals_of_four_x8(lanes)), d_xy, acc);
     }
     let mut out = [0f32; 4];
     // SAFETY: `out` has room for 4 f32; unaligned store.
     unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
     out
-}
-
-/// Lane `r`: the exact sum of the 8 lanes of `v[r]`.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-fn totals_of_four_x8(v: [__m256i; 4]) -> __m128i {
-    let pair = |a: __m256i, b: __m256i| {
-        _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b))
-    };
-    let (ab, cd) = (pair(v[0], v[1]), pair(v[2], v[3]));
-    let halves = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
-    _mm_add_epi32(
-        _mm256_castsi256_si128(halves),
-        _mm256_extracti128_si256::<1>(halves),
-    )
 }
 
 /// ggml's repacked Q4_0 GEMV and GEMM, with VNNI: per block, the exact integer dot fused with

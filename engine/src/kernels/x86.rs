@@ -172,6 +172,21 @@ pub(super) fn scales_mins_k4(packed: &[u8; 12]) -> (u64, u64) {
     (join(a & LOW6, scales_high), join(b & LOW6, mins_high))
 }
 
+/// Lane `r`: the exact sum of the 8 lanes of `v[r]`.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+pub(super) fn totals_of_four_x8(v: [__m256i; 4]) -> __m128i {
+    let pair = |a: __m256i, b: __m256i| {
+        _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b))
+    };
+    let (ab, cd) = (pair(v[0], v[1]), pair(v[2], v[3]));
+    let halves = _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
+    _mm_add_epi32(
+        _mm256_castsi256_si128(halves),
+        _mm256_extracti128_si256::<1>(halves),
+    )
+}
+
 /// The exact sum of eight int32 lanes.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
