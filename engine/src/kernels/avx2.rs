@@ -995,6 +995,34 @@ fn dot_q4_0_tile<const R: usize>(
     acc.map(|row| row.map(|a| hsum_float_8(a)))
 }
 
+/// Q8_0 x Q8_0 dots of `R` rows against one tile of tokens (`nb` entries): per (row, token), the
+/// single-row dot's sign trick, lanes and fused multiply-add.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn dot_q8_0_tile<const R: usize>(
+    rows: [&[BlockQ8_0]; R],
+    tokens: &[TokensQ8],
+    products: &[RowScales],
+) -> [[f32; TILE_TOKENS]; R] {
+    let n = common_len(&rows, tokens).min(products.len());
+    let (rows, tokens, products) = (cut(rows, n), &tokens[..n], &products[..n]);
+    let mut acc = [[_mm256_setzero_ps(); TILE_TOKENS]; R];
+    for i in 0..n {
+        let (p, d) = (&tokens[i], &products[i].0);
+        let qy = p.qs.each_ref().map(|q| load_i8x32(q));
+        for r in 0..R {
+            let qx = load_i8x32(&rows[r][i].qs);
+            let ax = _mm256_sign_epi8(qx, qx);
+            for t in 0..TILE_TOKENS {
+                let lanes = mul_sum_us8_pairs(ax, _mm256_sign_epi8(qy[t], qx));
+                let dk = _mm256_set1_ps(d[r * TILE_TOKENS + t]);
+                acc[r][t] = _mm256_fmadd_ps(dk, _mm256_cvtepi32_ps(lanes), acc[r][t]);
+            }
+        }
+    }
+    acc.map(|row| row.map(|a| hsum_float_8(a)))
+}
+
 /// Q4_1 x Q8_1 dots of `R` rows against one tile of tokens (`nb` entries). The tile's sums
 /// `m_x * s_y` share one 8-lane vector laid out like its scale products: per block, the same fused
 /// multiply-add as the single-row dot's lane 1.
@@ -1076,8 +1104,8 @@ fn over_tiles<W, P: PackedTokens>(
 }
 
 /// [`vec_dot_q8_0_q8_0`] of every row of `w` against every token of `x` (`nb` blocks each), into
-/// `out` as `layout` places them: four rows at a time against each token, the bits of the single-row
-/// dots.
+/// `out` as `layout` places them: register tiles of four rows by two tokens, the bits of the
+/// single-row dots.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
@@ -1089,17 +1117,20 @@ pub(crate) unsafe fn gemm_q8_0_q8_0(
     out: &mut [f32],
     layout: OutLayout,
 ) {
-    if nb == 0 {
+    let Some(tokens) = x.len().checked_div(nb) else {
         return;
-    }
-    let rows = w.len() / nb;
-    for first_row in (0..rows).step_by(4) {
-        let tile = tile_rows::<TILE_ROWS, _>(w, nb, first_row);
-        for (t, y) in x.chunks_exact(nb).enumerate() {
-            let values = dot_q8_0_rows(tile, y).map(|v| [v]);
-            store_tile(out, layout, (first_row, t), (rows - first_row, 1), values);
-        }
-    }
+    };
+    SCRATCH.with_borrow_mut(|s| {
+        pack_q8(x, nb, &mut s.q8);
+        over_tiles(
+            (w, nb),
+            (&s.q8, tokens),
+            (out, layout),
+            (|b| b.d, None),
+            &mut s.rows,
+            |rows, p, d, _| dot_q8_0_tile(rows, p, d),
+        );
+    });
 }
 
 /// [`vec_dot_q4_0_q8_0`] of every row of `w` against every token of `x`, as [`gemm_q8_0_q8_0`].
