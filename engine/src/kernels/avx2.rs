@@ -48,7 +48,7 @@ use half::f16;
 
 use super::k_numerics::{K4Block, KInts, KKind, KPath, KScales, KSum, on_path, path};
 use super::{
-    tiles::{OutLayout, each_row, gemm_by_row_dots, store_tile, tile_rows},
+    tiles::{OutLayout, each_row, gemm_by_row_dots, gemm_by_tiles, store_tile, tile_rows},
     x86::{
         bytes_from_nibbles_32, common_len, cut, f16_to_f32, gemm_by_dots, head_f32, hsum_float_8,
         k4_block_scales, k4_min_products, load_i8x32, load_i16x16, prefetch_blocks_ahead,
@@ -853,6 +853,7 @@ struct RowTileScratch {
 #[derive(Default)]
 struct TileScratch {
     q8: Vec<TokensQ8>,
+    q8_rows: Vec<RowsQ8>,
     q8_1: Vec<TokensQ8_1>,
     rows: RowTileScratch,
 }
@@ -995,28 +996,53 @@ fn dot_q4_0_tile<const R: usize>(
     acc.map(|row| row.map(|a| hsum_float_8(a)))
 }
 
-/// Q8_0 x Q8_0 dots of `R` rows against one tile of tokens (`nb` entries): per (row, token), the
-/// single-row dot's sign trick, lanes and fused multiply-add.
+/// One block of a tile of Q8_0 rows, as the Q8_0 tile kernel reads it: aligned, and the sign
+/// trick's `|x|` formed once.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(32))]
+struct RowsQ8 {
+    x: [[i8; QK]; TILE_ROWS],
+    abs: [[i8; QK]; TILE_ROWS],
+    d: [f32; TILE_ROWS],
+}
+
+/// Unpacks a tile of Q8_0 rows (`nb` blocks each) into `out`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pack_q8_rows(rows: &[&[BlockQ8_0]; TILE_ROWS], out: &mut Vec<RowsQ8>) {
+    let nb = rows.iter().map(|r| r.len()).min().unwrap_or(0);
+    out.clear();
+    out.resize(nb, RowsQ8::default());
+    for (i, p) in out.iter_mut().enumerate() {
+        for (r, row) in rows.iter().enumerate() {
+            let b = &row[i];
+            let qx = load_i8x32(&b.qs);
+            // SAFETY: `p.x[r]` and `p.abs[r]` are 32 writable bytes each; unaligned stores.
+            unsafe {
+                _mm256_storeu_si256(p.x[r].as_mut_ptr().cast(), qx);
+                _mm256_storeu_si256(p.abs[r].as_mut_ptr().cast(), _mm256_sign_epi8(qx, qx));
+            }
+            p.d[r] = f16_to_f32(b.d);
+        }
+    }
+}
+
+/// Q8_0 x Q8_0 dots of a tile of packed rows against one tile of tokens: per (row, token), the
+/// single-row dot's sign trick, lanes and fused multiply-add with `d_x d_y`.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn dot_q8_0_tile<const R: usize>(
-    rows: [&[BlockQ8_0]; R],
-    tokens: &[TokensQ8],
-    products: &[RowScales],
-) -> [[f32; TILE_TOKENS]; R] {
-    let n = common_len(&rows, tokens).min(products.len());
-    let (rows, tokens, products) = (cut(rows, n), &tokens[..n], &products[..n]);
-    let mut acc = [[_mm256_setzero_ps(); TILE_TOKENS]; R];
-    for i in 0..n {
-        let (p, d) = (&tokens[i], &products[i].0);
+fn dot_q8_0_tile(rows: &[RowsQ8], tokens: &[TokensQ8]) -> [[f32; TILE_TOKENS]; TILE_ROWS] {
+    let n = rows.len().min(tokens.len());
+    let mut acc = [[_mm256_setzero_ps(); TILE_TOKENS]; TILE_ROWS];
+    for (w, p) in rows[..n].iter().zip(&tokens[..n]) {
         let qy = p.qs.each_ref().map(|q| load_i8x32(q));
-        for r in 0..R {
-            let qx = load_i8x32(&rows[r][i].qs);
-            let ax = _mm256_sign_epi8(qx, qx);
-            for t in 0..TILE_TOKENS {
+        let dy = p.d.map(|d| _mm256_set1_ps(d));
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let (qx, ax) = (load_i8x32(&w.x[r]), load_i8x32(&w.abs[r]));
+            let dx = _mm256_set1_ps(w.d[r]);
+            for (t, acc) in acc.iter_mut().enumerate() {
                 let lanes = mul_sum_us8_pairs(ax, _mm256_sign_epi8(qy[t], qx));
-                let dk = _mm256_set1_ps(d[r * TILE_TOKENS + t]);
-                acc[r][t] = _mm256_fmadd_ps(dk, _mm256_cvtepi32_ps(lanes), acc[r][t]);
+                let d = _mm256_mul_ps(dx, dy[t]);
+                *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), *acc);
             }
         }
     }
@@ -1104,8 +1130,8 @@ fn over_tiles<W, P: PackedTokens>(
 }
 
 /// [`vec_dot_q8_0_q8_0`] of every row of `w` against every token of `x` (`nb` blocks each), into
-/// `out` as `layout` places them: register tiles of four rows by two tokens, the bits of the
-/// single-row dots.
+/// `out` as `layout` places them: register tiles of four rows (packed once per tile, [`RowsQ8`]) by
+/// two packed tokens, the bits of the single-row dots.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
@@ -1117,18 +1143,14 @@ pub(crate) unsafe fn gemm_q8_0_q8_0(
     out: &mut [f32],
     layout: OutLayout,
 ) {
-    let Some(tokens) = x.len().checked_div(nb) else {
-        return;
-    };
     SCRATCH.with_borrow_mut(|s| {
-        pack_q8(x, nb, &mut s.q8);
-        over_tiles(
-            (w, nb),
-            (&s.q8, tokens),
+        gemm_by_tiles(
+            (w, x, nb),
             (out, layout),
-            (|b| b.d, None),
-            &mut s.rows,
-            |rows, p, d, _| dot_q8_0_tile(rows, p, d),
+            (&mut s.q8, &mut s.q8_rows),
+            |x, nb, out| pack_q8(x, nb, out),
+            |tile, out| pack_q8_rows(tile, out),
+            |rows, tokens| dot_q8_0_tile(rows, tokens),
         );
     });
 }
