@@ -2,6 +2,10 @@
 //! the gateway sends there and kept in step by what they show (their first byte, their end). A new
 //! request's TTFT and E2E are projected on it from the endpoint's actual queue: the slots it waits
 //! for, the prompts prefilled ahead of its own, the decode steps it shares with the requests running.
+//! Prompts that arrive while it decodes share its steps too; they are unknown when it is routed, so
+//! the projection takes them as a mean: at the endpoint's recent arrival rate `λ` of prompts of mean
+//! length `P`, each adding `c(P)` seconds to the step it joins, a share `ρ = λ c(P)` of the time goes
+//! to them, and the decode after the first token stretches by `1 / (1 - ρ)`.
 
 use std::{
     sync::{
@@ -19,8 +23,54 @@ pub struct Twin {
     /// The mirror's time 0.
     origin: Instant,
     host: Mutex<BatchingHost>,
+    curve: ServiceCurve,
+    arrivals: Mutex<Arrivals>,
     /// The key of the next request admitted.
     next: AtomicUsize,
+}
+
+/// Time constant of the arrival rates, seconds.
+const ARRIVAL_WINDOW_S: f64 = 30.0;
+/// Shortest span the arrival rates are averaged over, seconds: a first request alone is no rate.
+const MIN_ARRIVAL_SPAN_S: f64 = 5.0;
+/// Largest share of the time projected to go to prompts still to come.
+const MAX_PROMPT_SHARE: f64 = 0.8;
+
+/// Exponentially decayed counts of the requests and prompt tokens admitted.
+#[derive(Debug, Clone, Copy, Default)]
+struct Arrivals {
+    /// When the first was admitted, mirror seconds.
+    first: Option<f64>,
+    /// When the counts were last brought up to date.
+    at: f64,
+    requests: f64,
+    prompt_tokens: f64,
+}
+
+impl Arrivals {
+    fn decay_to(&mut self, t: f64) {
+        let keep = (-(t - self.at).max(0.0) / ARRIVAL_WINDOW_S).exp();
+        self.requests *= keep;
+        self.prompt_tokens *= keep;
+        self.at = self.at.max(t);
+    }
+
+    fn admit(&mut self, t: f64, prompt_tokens: f64) {
+        self.decay_to(t);
+        self.first.get_or_insert(t);
+        self.requests += 1.0;
+        self.prompt_tokens += prompt_tokens;
+    }
+
+    /// Requests per second and their mean prompt length at `t`; none before the first.
+    fn rate(mut self, t: f64) -> Option<(f64, f64)> {
+        let first = self.first?;
+        self.decay_to(t);
+        let span = (t - first).max(MIN_ARRIVAL_SPAN_S);
+        let window = ARRIVAL_WINDOW_S * (1.0 - (-span / ARRIVAL_WINDOW_S).exp());
+        let mean_prompt = self.prompt_tokens / self.requests.max(f64::MIN_POSITIVE);
+        Some((self.requests / window, mean_prompt))
+    }
 }
 
 /// A request on a [`Twin`].
@@ -33,6 +83,8 @@ impl Twin {
         Self {
             origin,
             host: Mutex::new(BatchingHost::new(curve)),
+            curve: curve.clone(),
+            arrivals: Mutex::new(Arrivals::default()),
             next: AtomicUsize::new(0),
         }
     }
@@ -51,6 +103,10 @@ impl Twin {
         let t = self.seconds(now);
         self.host()
             .admit(t, key, f64::from(prompt_tokens), f64::from(output_tokens));
+        self.arrivals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .admit(t, f64::from(prompt_tokens));
         TwinKey(key)
     }
 
@@ -66,13 +122,28 @@ impl Twin {
         self.host().finished_seen(t, key.0);
     }
 
-    /// What a request of `prompt_tokens` and `output_tokens` sent at `now` would get, nothing arriving
-    /// after it: TTFT and E2E in the engine, seconds.
+    /// What a request of `prompt_tokens` and `output_tokens` sent at `now` would get: TTFT and E2E in
+    /// the engine, seconds, its decode stretched by the prompts expected to arrive meanwhile.
     pub fn project(&self, now: Instant, prompt_tokens: u32, output_tokens: u32) -> Prediction {
         let t = self.seconds(now);
         // The projection runs on a copy, outside the lock that requests on their way take.
         let host = self.host().clone();
-        host.project(t, f64::from(prompt_tokens), f64::from(output_tokens))
+        let alone = host.project(t, f64::from(prompt_tokens), f64::from(output_tokens));
+        let share = self.prompt_share(t);
+        Prediction {
+            ttft_s: alone.ttft_s,
+            e2e_s: alone.ttft_s + (alone.e2e_s - alone.ttft_s).max(0.0) / (1.0 - share),
+        }
+    }
+
+    /// The share of the time at `t` expected to go to prompts still to come (`ρ` above).
+    fn prompt_share(&self, t: f64) -> f64 {
+        let arrivals = *self.arrivals.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some((rate, mean_prompt)) = arrivals.rate(t) else {
+            return 0.0;
+        };
+        let cost = self.curve.step_s(1.0, mean_prompt) - self.curve.step_s(1.0, 0.0);
+        (rate * cost).clamp(0.0, MAX_PROMPT_SHARE)
     }
 }
 
@@ -126,6 +197,36 @@ mod tests {
         twin.ended(ahead, later);
         let after_end = twin.project(later, 100, 11);
         assert!(near(after_end.ttft_s, alone.ttft_s), "{after_end:?}");
-        assert!(near(after_end.e2e_s, alone.e2e_s), "{after_end:?}");
+        // The one arrival seen is taken as a rate of prompts still to come.
+        let stretch = 1.0 / (1.0 - twin.prompt_share(twin.seconds(later)));
+        let decode = |p: Prediction| p.e2e_s - p.ttft_s;
+        assert!(stretch > 1.0, "{stretch}");
+        assert!(
+            near(decode(after_end), decode(alone) * stretch),
+            "{after_end:?}"
+        );
+    }
+
+    /// Requests that keep arriving take a share of the steps: one 100-token prompt a second at 1 ms a
+    /// token is a tenth of the time, so the decode after the first token stretches by about 1/0.9;
+    /// once they stop, the share fades.
+    #[test]
+    fn steady_arrivals_stretch_the_decode_and_fade_when_they_stop() {
+        let t0 = Instant::now();
+        let twin = Twin::new(&curve(), t0);
+        let alone = twin.project(t0, 100, 11);
+        for s in 0..120 {
+            let at = t0 + Duration::from_secs(s);
+            let key = twin.admit(at, 100, 1);
+            twin.first_byte(key, at);
+            twin.ended(key, at);
+        }
+        let decode = |p: Prediction| p.e2e_s - p.ttft_s;
+        let busy = twin.project(t0 + Duration::from_secs(120), 100, 11);
+        let stretch = decode(busy) / decode(alone);
+        assert!((1.08..1.15).contains(&stretch), "{stretch} ({busy:?})");
+        assert!(near(busy.ttft_s, alone.ttft_s), "{busy:?}");
+        let quiet = twin.project(t0 + Duration::from_secs(420), 100, 11);
+        assert!(decode(quiet) / decode(alone) < 1.001, "{quiet:?}");
     }
 }
