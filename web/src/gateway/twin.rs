@@ -22,11 +22,17 @@ use strata_planner::{route::Prediction, service::ServiceCurve, sim::BatchingHost
 pub struct Twin {
     /// The mirror's time 0.
     origin: Instant,
-    host: Mutex<BatchingHost>,
+    mirror: Mutex<Mirror>,
     curve: ServiceCurve,
-    arrivals: Mutex<Arrivals>,
     /// The key of the next request admitted.
     next: AtomicUsize,
+}
+
+/// The mirrored engine and the arrivals it has seen, under one lock.
+#[derive(Debug, Clone)]
+struct Mirror {
+    host: BatchingHost,
+    arrivals: Arrivals,
 }
 
 /// Time constant of the arrival rates, seconds.
@@ -82,9 +88,11 @@ impl Twin {
     pub fn new(curve: &ServiceCurve, origin: Instant) -> Self {
         Self {
             origin,
-            host: Mutex::new(BatchingHost::new(curve)),
+            mirror: Mutex::new(Mirror {
+                host: BatchingHost::new(curve),
+                arrivals: Arrivals::default(),
+            }),
             curve: curve.clone(),
-            arrivals: Mutex::new(Arrivals::default()),
             next: AtomicUsize::new(0),
         }
     }
@@ -93,33 +101,32 @@ impl Twin {
         now.saturating_duration_since(self.origin).as_secs_f64()
     }
 
-    fn host(&self) -> std::sync::MutexGuard<'_, BatchingHost> {
-        self.host.lock().unwrap_or_else(PoisonError::into_inner)
+    fn mirror(&self) -> std::sync::MutexGuard<'_, Mirror> {
+        self.mirror.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A request of `prompt_tokens` expecting `output_tokens` was sent at `now`.
     pub fn admit(&self, now: Instant, prompt_tokens: u32, output_tokens: u32) -> TwinKey {
         let key = self.next.fetch_add(1, Ordering::Relaxed);
         let t = self.seconds(now);
-        self.host()
+        let mut mirror = self.mirror();
+        mirror
+            .host
             .admit(t, key, f64::from(prompt_tokens), f64::from(output_tokens));
-        self.arrivals
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .admit(t, f64::from(prompt_tokens));
+        mirror.arrivals.admit(t, f64::from(prompt_tokens));
         TwinKey(key)
     }
 
     /// The request's first byte came back at `now`: its prompt is done.
     pub fn first_byte(&self, key: TwinKey, now: Instant) {
         let t = self.seconds(now);
-        self.host().first_token_seen(t, key.0);
+        self.mirror().host.first_token_seen(t, key.0);
     }
 
     /// The request ended at `now` (answered or not).
     pub fn ended(&self, key: TwinKey, now: Instant) {
         let t = self.seconds(now);
-        self.host().finished_seen(t, key.0);
+        self.mirror().host.finished_seen(t, key.0);
     }
 
     /// What a request of `prompt_tokens` and `output_tokens` sent at `now` would get: TTFT and E2E in
@@ -127,9 +134,9 @@ impl Twin {
     pub fn project(&self, now: Instant, prompt_tokens: u32, output_tokens: u32) -> Prediction {
         let t = self.seconds(now);
         // The projection runs on a copy, outside the lock that requests on their way take.
-        let host = self.host().clone();
+        let Mirror { host, arrivals } = self.mirror().clone();
         let alone = host.project(t, f64::from(prompt_tokens), f64::from(output_tokens));
-        let share = self.prompt_share(t);
+        let share = self.share_of(arrivals, t);
         Prediction {
             ttft_s: alone.ttft_s,
             e2e_s: alone.ttft_s + (alone.e2e_s - alone.ttft_s).max(0.0) / (1.0 - share),
@@ -137,8 +144,14 @@ impl Twin {
     }
 
     /// The share of the time at `t` expected to go to prompts still to come (`ρ` above).
+    #[cfg(test)]
     fn prompt_share(&self, t: f64) -> f64 {
-        let arrivals = *self.arrivals.lock().unwrap_or_else(PoisonError::into_inner);
+        let arrivals = self.mirror().arrivals;
+        self.share_of(arrivals, t)
+    }
+
+    /// The share of the time at `t` that prompts arriving as `arrivals` did are expected to take.
+    fn share_of(&self, arrivals: Arrivals, t: f64) -> f64 {
         let Some((rate, mean_prompt)) = arrivals.rate(t) else {
             return 0.0;
         };
