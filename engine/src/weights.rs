@@ -4,9 +4,12 @@ use std::{fmt, str::FromStr};
 
 use half::{bf16, f16};
 
-use crate::quant::{
-    self, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0,
-    GgmlType, QK, QK_K,
+use crate::{
+    heap,
+    quant::{
+        self, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0,
+        GgmlType, QK, QK_K,
+    },
 };
 
 /// The type a weight matrix is held in at run time, a profile dimension.
@@ -319,20 +322,26 @@ impl WeightData {
         }
     }
 
-    /// An empty vector of `kind`'s values with room for `units` values or blocks.
+    /// An empty vector of `kind`'s values with room for `units` values or blocks, in huge pages
+    /// where the system gives them (see [`heap::advise_huge_pages`]).
     fn with_capacity(kind: WeightType, units: usize) -> Self {
+        fn room<T>(units: usize) -> Vec<T> {
+            let mut values = Vec::with_capacity(units);
+            heap::advise_huge_pages(&mut values);
+            values
+        }
         match kind {
-            WeightType::F32 => Self::F32(Vec::with_capacity(units)),
-            WeightType::F16 => Self::F16(Vec::with_capacity(units)),
-            WeightType::Bf16 => Self::Bf16(Vec::with_capacity(units)),
-            WeightType::Q8_0 => Self::Q8_0(Vec::with_capacity(units)),
-            WeightType::Q4_0 => Self::Q4_0(Vec::with_capacity(units)),
-            WeightType::Q4_1 => Self::Q4_1(Vec::with_capacity(units)),
-            WeightType::Q5_0 => Self::Q5_0(Vec::with_capacity(units)),
-            WeightType::Q5_1 => Self::Q5_1(Vec::with_capacity(units)),
-            WeightType::Q4K => Self::Q4K(Vec::with_capacity(units)),
-            WeightType::Q5K => Self::Q5K(Vec::with_capacity(units)),
-            WeightType::Q6K => Self::Q6K(Vec::with_capacity(units)),
+            WeightType::F32 => Self::F32(room(units)),
+            WeightType::F16 => Self::F16(room(units)),
+            WeightType::Bf16 => Self::Bf16(room(units)),
+            WeightType::Q8_0 => Self::Q8_0(room(units)),
+            WeightType::Q4_0 => Self::Q4_0(room(units)),
+            WeightType::Q4_1 => Self::Q4_1(room(units)),
+            WeightType::Q5_0 => Self::Q5_0(room(units)),
+            WeightType::Q5_1 => Self::Q5_1(room(units)),
+            WeightType::Q4K => Self::Q4K(room(units)),
+            WeightType::Q5K => Self::Q5K(room(units)),
+            WeightType::Q6K => Self::Q6K(room(units)),
         }
     }
 
