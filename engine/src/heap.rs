@@ -35,14 +35,22 @@ pub fn advise_huge_pages<T>(buffer: &mut Vec<T>) {
         let spare = buffer.spare_capacity_mut();
         let start = spare.as_ptr() as usize;
         let end = start + size_of_val(spare);
-        let (first, last) = (start.next_multiple_of(HUGE_PAGE), end / HUGE_PAGE * HUGE_PAGE);
+        let (first, last) = (
+            start.next_multiple_of(HUGE_PAGE),
+            end / HUGE_PAGE * HUGE_PAGE,
+        );
         if last <= first {
             return;
         }
         // SAFETY: `first..last` lies inside `buffer`'s own allocation, which holds no values there
         // yet; the advice changes how its pages are backed, never their contents.
-        let status =
-            unsafe { libc::madvise(first as *mut libc::c_void, last - first, libc::MADV_HUGEPAGE) };
+        let status = unsafe {
+            libc::madvise(
+                first as *mut libc::c_void,
+                last - first,
+                libc::MADV_HUGEPAGE,
+            )
+        };
         if status != 0 {
             tracing::debug!(
                 error = %std::io::Error::last_os_error(),

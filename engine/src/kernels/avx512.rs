@@ -12,7 +12,7 @@
 //!   and shared by every row.
 //! - Q8_0: ggml's sign trick, `dpbusd(0, |x|, sign(y, x))`, exact while activations avoid -128, as
 //!   they do; its product of many tokens biases the activations to unsigned instead and corrects by
-//!   `-128*sum(x)` per lane (`q0_tiles`).
+//!   `-128*sum(x)` per lane, a weight row per int32 lane (`q8_0_lanes`).
 //! - Q5_0 and Q5_1: as Q4_0 (offset `-16*sum(y)`) and Q4_1, the fifth bits added by a masked byte add.
 //! - K-quants: 64 values (two sub-blocks) per 512-bit vector, `vpmaddubsw` then `vpdpwssd` with the
 //!   sub-block scales; adding the two halves at the end gives the AVX2 tier's eight int32 lanes
@@ -46,11 +46,13 @@ macro_rules! tiled_products {
 mod k_lanes;
 mod q0_tiles;
 mod q4_0_lanes;
+mod q8_0_lanes;
 
 pub(crate) use self::{
     k_lanes::{gemm_q4_k_q8_k, gemm_q4_k_q8_k_repacked, gemm_q5_k_q8_k, gemm_q6_k_q8_k},
-    q0_tiles::{gemm_q4_0_q8_0, gemm_q5_0_q8_0, gemm_q8_0_q8_0},
+    q0_tiles::{gemm_q4_0_q8_0, gemm_q5_0_q8_0},
     q4_0_lanes::gemm_q4_0_q8_0_repacked,
+    q8_0_lanes::gemm_q8_0_q8_0,
 };
 
 use std::{arch::x86_64::*, cell::RefCell};
@@ -940,7 +942,8 @@ pub(crate) unsafe fn vec_dot_q6_k_q8_k_x4(
 
 // ---------------------------------------------------------------------------------------------
 // Tiled products (prefill): Q4_1 in register tiles of `TILE_ROWS` weight rows by `TILE_TOKENS` tokens
-// (below), Q4_0, Q5_0 and Q8_0 in `q0_tiles`, the K-quants in `k_lanes` (a row per lane).
+// (below), Q4_0 and Q5_0 in `q0_tiles`, Q8_0 in `q8_0_lanes` and the K-quants in `k_lanes` (a row
+// per lane).
 //
 // Every (row, token) of a tile keeps its own 8-lane accumulator and goes through exactly the per-block
 // operations of the single-row dots above, so every result has the single-row call's bits. The scale

@@ -169,7 +169,7 @@ fn spread_values(values: &TileValues, out: &mut RowsLanes) {
 /// The transpose of 16 vectors of 16 words: word `w` of vector `r` goes to word `r` of vector `w`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn transpose_16x16(r: [__m512i; 16]) -> [__m512i; 16] {
+pub(super) fn transpose_16x16(r: [__m512i; 16]) -> [__m512i; 16] {
     // Per 128-bit quarter q: pairs of rows interleaved, then quads, so that `quads[4i + j]` holds, in
     // quarter q, word 4q + j of rows 4i..4i + 4.
     let pairs: [__m512i; 16] = std::array::from_fn(|k| {

@@ -1,4 +1,4 @@
-//! Tiled Q4_0, Q5_0 and Q8_0 products (prefill) on the AVX-512 tier: register tiles of four weight rows by
+//! Tiled Q4_0 and Q5_0 products (prefill) on the AVX-512 tier: register tiles of four weight rows by
 //! four tokens, two tokens to a 512-bit vector, with the bits of the single-row dots.
 //!
 //! The single-row dot forms, per 32-value block, eight exact int32 lanes (`sum((x - offset) * y)` over
@@ -14,7 +14,7 @@ use super::five_bit_values;
 use crate::{
     kernels::{
         tiles::{OutLayout, gemm_by_tiles},
-        x86::{bytes_from_nibbles_32, f16_to_f32, hsum_float_8, load_i8x32},
+        x86::{bytes_from_nibbles_32, f16_to_f32, hsum_float_8},
     },
     quant::{BlockQ4_0, BlockQ5_0, BlockQ8_0},
 };
@@ -85,16 +85,6 @@ trait Q0Block {
     /// The CPU must support the tier's features.
     unsafe fn signed_values(&self) -> __m256i;
     fn d(&self) -> half::f16;
-}
-
-impl Q0Block for BlockQ8_0 {
-    unsafe fn signed_values(&self) -> __m256i {
-        // SAFETY: as for Q4_0.
-        unsafe { load_i8x32(&self.qs) }
-    }
-    fn d(&self) -> half::f16 {
-        self.d
-    }
 }
 
 impl Q0Block for BlockQ4_0 {
@@ -219,6 +209,5 @@ fn gemm<W: Q0Block>(w: &[W], x: &[BlockQ8_0], nb: usize, out: &mut [f32], layout
 
 tiled_products! {
     gemm_q4_0_q8_0: vec_dot_q4_0_q8_0, BlockQ4_0, BlockQ8_0;
-    gemm_q8_0_q8_0: vec_dot_q8_0_q8_0, BlockQ8_0, BlockQ8_0;
     gemm_q5_0_q8_0: vec_dot_q5_0_q8_0, BlockQ5_0, BlockQ8_0;
 }
