@@ -71,6 +71,15 @@ pub(crate) fn tile_rows<const R: usize, W>(w: &[W], nb: usize, first: usize) -> 
     std::array::from_fn(|r| &w[(first + r).min(last) * nb..][..nb])
 }
 
+/// The weight rows and tokens of a product of `w` by `x` (rows and tokens of `nb` blocks each);
+/// `None` when it has none of either (or `nb` is 0).
+#[inline(always)]
+pub(crate) fn product_shape<W, A>(w: &[W], x: &[A], nb: usize) -> Option<(usize, usize)> {
+    let tokens = x.len().checked_div(nb)?;
+    let rows = w.len() / nb;
+    (rows > 0 && tokens > 0).then_some((rows, tokens))
+}
+
 /// Every tile of the product of `w` (rows of `nb` blocks) by `x` (tokens of `nb` blocks), into `out`
 /// as `layout` places them: the tokens packed once by `pack_tokens` (`nb` entries per tile of `C`
 /// tokens, the last tile padded), each tile of `R` rows once by `pack_rows`, and `dot` giving a tile's
@@ -85,13 +94,9 @@ pub(crate) fn gemm_by_tiles<const R: usize, const C: usize, W, A, T, U>(
     mut pack_rows: impl FnMut(&[&[W]; R], &mut Vec<U>),
     mut dot: impl FnMut(&[U], &[T]) -> [[f32; C]; R],
 ) {
-    let Some(tokens) = x.len().checked_div(nb) else {
+    let Some((rows, tokens)) = product_shape(w, x, nb) else {
         return;
     };
-    let rows = w.len() / nb;
-    if rows == 0 || tokens == 0 {
-        return;
-    }
     pack_tokens(x, nb, tokens_buf);
     for first_row in (0..rows).step_by(R) {
         pack_rows(&tile_rows::<R, _>(w, nb, first_row), rows_buf);

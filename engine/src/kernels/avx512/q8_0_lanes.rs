@@ -25,7 +25,7 @@ use super::{
 };
 use crate::{
     kernels::{
-        tiles::{OutLayout, store_tile, tile_rows},
+        tiles::{OutLayout, product_shape, store_tile, tile_rows},
         x86::{f16_to_f32, load_i8x32},
     },
     quant::{BlockQ8_0, QK},
@@ -39,7 +39,7 @@ const PAIR: usize = 2;
 const CHUNK: usize = 16;
 
 /// One block of a tile of rows, a row per lane.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 #[repr(C, align(64))]
 struct RowsQ8_0 {
     /// `x[l]`, lane `r`: values `4l..4l + 4` of row `r`, a signed byte each.
@@ -47,16 +47,6 @@ struct RowsQ8_0 {
     /// `start[l]`, lane `r`: `-128` times the sum of those four values.
     start: [[i32; ROWS]; QUADS],
     d: [f32; ROWS],
-}
-
-impl Default for RowsQ8_0 {
-    fn default() -> Self {
-        Self {
-            x: [[0; ROWS]; QUADS],
-            start: [[0; ROWS]; QUADS],
-            d: [0.0; ROWS],
-        }
-    }
 }
 
 /// One block of one token.
@@ -185,13 +175,9 @@ pub(crate) unsafe fn gemm_q8_0_q8_0(
     out: &mut [f32],
     layout: OutLayout,
 ) {
-    let Some(tokens) = x.len().checked_div(nb) else {
+    let Some((rows, tokens)) = product_shape(w, x, nb) else {
         return;
     };
-    let rows = w.len() / nb;
-    if rows == 0 || tokens == 0 {
-        return;
-    }
     SCRATCH.with_borrow_mut(|s| {
         pack_tokens(x, nb, &mut s.tokens);
         let padded = tokens.next_multiple_of(PAIR);
