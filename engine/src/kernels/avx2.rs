@@ -853,6 +853,7 @@ struct RowTileScratch {
 #[derive(Default)]
 struct TileScratch {
     q8: Vec<TokensQ8>,
+    q8_0: Vec<TokensQ8_0>,
     q8_rows: Vec<RowsQ8>,
     q8_1: Vec<TokensQ8_1>,
     rows: RowTileScratch,
@@ -996,14 +997,38 @@ fn dot_q4_0_tile<const R: usize>(
     acc.map(|row| row.map(|a| hsum_float_8(a)))
 }
 
-/// One block of a tile of Q8_0 rows, as the Q8_0 tile kernel reads it: aligned, and the sign
-/// trick's `|x|` formed once.
+/// One block of a tile of Q8_0 rows, as the Q8_0 tile kernel reads it: aligned, the sign trick's
+/// `|x|` formed once, and each row's scale spread over its tokens' lanes of the tile's scale
+/// products (lane `r * TILE_TOKENS + t`).
 #[derive(Clone, Copy, Default)]
 #[repr(C, align(32))]
 struct RowsQ8 {
     x: [[i8; QK]; TILE_ROWS],
     abs: [[i8; QK]; TILE_ROWS],
-    d: [f32; TILE_ROWS],
+    d: RowScales,
+}
+
+/// One block of a tile of tokens' Q8_0 activations, as the Q8_0 tile kernel reads it.
+#[derive(Clone, Copy, Default)]
+#[repr(C, align(32))]
+struct TokensQ8_0 {
+    qs: [[i8; QK]; TILE_TOKENS],
+    d: [f32; TILE_TOKENS],
+}
+
+/// Unpacks `x` (tokens of `nb` blocks) into `out`, `nb` entries per tile of tokens.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pack_q8_0(x: &[BlockQ8_0], nb: usize, out: &mut Vec<TokensQ8_0>) {
+    let tokens = x.len() / nb;
+    out.clear();
+    out.resize(tokens.div_ceil(TILE_TOKENS) * nb, TokensQ8_0::default());
+    for (t, blocks) in x.chunks_exact(nb).enumerate() {
+        let (tile, lane) = (t / TILE_TOKENS, t % TILE_TOKENS);
+        for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
+            p.qs[lane] = b.qs;
+            p.d[lane] = f16_to_f32(b.d);
+        }
+    }
 }
 
 /// Unpacks a tile of Q8_0 rows (`nb` blocks each) into `out`.
@@ -1021,28 +1046,44 @@ fn pack_q8_rows(rows: &[&[BlockQ8_0]; TILE_ROWS], out: &mut Vec<RowsQ8>) {
                 _mm256_storeu_si256(p.x[r].as_mut_ptr().cast(), qx);
                 _mm256_storeu_si256(p.abs[r].as_mut_ptr().cast(), _mm256_sign_epi8(qx, qx));
             }
-            p.d[r] = f16_to_f32(b.d);
+            p.d.0[r * TILE_TOKENS..(r + 1) * TILE_TOKENS].fill(f16_to_f32(b.d));
         }
     }
 }
 
+/// Blocks of a Q8_0 tile whose scale products are formed together, before their dots.
+const Q8_0_CHUNK: usize = 32;
+
 /// Q8_0 x Q8_0 dots of a tile of packed rows against one tile of tokens: per (row, token), the
-/// single-row dot's sign trick, lanes and fused multiply-add with `d_x d_y`.
+/// single-row dot's sign trick, lanes and fused multiply-add with `d_x d_y`. The scale products of
+/// a chunk of blocks are formed first, eight in one multiply, and broadcast from memory, so the
+/// tile's accumulators, tokens, `|x|` and the constant stay in the sixteen registers.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn dot_q8_0_tile(rows: &[RowsQ8], tokens: &[TokensQ8]) -> [[f32; TILE_TOKENS]; TILE_ROWS] {
+fn dot_q8_0_tile(rows: &[RowsQ8], tokens: &[TokensQ8_0]) -> [[f32; TILE_TOKENS]; TILE_ROWS] {
     let n = rows.len().min(tokens.len());
+    let ones = _mm256_set1_epi16(1);
     let mut acc = [[_mm256_setzero_ps(); TILE_TOKENS]; TILE_ROWS];
-    for (w, p) in rows[..n].iter().zip(&tokens[..n]) {
-        let qy = p.qs.each_ref().map(|q| load_i8x32(q));
-        let dy = p.d.map(|d| _mm256_set1_ps(d));
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let (qx, ax) = (load_i8x32(&w.x[r]), load_i8x32(&w.abs[r]));
-            let dx = _mm256_set1_ps(w.d[r]);
-            for (t, acc) in acc.iter_mut().enumerate() {
-                let lanes = mul_sum_us8_pairs(ax, _mm256_sign_epi8(qy[t], qx));
-                let d = _mm256_mul_ps(dx, dy[t]);
-                *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), *acc);
+    let mut products = [RowScales::default(); Q8_0_CHUNK];
+    for (rows, tokens) in rows[..n]
+        .chunks(Q8_0_CHUNK)
+        .zip(tokens[..n].chunks(Q8_0_CHUNK))
+    {
+        for ((w, p), d) in rows.iter().zip(tokens).zip(&mut products) {
+            let dxy = _mm256_mul_ps(load_f32x8(&w.d.0), tokens_f32(&p.d));
+            // SAFETY: `d.0` is 8 writable f32; unaligned store.
+            unsafe { _mm256_storeu_ps(d.0.as_mut_ptr(), dxy) };
+        }
+        for ((w, p), d) in rows.iter().zip(tokens).zip(&products) {
+            let qy = p.qs.each_ref().map(|q| load_i8x32(q));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let (qx, ax) = (load_i8x32(&w.x[r]), load_i8x32(&w.abs[r]));
+                for (t, acc) in acc.iter_mut().enumerate() {
+                    let sy = _mm256_sign_epi8(qy[t], qx);
+                    let lanes = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(ax, sy));
+                    let dk = _mm256_set1_ps(d.0[r * TILE_TOKENS + t]);
+                    *acc = _mm256_fmadd_ps(dk, _mm256_cvtepi32_ps(lanes), *acc);
+                }
             }
         }
     }
@@ -1147,8 +1188,8 @@ pub(crate) unsafe fn gemm_q8_0_q8_0(
         gemm_by_tiles(
             (w, x, nb),
             (out, layout),
-            (&mut s.q8, &mut s.q8_rows),
-            |x, nb, out| pack_q8(x, nb, out),
+            (&mut s.q8_0, &mut s.q8_rows),
+            |x, nb, out| pack_q8_0(x, nb, out),
             |tile, out| pack_q8_rows(tile, out),
             |rows, tokens| dot_q8_0_tile(rows, tokens),
         );
