@@ -48,7 +48,7 @@ use half::f16;
 
 use super::k_numerics::{K4Block, KInts, KKind, KPath, KScales, KSum, on_path, path};
 use super::{
-    tiles::{OutLayout, each_row, gemm_by_row_dots, gemm_by_tiles, store_tile, tile_rows},
+    tiles::{OutLayout, each_row, gemm_by_row_dots, product_shape, store_tile, tile_rows},
     x86::{
         bytes_from_nibbles_32, common_len, cut, f16_to_f32, gemm_by_dots, head_f32, hsum_float_8,
         k4_block_scales, k4_min_products, load_i8x32, load_i16x16, prefetch_blocks_ahead,
@@ -855,6 +855,7 @@ struct TileScratch {
     q8: Vec<TokensQ8>,
     q8_0: Vec<TokensQ8_0>,
     q8_rows: Vec<RowsQ8>,
+    q8_acc: Vec<TileAcc>,
     q8_1: Vec<TokensQ8_1>,
     rows: RowTileScratch,
 }
@@ -1031,13 +1032,13 @@ fn pack_q8_0(x: &[BlockQ8_0], nb: usize, out: &mut Vec<TokensQ8_0>) {
     }
 }
 
-/// Unpacks a tile of Q8_0 rows (`nb` blocks each) into `out`.
+/// Unpacks a tile of Q8_0 rows (`nb` blocks each) onto the end of `out`.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn pack_q8_rows(rows: &[&[BlockQ8_0]; TILE_ROWS], out: &mut Vec<RowsQ8>) {
     let nb = rows.iter().map(|r| r.len()).min().unwrap_or(0);
-    out.clear();
-    out.resize(nb, RowsQ8::default());
-    for (i, p) in out.iter_mut().enumerate() {
+    let start = out.len();
+    out.resize(start + nb, RowsQ8::default());
+    for (i, p) in out[start..].iter_mut().enumerate() {
         for (r, row) in rows.iter().enumerate() {
             let b = &row[i];
             let qx = load_i8x32(&b.qs);
@@ -1052,42 +1053,50 @@ fn pack_q8_rows(rows: &[&[BlockQ8_0]; TILE_ROWS], out: &mut Vec<RowsQ8>) {
 }
 
 /// Blocks of a Q8_0 tile whose scale products are formed together, before their dots.
-const Q8_0_CHUNK: usize = 32;
+const Q8_0_CHUNK: usize = 16;
 
-/// Q8_0 x Q8_0 dots of a tile of packed rows against one tile of tokens: per (row, token), the
-/// single-row dot's sign trick, lanes and fused multiply-add with `d_x d_y`. The scale products of
-/// a chunk of blocks are formed first, eight in one multiply, and broadcast from memory, so the
-/// tile's accumulators, tokens, `|x|` and the constant stay in the sixteen registers.
+/// Row tiles of a Q8_0 product walked together, so that each chunk of a tile of tokens, read once
+/// from the second-level cache, serves all of them from the first.
+const Q8_0_GROUP: usize = 4;
+
+/// A Q8_0 tile's accumulators: ggml's eight float lanes per (row, token).
+type TileAcc = [[__m256; TILE_TOKENS]; TILE_ROWS];
+
+/// Adds the Q8_0 x Q8_0 dots of a chunk of a tile of packed rows against the same chunk of a tile of
+/// tokens (at most [`Q8_0_CHUNK`] blocks) to `acc`: per (row, token), the single-row dot's sign
+/// trick, lanes and fused multiply-add with `d_x d_y`. The chunk's scale products are formed first,
+/// eight in one multiply, and broadcast from memory, so the accumulators, tokens, `|x|` and the
+/// constant stay in the sixteen registers.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-fn dot_q8_0_tile(rows: &[RowsQ8], tokens: &[TokensQ8_0]) -> [[f32; TILE_TOKENS]; TILE_ROWS] {
-    let n = rows.len().min(tokens.len());
+fn dot_q8_0_chunk(
+    rows: &[RowsQ8],
+    tokens: &[TokensQ8_0],
+    products: &mut [RowScales; Q8_0_CHUNK],
+    acc: &mut TileAcc,
+) {
+    let n = rows.len().min(tokens.len()).min(Q8_0_CHUNK);
+    let (rows, tokens) = (&rows[..n], &tokens[..n]);
     let ones = _mm256_set1_epi16(1);
-    let mut acc = [[_mm256_setzero_ps(); TILE_TOKENS]; TILE_ROWS];
-    let mut products = [RowScales::default(); Q8_0_CHUNK];
-    for (rows, tokens) in rows[..n]
-        .chunks(Q8_0_CHUNK)
-        .zip(tokens[..n].chunks(Q8_0_CHUNK))
-    {
-        for ((w, p), d) in rows.iter().zip(tokens).zip(&mut products) {
-            let dxy = _mm256_mul_ps(load_f32x8(&w.d.0), tokens_f32(&p.d));
-            // SAFETY: `d.0` is 8 writable f32; unaligned store.
-            unsafe { _mm256_storeu_ps(d.0.as_mut_ptr(), dxy) };
-        }
-        for ((w, p), d) in rows.iter().zip(tokens).zip(&products) {
-            let qy = p.qs.each_ref().map(|q| load_i8x32(q));
-            for (r, acc) in acc.iter_mut().enumerate() {
-                let (qx, ax) = (load_i8x32(&w.x[r]), load_i8x32(&w.abs[r]));
-                for (t, acc) in acc.iter_mut().enumerate() {
-                    let sy = _mm256_sign_epi8(qy[t], qx);
-                    let lanes = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(ax, sy));
-                    let dk = _mm256_set1_ps(d.0[r * TILE_TOKENS + t]);
-                    *acc = _mm256_fmadd_ps(dk, _mm256_cvtepi32_ps(lanes), *acc);
-                }
+    for ((w, p), d) in rows.iter().zip(tokens).zip(products.iter_mut()) {
+        let dxy = _mm256_mul_ps(load_f32x8(&w.d.0), tokens_f32(&p.d));
+        // SAFETY: `d.0` is 8 writable f32; unaligned store.
+        unsafe { _mm256_storeu_ps(d.0.as_mut_ptr(), dxy) };
+    }
+    let mut sums = *acc;
+    for ((w, p), d) in rows.iter().zip(tokens).zip(products.iter()) {
+        let qy = p.qs.each_ref().map(|q| load_i8x32(q));
+        for (r, sums) in sums.iter_mut().enumerate() {
+            let (qx, ax) = (load_i8x32(&w.x[r]), load_i8x32(&w.abs[r]));
+            for (t, sum) in sums.iter_mut().enumerate() {
+                let sy = _mm256_sign_epi8(qy[t], qx);
+                let lanes = _mm256_madd_epi16(ones, _mm256_maddubs_epi16(ax, sy));
+                let dk = _mm256_set1_ps(d.0[r * TILE_TOKENS + t]);
+                *sum = _mm256_fmadd_ps(dk, _mm256_cvtepi32_ps(lanes), *sum);
             }
         }
     }
-    acc.map(|row| row.map(|a| hsum_float_8(a)))
+    *acc = sums;
 }
 
 /// Q4_1 x Q8_1 dots of `R` rows against one tile of tokens (`nb` entries). The tile's sums
@@ -1171,8 +1180,11 @@ fn over_tiles<W, P: PackedTokens>(
 }
 
 /// [`vec_dot_q8_0_q8_0`] of every row of `w` against every token of `x` (`nb` blocks each), into
-/// `out` as `layout` places them: register tiles of four rows (packed once per tile, [`RowsQ8`]) by
-/// two packed tokens, the bits of the single-row dots.
+/// `out` as `layout` places them: register tiles of four rows (packed once per call, [`RowsQ8`]) by
+/// two packed tokens, the bits of the single-row dots. [`Q8_0_GROUP`] tiles of rows are walked
+/// together in chunks of [`Q8_0_CHUNK`] blocks, which stay in the first-level cache while every
+/// tile of tokens passes over them; each tile's accumulators wait in memory between chunks, and
+/// every lane still takes its blocks in order.
 ///
 /// # Safety
 /// The CPU must support AVX2, FMA and F16C.
@@ -1184,15 +1196,45 @@ pub(crate) unsafe fn gemm_q8_0_q8_0(
     out: &mut [f32],
     layout: OutLayout,
 ) {
+    let Some((rows, tokens)) = product_shape(w, x, nb) else {
+        return;
+    };
+    let token_tiles = tokens.div_ceil(TILE_TOKENS);
+    let mut products = [RowScales::default(); Q8_0_CHUNK];
     SCRATCH.with_borrow_mut(|s| {
-        gemm_by_tiles(
-            (w, x, nb),
-            (out, layout),
-            (&mut s.q8_0, &mut s.q8_rows),
-            |x, nb, out| pack_q8_0(x, nb, out),
-            |tile, out| pack_q8_rows(tile, out),
-            |rows, tokens| dot_q8_0_tile(rows, tokens),
-        );
+        pack_q8_0(x, nb, &mut s.q8_0);
+        for first_row in (0..rows).step_by(TILE_ROWS * Q8_0_GROUP) {
+            let tiles = (rows - first_row).div_ceil(TILE_ROWS).min(Q8_0_GROUP);
+            s.q8_rows.clear();
+            for g in 0..tiles {
+                let tile = tile_rows::<TILE_ROWS, _>(w, nb, first_row + g * TILE_ROWS);
+                pack_q8_rows(&tile, &mut s.q8_rows);
+            }
+            s.q8_acc.clear();
+            s.q8_acc.resize(
+                tiles * token_tiles,
+                [[_mm256_setzero_ps(); TILE_TOKENS]; TILE_ROWS],
+            );
+            for start in (0..nb).step_by(Q8_0_CHUNK) {
+                let end = (start + Q8_0_CHUNK).min(nb);
+                for (j, token_tile) in s.q8_0.chunks_exact(nb).enumerate() {
+                    for (g, rows) in s.q8_rows.chunks_exact(nb).enumerate() {
+                        let acc = &mut s.q8_acc[g * token_tiles + j];
+                        let (rows, tokens) = (&rows[start..end], &token_tile[start..end]);
+                        dot_q8_0_chunk(rows, tokens, &mut products, acc);
+                    }
+                }
+            }
+            for (g, accs) in s.q8_acc.chunks_exact(token_tiles).enumerate() {
+                let first_row = first_row + g * TILE_ROWS;
+                for (j, acc) in accs.iter().enumerate() {
+                    let values = acc.map(|row| row.map(|a| hsum_float_8(a)));
+                    let first_token = j * TILE_TOKENS;
+                    let real = (rows - first_row, tokens - first_token);
+                    store_tile(out, layout, (first_row, first_token), real, values);
+                }
+            }
+        }
     });
 }
 
