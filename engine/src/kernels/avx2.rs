@@ -799,10 +799,10 @@ pub(crate) unsafe fn vec_dot_q6_k_q8_k_x4(
 // operations of the single-row dots above, so every result has the single-row call's bits. The scale
 // product `d_x * d_y` is the same f32 product in whatever lane it is formed, so one 8-lane multiply
 // per block forms all of a tile's products, in a pass of their own; the tile kernel then broadcasts
-// them from memory. Each call first unpacks its tokens, `TILE_TOKENS` at a time, into [`TokensQ8`] or
-// [`TokensQ8_1`] (f32 scales, and for Q4_0 the offsets the single-row dot computes per block), once
-// per token rather than once per row tile; the last tile of tokens is padded with zero tokens, whose
-// results are dropped.
+// them from memory. Each call first unpacks its tokens, `TILE_TOKENS` at a time, into [`TokensQ8`],
+// [`TokensQ8_0`] or [`TokensQ8_1`] (f32 scales, and for Q4_0 the offsets the single-row dot computes
+// per block), once per token rather than once per row tile; the last tile of tokens is padded with
+// zero tokens, whose results are dropped.
 
 /// Weight rows per register tile.
 const TILE_ROWS: usize = 4;
