@@ -48,7 +48,10 @@ use half::f16;
 
 use super::k_numerics::{K4Block, KInts, KKind, KPath, KScales, KSum, on_path, path};
 use super::{
-    tiles::{OutLayout, each_row, gemm_by_row_dots, product_shape, store_tile, tile_rows},
+    tiles::{
+        OutLayout, each_row, gemm_by_row_dots, pack_token_tiles, product_shape, store_tile,
+        tile_rows,
+    },
     x86::{
         bytes_from_nibbles_32, common_len, cut, f16_to_f32, gemm_by_dots, head_f32, hsum_float_8,
         k4_block_scales, k4_min_products, load_i8x32, load_i16x16, prefetch_blocks_ahead,
@@ -888,35 +891,23 @@ impl PackedTokens for TokensQ8_1 {
 /// Unpacks `x` (tokens of `nb` blocks) into `out`, `nb` entries per tile of tokens.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn pack_q8(x: &[BlockQ8_0], nb: usize, out: &mut Vec<TokensQ8>) {
-    let tokens = x.len() / nb;
-    out.clear();
-    out.resize(tokens.div_ceil(TILE_TOKENS) * nb, TokensQ8::default());
-    for (t, blocks) in x.chunks_exact(nb).enumerate() {
-        let (tile, lane) = (t / TILE_TOKENS, t % TILE_TOKENS);
-        for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
-            p.qs[lane] = b.qs;
-            p.d[lane] = f16_to_f32(b.d);
-            let offset = _mm256_maddubs_epi16(_mm256_set1_epi8(8), load_i8x32(&b.qs));
-            // SAFETY: `p.offset[lane]` is 16 i16 (32 bytes); unaligned store.
-            unsafe { _mm256_storeu_si256(p.offset[lane].as_mut_ptr().cast(), offset) };
-        }
-    }
+    pack_token_tiles::<TILE_TOKENS, _, _>((x, nb), out, |p, lane, b| {
+        p.qs[lane] = b.qs;
+        p.d[lane] = f16_to_f32(b.d);
+        let offset = _mm256_maddubs_epi16(_mm256_set1_epi8(8), load_i8x32(&b.qs));
+        // SAFETY: `p.offset[lane]` is 16 i16 (32 bytes); unaligned store.
+        unsafe { _mm256_storeu_si256(p.offset[lane].as_mut_ptr().cast(), offset) };
+    });
 }
 
 /// Unpacks `x` (tokens of `nb` blocks) into `out`, `nb` entries per tile of tokens.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn pack_q8_1(x: &[BlockQ8_1], nb: usize, out: &mut Vec<TokensQ8_1>) {
-    let tokens = x.len() / nb;
-    out.clear();
-    out.resize(tokens.div_ceil(TILE_TOKENS) * nb, TokensQ8_1::default());
-    for (t, blocks) in x.chunks_exact(nb).enumerate() {
-        let (tile, lane) = (t / TILE_TOKENS, t % TILE_TOKENS);
-        for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
-            p.qs[lane] = b.qs;
-            p.d[lane] = f16_to_f32(b.d);
-            p.s[lane] = f16_to_f32(b.s);
-        }
-    }
+    pack_token_tiles::<TILE_TOKENS, _, _>((x, nb), out, |p, lane, b| {
+        p.qs[lane] = b.qs;
+        p.d[lane] = f16_to_f32(b.d);
+        p.s[lane] = f16_to_f32(b.s);
+    });
 }
 
 /// `field` of every block of `rows`, as [`RowScales`], into `out`: per block, the rows' four f16
@@ -1020,16 +1011,10 @@ struct TokensQ8_0 {
 /// Unpacks `x` (tokens of `nb` blocks) into `out`, `nb` entries per tile of tokens.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn pack_q8_0(x: &[BlockQ8_0], nb: usize, out: &mut Vec<TokensQ8_0>) {
-    let tokens = x.len() / nb;
-    out.clear();
-    out.resize(tokens.div_ceil(TILE_TOKENS) * nb, TokensQ8_0::default());
-    for (t, blocks) in x.chunks_exact(nb).enumerate() {
-        let (tile, lane) = (t / TILE_TOKENS, t % TILE_TOKENS);
-        for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
-            p.qs[lane] = b.qs;
-            p.d[lane] = f16_to_f32(b.d);
-        }
-    }
+    pack_token_tiles::<TILE_TOKENS, _, _>((x, nb), out, |p, lane, b| {
+        p.qs[lane] = b.qs;
+        p.d[lane] = f16_to_f32(b.d);
+    });
 }
 
 /// Unpacks a tile of Q8_0 rows (`nb` blocks each) onto the end of `out`.

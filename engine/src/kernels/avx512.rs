@@ -61,7 +61,7 @@ use half::f16;
 
 use super::k_numerics::{K4Block, KInts, KKind, KPath, KScales, KSum, on_path, path};
 use super::{
-    tiles::{OutLayout, gemm_by_row_dots, store_tile, tile_rows},
+    tiles::{OutLayout, gemm_by_row_dots, pack_token_tiles, store_tile, tile_rows},
     x86::{
         self, bytes_from_nibbles_32, common_len, cut, f16_to_f32, gemm_by_dots, head_f32,
         hsum_float_8, load_i8x32,
@@ -1017,17 +1017,11 @@ impl PackedTokens for TokensQ8_1 {
 /// Unpacks `x` (tokens of `nb` blocks) into `out`, `nb` entries per tile of tokens.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn pack_q8_1(x: &[BlockQ8_1], nb: usize, out: &mut Vec<TokensQ8_1>) {
-    let tokens = x.len() / nb;
-    out.clear();
-    out.resize(tokens.div_ceil(TILE_TOKENS) * nb, TokensQ8_1::default());
-    for (t, blocks) in x.chunks_exact(nb).enumerate() {
-        let (tile, lane) = (t / TILE_TOKENS, t % TILE_TOKENS);
-        for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
-            p.qs[lane] = b.qs;
-            p.d[lane] = f16_to_f32(b.d);
-            p.s[lane] = f16_to_f32(b.s);
-        }
-    }
+    pack_token_tiles::<TILE_TOKENS, _, _>((x, nb), out, |p, lane, b| {
+        p.qs[lane] = b.qs;
+        p.d[lane] = f16_to_f32(b.d);
+        p.s[lane] = f16_to_f32(b.s);
+    });
 }
 
 /// `field` of every block of `rows`, as [`RowScales`], into `out`: per block, the rows' four f16

@@ -71,6 +71,34 @@ pub(crate) fn tile_rows<const R: usize, W>(w: &[W], nb: usize, first: usize) -> 
     std::array::from_fn(|r| &w[(first + r).min(last) * nb..][..nb])
 }
 
+/// Unpacks `x` (tokens of `nb` blocks) into `out`, `nb` entries per tile of `C` tokens, the last tile
+/// padded with `T::default()`: `put(entry, lane, block)` writes one token's block into its lane of
+/// its tile's entry for that block. `nb` must not be 0.
+#[inline(always)]
+pub(crate) fn pack_token_tiles<const C: usize, A, T: Clone + Default>(
+    (x, nb): (&[A], usize),
+    out: &mut Vec<T>,
+    mut put: impl FnMut(&mut T, usize, &A),
+) {
+    let tokens = x.len() / nb;
+    out.clear();
+    out.resize(tokens.div_ceil(C) * nb, T::default());
+    for (t, blocks) in x.chunks_exact(nb).enumerate() {
+        let (tile, lane) = (t / C, t % C);
+        for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
+            put(p, lane, b);
+        }
+    }
+}
+
+/// `q`'s signed bytes four to a little-endian word, into `words` (as a lane kernel broadcasts them).
+#[inline(always)]
+pub(crate) fn pack_quads(q: &[i8], words: &mut [u32]) {
+    for (word, quad) in words.iter_mut().zip(q.as_chunks::<4>().0) {
+        *word = u32::from_le_bytes(quad.map(|v| v as u8));
+    }
+}
+
 /// The weight rows and tokens of a product of `w` by `x` (rows and tokens of `nb` blocks each);
 /// `None` when it has none of either (or `nb` is 0).
 #[inline(always)]

@@ -16,7 +16,7 @@ use std::{arch::x86_64::*, cell::RefCell};
 use super::{lane_results, load_f32x8, load_u8x32, load_u32x8};
 use crate::{
     kernels::{
-        tiles::{OutLayout, gemm_by_tiles},
+        tiles::{OutLayout, gemm_by_tiles, pack_quads, pack_token_tiles},
         x86::{self, f16_to_f32},
     },
     quant::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K},
@@ -339,22 +339,14 @@ fn pack_rows<W: LaneBlock>(rows: &[&[W]; ROWS], out: &mut Vec<RowsLanes>) {
 /// Unpacks `x` (tokens of `nb` super-blocks) into `out`, `nb` entries per tile of tokens; the last
 /// tile is padded with zero tokens.
 fn pack_tokens(x: &[BlockQ8K], nb: usize, out: &mut Vec<TokensLanes>) {
-    let tokens = x.len() / nb;
-    out.clear();
-    out.resize(tokens.div_ceil(TOKENS) * nb, TokensLanes::default());
-    for (t, blocks) in x.chunks_exact(nb).enumerate() {
-        let (tile, lane) = (t / TOKENS, t % TOKENS);
-        for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
-            for (word, q) in p.qs[lane].iter_mut().zip(b.qs.as_chunks::<4>().0) {
-                *word = u32::from_le_bytes(q.map(|v| v as u8));
-            }
-            // The single-row dot's sub-block sums: pairs of 16-value sums.
-            let sub = |s: usize| b.bsums[2 * s].wrapping_add(b.bsums[2 * s + 1]);
-            p.sub_sums[lane] = std::array::from_fn(|g| i16_pair(sub(2 * g), sub(2 * g + 1)));
-            p.bsums[lane] = std::array::from_fn(|m| i16_pair(b.bsums[2 * m], b.bsums[2 * m + 1]));
-            p.d[lane] = b.d;
-        }
-    }
+    pack_token_tiles::<TOKENS, _, _>((x, nb), out, |p, lane, b| {
+        pack_quads(&b.qs, &mut p.qs[lane]);
+        // The single-row dot's sub-block sums: pairs of 16-value sums.
+        let sub = |s: usize| b.bsums[2 * s].wrapping_add(b.bsums[2 * s + 1]);
+        p.sub_sums[lane] = std::array::from_fn(|g| i16_pair(sub(2 * g), sub(2 * g + 1)));
+        p.bsums[lane] = std::array::from_fn(|m| i16_pair(b.bsums[2 * m], b.bsums[2 * m + 1]));
+        p.d[lane] = b.d;
+    });
 }
 
 /// Adds to `s1`, per token of the tile, lane `r`: row `r`'s scaled products with the token's

@@ -13,7 +13,7 @@ use std::{arch::x86_64::*, cell::RefCell};
 use super::five_bit_values;
 use crate::{
     kernels::{
-        tiles::{OutLayout, gemm_by_tiles},
+        tiles::{OutLayout, gemm_by_tiles, pack_token_tiles},
         x86::{bytes_from_nibbles_32, f16_to_f32, hsum_float_8},
     },
     quant::{BlockQ4_0, BlockQ5_0, BlockQ8_0},
@@ -135,20 +135,14 @@ fn pack_rows<W: Q0Block>(rows: &[&[W]; ROWS], out: &mut Vec<RowsQ0>) {
 /// padded with zero tokens.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn pack_tokens(x: &[BlockQ8_0], nb: usize, out: &mut Vec<TokenPairs>) {
-    let tokens = x.len() / nb;
-    out.clear();
-    out.resize(tokens.div_ceil(TOKENS) * nb, TokenPairs::default());
-    for (t, blocks) in x.chunks_exact(nb).enumerate() {
-        let (tile, lane) = (t / TOKENS, t % TOKENS);
+    pack_token_tiles::<TOKENS, _, _>((x, nb), out, |p, lane, b| {
         let (pair, half) = (lane / 2, lane % 2);
-        for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
-            let biased = &mut p.y[pair][32 * half..32 * (half + 1)];
-            for (u, &q) in biased.iter_mut().zip(&b.qs) {
-                *u = (q as u8) ^ 0x80;
-            }
-            p.d[pair][8 * half..8 * (half + 1)].fill(f16_to_f32(b.d));
+        let biased = &mut p.y[pair][32 * half..32 * (half + 1)];
+        for (u, &q) in biased.iter_mut().zip(&b.qs) {
+            *u = (q as u8) ^ 0x80;
         }
-    }
+        p.d[pair][8 * half..8 * (half + 1)].fill(f16_to_f32(b.d));
+    });
 }
 
 /// The results of one tile: rows `rows` against one tile of tokens, `out[r][t]`.

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     kernels::{
-        tiles::{OutLayout, gemm_by_tiles},
+        tiles::{OutLayout, gemm_by_tiles, pack_quads, pack_token_tiles},
         x86::f16_to_f32,
     },
     quant::{BlockQ4_0, BlockQ8_0, QK},
@@ -83,19 +83,11 @@ fn pack_rows(rows: &[&[BlockQ4_0]; ROWS], out: &mut Vec<RowsQ4_0>) {
 /// padded with zero tokens.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn pack_tokens(x: &[BlockQ8_0], nb: usize, out: &mut Vec<TokensQ8_0>) {
-    let tokens = x.len() / nb;
-    out.clear();
-    out.resize(tokens.div_ceil(TOKENS) * nb, TokensQ8_0::default());
-    for (t, blocks) in x.chunks_exact(nb).enumerate() {
-        let (tile, lane) = (t / TOKENS, t % TOKENS);
-        for (b, p) in blocks.iter().zip(&mut out[tile * nb..(tile + 1) * nb]) {
-            for (word, q) in p.qs[lane].iter_mut().zip(b.qs.as_chunks::<4>().0) {
-                *word = u32::from_le_bytes(q.map(|v| v as u8));
-            }
-            p.offsets[lane] = 8 * b.qs.iter().map(|&v| i32::from(v)).sum::<i32>();
-            p.d[lane] = f16_to_f32(b.d);
-        }
-    }
+    pack_token_tiles::<TOKENS, _, _>((x, nb), out, |p, lane, b| {
+        pack_quads(&b.qs, &mut p.qs[lane]);
+        p.offsets[lane] = 8 * b.qs.iter().map(|&v| i32::from(v)).sum::<i32>();
+        p.d[lane] = f16_to_f32(b.d);
+    });
 }
 
 /// The results of one tile, `out[r][t]` for row `r` and token `t`.
