@@ -99,6 +99,25 @@ pub(crate) fn pack_quads(q: &[i8], words: &mut [u32]) {
     }
 }
 
+/// Two i16 in one word, `low` first.
+#[inline(always)]
+pub(crate) fn i16_pair(low: i16, high: i16) -> u32 {
+    u32::from(low as u16) | (u32::from(high as u16) << 16)
+}
+
+/// A Q8_K token block's sums as the K-quant lane kernels read them, two i16 to a word: its
+/// sub-block sums (pairs of 16-value sums, as the single-row dot forms them) and its 16-value sums.
+#[inline(always)]
+pub(crate) fn q8k_pair_sums<const G: usize, const H: usize>(
+    b: &crate::quant::BlockQ8K,
+) -> ([u32; G], [u32; H]) {
+    let sub = |s: usize| b.bsums[2 * s].wrapping_add(b.bsums[2 * s + 1]);
+    (
+        std::array::from_fn(|g| i16_pair(sub(2 * g), sub(2 * g + 1))),
+        std::array::from_fn(|m| i16_pair(b.bsums[2 * m], b.bsums[2 * m + 1])),
+    )
+}
+
 /// The weight rows and tokens of a product of `w` by `x` (rows and tokens of `nb` blocks each);
 /// `None` when it has none of either (or `nb` is 0).
 #[inline(always)]

@@ -16,7 +16,7 @@ use std::{arch::x86_64::*, cell::RefCell};
 use super::{lane_results, load_f32x8, load_u8x32, load_u32x8};
 use crate::{
     kernels::{
-        tiles::{OutLayout, gemm_by_tiles, pack_quads, pack_token_tiles},
+        tiles::{OutLayout, gemm_by_tiles, i16_pair, pack_quads, pack_token_tiles, q8k_pair_sums},
         x86::{self, f16_to_f32},
     },
     quant::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K},
@@ -106,11 +106,6 @@ struct Scratch {
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
-}
-
-/// Two i16 in one word, `low` first.
-fn i16_pair(low: i16, high: i16) -> u32 {
-    u32::from(low as u16) | (u32::from(high as u16) << 16)
 }
 
 /// A row's values in natural order, 32 to a chunk.
@@ -341,10 +336,7 @@ fn pack_rows<W: LaneBlock>(rows: &[&[W]; ROWS], out: &mut Vec<RowsLanes>) {
 fn pack_tokens(x: &[BlockQ8K], nb: usize, out: &mut Vec<TokensLanes>) {
     pack_token_tiles::<TOKENS, _, _>((x, nb), out, |p, lane, b| {
         pack_quads(&b.qs, &mut p.qs[lane]);
-        // The single-row dot's sub-block sums: pairs of 16-value sums.
-        let sub = |s: usize| b.bsums[2 * s].wrapping_add(b.bsums[2 * s + 1]);
-        p.sub_sums[lane] = std::array::from_fn(|g| i16_pair(sub(2 * g), sub(2 * g + 1)));
-        p.bsums[lane] = std::array::from_fn(|m| i16_pair(b.bsums[2 * m], b.bsums[2 * m + 1]));
+        (p.sub_sums[lane], p.bsums[lane]) = q8k_pair_sums(b);
         p.d[lane] = b.d;
     });
 }
