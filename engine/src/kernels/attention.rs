@@ -539,8 +539,8 @@ unsafe fn token_flash<R: HalfRounding, const HD: usize>(
 /// A row's key-by-key softmax over one block, computed ahead of the sums of values: at key `k`,
 /// either a new maximum (`rescale[k] = e^(old max - score)`, `weight[k] = 1`) or not
 /// (`rescale[k] = 1`, `weight[k] = e^(score - max)`). The exponentials of a block are taken together,
-/// off the sums' critical path, with the C library's `expf` as llama.cpp takes them (a faster
-/// approximation moves greedy tokens away from llama.cpp's on some kernel tiers).
+/// off the sums' critical path, with the bits of the C library's `expf` as llama.cpp takes them (a
+/// faster approximation moves greedy tokens away from llama.cpp's on some kernel tiers), inlined.
 #[derive(Clone, Copy)]
 struct SoftmaxSteps {
     rescale: [f32; KEY_BLOCK],
@@ -582,7 +582,7 @@ impl SoftmaxSteps {
             ..Self::default()
         };
         for k in from..live.min(KEY_BLOCK) {
-            let e = exponent[k].exp();
+            let e = super::expf::expf(exponent[k]);
             steps.rescale[k] = if raised[k] { e } else { 1.0 };
             steps.weight[k] = if raised[k] { 1.0 } else { e };
         }

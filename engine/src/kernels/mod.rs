@@ -12,6 +12,7 @@ mod avx2;
 mod avx512;
 pub mod cpu;
 pub mod dispatch;
+pub mod expf;
 pub mod k_numerics;
 pub mod scalar;
 mod tiles;
