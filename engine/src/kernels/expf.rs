@@ -1,5 +1,5 @@
 //! `e^x` in f32 with the bits of the C library's `expf` (glibc's, as its x86-64 build for FMA
-//! processors computes it), written out so that it inlines into the softmax and SiLU loops instead of
+//! processors computes it), written out so that it inlines into the softmax loop instead of
 //! costing a call per value.
 //!
 //! The steps are glibc's (`sysdeps/ieee754/flt-32/e_expf.c`): `x` in f64 is split as
