@@ -16,10 +16,31 @@ use crate::quant::{BlockQ6K, BlockQ8K, QK};
 // Loads and reductions. Safe functions: they need the target features (callers have them), and
 // every load reads from a reference of exactly the loaded size.
 
+/// One f16 as f32, by F16C's `vcvtph2ps` of a register holding only that half.
+///
+/// Written as the intrinsics, the compiler sees that only the half's lane matters and puts it into
+/// whatever register it likes with `vpinsrw`, which keeps that register's other lanes: the
+/// conversion then waits for the register's last write. In a dot product's loop that register
+/// was an accumulator, so every block's scales waited for the previous block's sums, and a decode
+/// step ran at half the memory speed of the same loop in C. Here the half is moved into a
+/// register with zeros above it (`vmovd`, which depends on nothing before it), and the conversion
+/// is an instruction the compiler cannot rewrite.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
 pub(super) fn f16_to_f32(h: f16) -> f32 {
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h.to_bits()))))
+    let half = _mm_cvtsi32_si128(i32::from(h.to_bits()));
+    let converted: __m128;
+    // SAFETY: `vcvtph2ps` reads and writes only the two named registers; the caller's target
+    // features include F16C.
+    unsafe {
+        std::arch::asm!(
+            "vcvtph2ps {converted}, {half}",
+            half = in(xmm_reg) half,
+            converted = lateout(xmm_reg) converted,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    _mm_cvtss_f32(converted)
 }
 
 /// The first four f16 of a block as f32 lanes: its scale (and for Q4_1/Q8_1 the second f16 field)
@@ -28,10 +49,20 @@ pub(super) fn f16_to_f32(h: f16) -> f32 {
 #[inline]
 pub(super) fn head_f32<T>(block: &T) -> __m128 {
     const { assert!(size_of::<T>() >= 8) };
-    // SAFETY: `block` is at least 8 readable bytes (checked above); `loadl_epi64` reads 8 bytes and
-    // has no alignment requirement.
-    let bits = unsafe { _mm_loadl_epi64((block as *const T).cast()) };
-    _mm_cvtph_ps(bits)
+    let converted: __m128;
+    // SAFETY: `block` is at least 8 readable bytes (checked above), which is what `vcvtph2ps`
+    // reads, with no alignment requirement; the caller's target features include F16C. Written as
+    // an instruction for the reason given at [`f16_to_f32`]: where only lane 0 is used, the
+    // compiler would otherwise narrow the load into a `vpinsrw` that waits on an unrelated register.
+    unsafe {
+        std::arch::asm!(
+            "vcvtph2ps {converted}, qword ptr [{block}]",
+            block = in(reg) block as *const T,
+            converted = lateout(xmm_reg) converted,
+            options(pure, readonly, nostack, preserves_flags),
+        );
+    }
+    converted
 }
 
 /// The 32 int8 values of a block.
