@@ -37,7 +37,8 @@ const ROWS_PER_BLOCK: usize = 64;
 /// Parallel tasks per thread of a product split over rows. Every task is claimed from one shared
 /// atomic word, which moves between the cores' caches at each claim: with the model's 576-row
 /// matrices in tasks of 64 rows, claiming cost a quarter of a two-thread decode step, so a product
-/// split over rows takes one even share per thread instead.
+/// split over rows takes one even share per thread instead (one-token products over large matrices
+/// excepted: [`decode_rows_per_task`]).
 const TASKS_PER_THREAD: usize = 1;
 
 /// Tokens from which a quantized product goes through the tiled kernels. Below it the tiles' fixed
@@ -294,7 +295,7 @@ pub fn matmul_split(
         // The four-row dots of Q4_1 prefetch the rows ahead; those of the matrices llama.cpp repacks
         // reduce the four rows' block totals together.
         let quads = matches!(w.data, WeightData::Q4_1(_)) || repacks(w.kind().file_type(), w.rows);
-        let rows_per_task = rows_per_thread(w.rows, split.threads());
+        let rows_per_task = decode_rows_per_task(w, split.threads());
         split.chunks_mut(out, rows_per_task, |task, chunk| {
             rows_dot(k, w, &converted, task * rows_per_task, (0, 1), chunk, quads);
         });
@@ -310,6 +311,25 @@ pub fn matmul_split(
         }
     }
     scratch.transposed = transposed;
+}
+
+/// Weight bytes from which a one-token product is cut into [`LARGE_TASKS_PER_THREAD`] tasks per
+/// thread: large enough that a claim is rare beside the rows it hands out.
+const LARGE_PRODUCT_BYTES: usize = 8 << 20;
+/// Tasks per thread of a one-token product over a large matrix: a thread that its neighbours slow
+/// down takes fewer of them instead of holding the other threads at the end of every product (on a
+/// 2-vCPU VM, the 8B Q4_K_M decode spent a tenth of its time waiting so with one share per thread).
+const LARGE_TASKS_PER_THREAD: usize = 4;
+
+/// Rows per task of a one-token product of `w` on `threads` threads.
+fn decode_rows_per_task(w: &Weight, threads: usize) -> usize {
+    if w.byte_size() < LARGE_PRODUCT_BYTES {
+        return rows_per_thread(w.rows, threads);
+    }
+    w.rows
+        .div_ceil((threads * LARGE_TASKS_PER_THREAD).max(1))
+        .next_multiple_of(4)
+        .max(4)
 }
 
 /// Rows per task of a product over `rows` rows split over rows on `threads` threads: an even share
@@ -670,6 +690,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn one_token_products_over_large_matrices_take_several_tasks_per_thread() {
+        let large = Weight::from_f32(vec![0.5; 2048 * 4096], 2048, 4096, WeightType::Q8_0);
+        assert!(large.byte_size() >= LARGE_PRODUCT_BYTES);
+        assert_eq!(
+            decode_rows_per_task(&large, 2),
+            2048 / (2 * LARGE_TASKS_PER_THREAD)
+        );
+        let small = Weight::from_f32(vec![0.5; 576 * 1536], 576, 1536, WeightType::Q8_0);
+        assert_eq!(decode_rows_per_task(&small, 2), 288);
     }
 
     #[test]
