@@ -326,17 +326,18 @@ fn decode_rows_per_task(w: &Weight, threads: usize) -> usize {
     if w.byte_size() < LARGE_PRODUCT_BYTES {
         return rows_per_thread(w.rows, threads);
     }
-    w.rows
-        .div_ceil((threads * LARGE_TASKS_PER_THREAD).max(1))
-        .next_multiple_of(4)
-        .max(4)
+    rows_per_task(w.rows, threads * LARGE_TASKS_PER_THREAD)
 }
 
 /// Rows per task of a product over `rows` rows split over rows on `threads` threads: an even share
 /// of [`TASKS_PER_THREAD`] tasks per thread, in whole groups of four rows.
 fn rows_per_thread(rows: usize, threads: usize) -> usize {
-    let tasks = (threads * TASKS_PER_THREAD).max(1);
-    rows.div_ceil(tasks).next_multiple_of(4).max(4)
+    rows_per_task(rows, threads * TASKS_PER_THREAD)
+}
+
+/// Rows per task of `rows` rows cut into `tasks` tasks, in whole groups of four rows.
+fn rows_per_task(rows: usize, tasks: usize) -> usize {
+    rows.div_ceil(tasks.max(1)).next_multiple_of(4).max(4)
 }
 
 /// A few tokens, or several of a float type: each thread takes an even share of the weight rows, a
