@@ -11,9 +11,12 @@
 //! in f32. A query row's result therefore has the same bits whichever tokens and heads share its call:
 //! batching and chunked prefill do not change it.
 //!
-//! Over an f16 cache the fast form is llama.cpp's CPU flash attention instead, step for step: the
-//! query rounded to f16, each score summed as ggml's AVX-512 f16 dot sums it, the softmax updated key
-//! by key, and the weighted values kept in f16. Its bits are llama.cpp's on every tier.
+//! Over an f16 cache the fast form is llama.cpp's CPU flash attention instead, step for step, in the
+//! form llama.cpp picks by the size of the batch. Below [`TILED_MIN_TOKENS`] query tokens of a
+//! sequence's forward call: the query rounded to f16, each score summed as ggml's AVX-512 f16 dot sums
+//! it, the softmax updated key by key, and the weighted values kept in f16. From there on, its tiled
+//! form, f32 throughout (the `tiled` module). Either gives llama.cpp's AVX-512 bits on every tier, and a row's
+//! bits do not depend on which rows share its call.
 //!
 //! A sliding-window layer's query at position `p` sees only positions `p'` with `p - p' < window`
 //! (llama.cpp's standard sliding window); the kernel skips the blocks before a call's first visible
@@ -24,6 +27,13 @@
 use std::cell::RefCell;
 
 use half::{f16, slice::HalfFloatSliceExt};
+
+mod tiled;
+
+pub use tiled::TILED_MIN_TOKENS;
+#[cfg(target_arch = "x86_64")]
+use tiled::{Avx2Lanes, Avx512Lanes};
+use tiled::{Lanes, PortableLanes};
 
 /// Key positions per block of the fast kernel.
 pub const KEY_BLOCK: usize = 64;
@@ -78,6 +88,10 @@ pub struct GroupQueries<'a> {
     /// Positions a query sees in a sliding-window layer (itself and the `window - 1` before it);
     /// `None` for global attention.
     pub window: Option<usize>,
+    /// Whether the sequence's forward call feeds [`TILED_MIN_TOKENS`] tokens or more: over an f16
+    /// cache llama.cpp then takes its tiled flash attention, and so does the fast kernel
+    /// (the `tiled` module).
+    pub tiled: bool,
 }
 
 impl GroupQueries<'_> {
@@ -263,9 +277,9 @@ impl HalfRounding for Avx512Rounding {
 /// where it fuses. Either way a cache type gives the same bits on every tier.
 ///
 /// # Safety
-/// The CPU must support what `R` uses.
+/// The CPU must support what `R` and `L` use.
 #[inline(always)]
-pub(crate) unsafe fn attend_fast<T: CacheValue, R: HalfRounding>(
+pub(crate) unsafe fn attend_fast<T: CacheValue, R: HalfRounding, L: Lanes>(
     queries: &GroupQueries<'_>,
     kv: &CachedHead<'_, T>,
     out: &mut [f32],
@@ -274,25 +288,30 @@ pub(crate) unsafe fn attend_fast<T: CacheValue, R: HalfRounding>(
     // SAFETY: passed on from the caller.
     unsafe {
         match queries.head_dim {
-            16 => blocked::<T, R, 16>(queries, kv, out, scratch),
-            32 => blocked::<T, R, 32>(queries, kv, out, scratch),
-            64 => blocked::<T, R, 64>(queries, kv, out, scratch),
-            128 => blocked::<T, R, 128>(queries, kv, out, scratch),
-            256 => blocked::<T, R, 256>(queries, kv, out, scratch),
+            16 => blocked::<T, R, L, 16>(queries, kv, out, scratch),
+            32 => blocked::<T, R, L, 32>(queries, kv, out, scratch),
+            64 => blocked::<T, R, L, 64>(queries, kv, out, scratch),
+            128 => blocked::<T, R, L, 128>(queries, kv, out, scratch),
+            256 => blocked::<T, R, L, 256>(queries, kv, out, scratch),
             _ => attend_reference(queries, kv, out),
         }
     }
 }
 
 /// # Safety
-/// The CPU must support what `R` uses.
+/// The CPU must support what `R` and `L` use.
 #[inline(always)]
-unsafe fn blocked<T: CacheValue, R: HalfRounding, const HD: usize>(
+unsafe fn blocked<T: CacheValue, R: HalfRounding, L: Lanes, const HD: usize>(
     queries: &GroupQueries<'_>,
     kv: &CachedHead<'_, T>,
     out: &mut [f32],
     s: &mut Scratch,
 ) {
+    if T::FLASH_F16 && queries.tiled {
+        // SAFETY: passed on from the caller.
+        unsafe { tiled::attend::<T, L, HD>(queries, kv, out, s) };
+        return;
+    }
     let rows = queries.rows();
     s.queries.resize(rows * HD, 0.0);
     for r in 0..rows {
@@ -758,7 +777,7 @@ pub(crate) fn attend_f16_portable(
     scratch: &mut Scratch,
 ) {
     // SAFETY: software rounding has no requirements.
-    unsafe { attend_fast::<f16, SoftwareRounding>(q, kv, out, scratch) };
+    unsafe { attend_fast::<f16, SoftwareRounding, PortableLanes>(q, kv, out, scratch) };
 }
 
 /// The fast kernel on the baseline instruction set.
@@ -769,12 +788,12 @@ pub(crate) fn attend_f32_portable(
     scratch: &mut Scratch,
 ) {
     // SAFETY: the f32 cache rounds nothing.
-    unsafe { attend_fast::<f32, SoftwareRounding>(q, kv, out, scratch) };
+    unsafe { attend_fast::<f32, SoftwareRounding, PortableLanes>(q, kv, out, scratch) };
 }
 
 /// The fast kernel for one cache type compiled with a SIMD tier's instruction set.
 macro_rules! simd_tier {
-    ($name:ident, $value:ty, $rounding:ty, $features:literal, $doc:literal) => {
+    ($name:ident, $value:ty, $rounding:ty, $lanes:ty, $features:literal, $doc:literal) => {
         #[doc = $doc]
         ///
         /// # Safety
@@ -788,7 +807,7 @@ macro_rules! simd_tier {
             scratch: &mut Scratch,
         ) {
             // SAFETY: the rounding's instructions are among the features the caller guarantees.
-            unsafe { attend_fast::<$value, $rounding>(q, kv, out, scratch) };
+            unsafe { attend_fast::<$value, $rounding, $lanes>(q, kv, out, scratch) };
         }
     };
 }
@@ -797,6 +816,7 @@ simd_tier!(
     attend_f16_avx2,
     f16,
     F16cRounding,
+    Avx2Lanes,
     "avx2,fma,f16c",
     "The fast kernel for AVX2 and FMA."
 );
@@ -804,6 +824,7 @@ simd_tier!(
     attend_f32_avx2,
     f32,
     F16cRounding,
+    Avx2Lanes,
     "avx2,fma,f16c",
     "The fast kernel for AVX2 and FMA."
 );
@@ -811,6 +832,7 @@ simd_tier!(
     attend_f16_avx512,
     f16,
     Avx512Rounding,
+    Avx512Lanes,
     "avx512f,avx512bw,avx512vl,avx2,fma,f16c",
     "The fast kernel for AVX-512."
 );
@@ -818,6 +840,7 @@ simd_tier!(
     attend_f32_avx512,
     f32,
     Avx512Rounding,
+    Avx512Lanes,
     "avx512f,avx512bw,avx512vl,avx2,fma,f16c",
     "The fast kernel for AVX-512."
 );
@@ -891,10 +914,24 @@ mod tests {
             (48, 3, 6, 30, Some(7)),
         ];
         for (seed, &(hd, heads, tokens, first_pos, window)) in shapes.iter().enumerate() {
+            for tiled in [false, true] {
+                check_every_tier(seed as u64, (hd, heads, tokens, first_pos), window, tiled);
+            }
+        }
+    }
+
+    /// One shape of [`every_tier_matches_the_reference_and_the_portable_bits`].
+    fn check_every_tier(
+        seed: u64,
+        (hd, heads, tokens, first_pos): (usize, usize, usize, usize),
+        window: Option<usize>,
+        tiled: bool,
+    ) {
+        {
             let stride = heads * hd + 8;
             let positions = first_pos + tokens;
             let kv_width = 2 * hd;
-            let c = case(seed as u64, tokens, stride, positions, kv_width);
+            let c = case(seed, tokens, stride, positions, kv_width);
             let offset = |j: usize| c.order[j] * c.kv_width + hd;
             let queries = GroupQueries {
                 q: &c.q,
@@ -905,6 +942,7 @@ mod tests {
                 first_pos,
                 scale: 1.0 / (hd as f32).sqrt(),
                 window,
+                tiled,
             };
             let keys16: Vec<f16> = c.keys.iter().map(|&v| f16::from_f32(v)).collect();
             let values16: Vec<f16> = c.values.iter().map(|&v| f16::from_f32(v)).collect();
@@ -929,7 +967,8 @@ mod tests {
             for tier in cpu::available_tiers() {
                 let table = KernelTable::for_tier(tier).expect("available tier");
                 let what = format!(
-                    "{tier:?} head {hd}, {tokens} tokens from {first_pos}, window {window:?}"
+                    "{tier:?} head {hd}, {tokens} tokens from {first_pos}, window {window:?}, \
+                     tiled {tiled}"
                 );
                 let mut got = vec![0f32; tokens * stride];
                 table.attend_f32(&queries, &head32, &mut got);
@@ -939,10 +978,12 @@ mod tests {
                     portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                     "{what}: the portable kernel's bits"
                 );
-                // The f16 sums of values follow llama.cpp, a few parts in 10^4 from the exact result.
+                // The f16 sums of values follow llama.cpp, a few parts in 10^4 from the exact result;
+                // its tiled form sums in f32.
                 let mut got = vec![0f32; tokens * stride];
                 table.attend_f16(&queries, &head16, &mut got);
-                close(&got, &want16, 3e-3, &format!("{what}, f16 cache"));
+                let tolerance = if tiled { 2e-5 } else { 3e-3 };
+                close(&got, &want16, tolerance, &format!("{what}, f16 cache"));
                 assert_eq!(
                     got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                     portable16.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
@@ -973,6 +1014,7 @@ mod tests {
             first_pos,
             scale: 0.125,
             window: None,
+            tiled: false,
         };
         let mut together = vec![0f32; tokens * stride];
         with_scratch(|s| attend_f32_portable(&block, &head, &mut together, s));
@@ -1020,26 +1062,30 @@ mod tests {
             first_pos,
             scale: 0.125,
             window: Some(window),
+            tiled: false,
         };
-        let mut together = vec![0f32; tokens * stride];
-        with_scratch(|s| attend_f16_portable(&block, &head, &mut together, s));
-        for t in [0, 21, 39] {
-            let alone = GroupQueries {
-                q: &c.q[t * stride..],
-                tokens: 1,
-                first_pos: first_pos + t,
-                ..block
-            };
-            let mut out = vec![0f32; stride];
-            with_scratch(|s| attend_f16_portable(&alone, &head, &mut out, s));
-            assert_eq!(
-                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                together[t * stride..(t + 1) * stride]
-                    .iter()
-                    .map(|v| v.to_bits())
-                    .collect::<Vec<_>>(),
-                "token {t}"
-            );
+        for tiled in [false, true] {
+            let block = GroupQueries { tiled, ..block };
+            let mut together = vec![0f32; tokens * stride];
+            with_scratch(|s| attend_f16_portable(&block, &head, &mut together, s));
+            for t in [0, 21, 39] {
+                let alone = GroupQueries {
+                    q: &c.q[t * stride..],
+                    tokens: 1,
+                    first_pos: first_pos + t,
+                    ..block
+                };
+                let mut out = vec![0f32; stride];
+                with_scratch(|s| attend_f16_portable(&alone, &head, &mut out, s));
+                assert_eq!(
+                    out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    together[t * stride..(t + 1) * stride]
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect::<Vec<_>>(),
+                    "token {t}, tiled {tiled}"
+                );
+            }
         }
     }
 
@@ -1071,6 +1117,7 @@ mod tests {
                 first_pos,
                 scale: 0.125,
                 window: Some(window),
+                tiled: false,
             };
             for t in 0..tokens {
                 // The same row as a global query over its window's positions, renumbered from 0.
@@ -1120,14 +1167,17 @@ mod tests {
                         values: &values16,
                         offset: &offset,
                     };
-                    let mut got = vec![0f32; tokens * stride];
-                    table.attend_f16(&windowed, &head16, &mut got);
-                    close(
-                        &got[t * stride..(t + 1) * stride],
-                        &want16,
-                        3e-3,
-                        &format!("{what}, f16 cache"),
-                    );
+                    for tiled in [false, true] {
+                        let windowed = GroupQueries { tiled, ..windowed };
+                        let mut got = vec![0f32; tokens * stride];
+                        table.attend_f16(&windowed, &head16, &mut got);
+                        close(
+                            &got[t * stride..(t + 1) * stride],
+                            &want16,
+                            3e-3,
+                            &format!("{what}, f16 cache, tiled {tiled}"),
+                        );
+                    }
                 }
             }
         }
