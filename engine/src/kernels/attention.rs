@@ -1016,24 +1016,38 @@ mod tests {
             window: None,
             tiled: false,
         };
-        let mut together = vec![0f32; tokens * stride];
-        with_scratch(|s| attend_f32_portable(&block, &head, &mut together, s));
-        for t in [0, 13, 19] {
+        let attend = |q: &GroupQueries<'_>, out: &mut [f32]| {
+            with_scratch(|s| attend_f32_portable(q, &head, out, s));
+        };
+        assert_rows_alone_as_in_block(&block, attend, &[0, 13, 19]);
+    }
+
+    /// Runs `attend` over `block`, then over each of its `tokens` alone: the same bits.
+    fn assert_rows_alone_as_in_block(
+        block: &GroupQueries<'_>,
+        attend: impl Fn(&GroupQueries<'_>, &mut [f32]),
+        tokens: &[usize],
+    ) {
+        let stride = block.stride;
+        let mut together = vec![0f32; block.tokens * stride];
+        attend(block, &mut together);
+        for &t in tokens {
             let alone = GroupQueries {
-                q: &c.q[t * stride..],
+                q: &block.q[t * stride..],
                 tokens: 1,
-                first_pos: first_pos + t,
-                ..block
+                first_pos: block.first_pos + t,
+                ..*block
             };
             let mut out = vec![0f32; stride];
-            with_scratch(|s| attend_f32_portable(&alone, &head, &mut out, s));
+            attend(&alone, &mut out);
             assert_eq!(
                 out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 together[t * stride..(t + 1) * stride]
                     .iter()
                     .map(|v| v.to_bits())
                     .collect::<Vec<_>>(),
-                "token {t}"
+                "token {t}, tiled {}",
+                block.tiled
             );
         }
     }
@@ -1065,27 +1079,10 @@ mod tests {
             tiled: false,
         };
         for tiled in [false, true] {
-            let block = GroupQueries { tiled, ..block };
-            let mut together = vec![0f32; tokens * stride];
-            with_scratch(|s| attend_f16_portable(&block, &head, &mut together, s));
-            for t in [0, 21, 39] {
-                let alone = GroupQueries {
-                    q: &c.q[t * stride..],
-                    tokens: 1,
-                    first_pos: first_pos + t,
-                    ..block
-                };
-                let mut out = vec![0f32; stride];
-                with_scratch(|s| attend_f16_portable(&alone, &head, &mut out, s));
-                assert_eq!(
-                    out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    together[t * stride..(t + 1) * stride]
-                        .iter()
-                        .map(|v| v.to_bits())
-                        .collect::<Vec<_>>(),
-                    "token {t}, tiled {tiled}"
-                );
-            }
+            let attend = |q: &GroupQueries<'_>, out: &mut [f32]| {
+                with_scratch(|s| attend_f16_portable(q, &head, out, s));
+            };
+            assert_rows_alone_as_in_block(&GroupQueries { tiled, ..block }, attend, &[0, 21, 39]);
         }
     }
 
