@@ -452,6 +452,54 @@ impl Lanes for Avx2Lanes {
             ])
         }
     }
+    /// [`ggml_expf`]'s steps eight lanes at a time, `2^n` built from its exponent bits; a vector with
+    /// a lane whose `2^n` is not a normal f32 (and not past the cutoff of 0 or infinity) takes the
+    /// scalar form.
+    #[inline(always)]
+    unsafe fn exp(x: &mut [f32; LANES]) {
+        use std::arch::x86_64::*;
+        for half in x.as_chunks_mut::<8>().0 {
+            // SAFETY: 8 f32 read and written in place; the caller guarantees AVX2 and FMA.
+            unsafe {
+                let c = |bits: u32| _mm256_set1_ps(f32::from_bits(bits));
+                let v = _mm256_loadu_ps(half.as_ptr());
+                let round = c(0x4b40_0000);
+                let z = _mm256_fmadd_ps(v, c(0x3fb8_aa3b), round);
+                let n = _mm256_sub_ps(z, round);
+                let b = _mm256_fnmadd_ps(n, c(0x35bf_be8e), _mm256_fnmadd_ps(n, c(0x3f31_7200), v));
+                let u = _mm256_mul_ps(b, b);
+                let high = _mm256_fmadd_ps(
+                    _mm256_fmadd_ps(c(0x3c07_2010), b, c(0x3d2b_9f17)),
+                    u,
+                    _mm256_fmadd_ps(c(0x3e2a_af33), b, c(0x3eff_fedb)),
+                );
+                let j = _mm256_fmadd_ps(
+                    high,
+                    u,
+                    _mm256_fmadd_ps(c(0x3f7f_fff6), b, _mm256_set1_ps(1.0)),
+                );
+                let normal = _mm256_and_ps(
+                    _mm256_cmp_ps::<_CMP_GE_OQ>(n, _mm256_set1_ps(-126.0)),
+                    _mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_set1_ps(127.0)),
+                );
+                let magnitude = _mm256_andnot_ps(_mm256_set1_ps(-0.0), n);
+                let far = _mm256_cmp_ps::<_CMP_GT_OQ>(magnitude, _mm256_set1_ps(192.0));
+                if _mm256_movemask_ps(_mm256_or_ps(normal, far)) != 0xff {
+                    for v in half.iter_mut() {
+                        *v = ggml_expf(*v);
+                    }
+                    continue;
+                }
+                let exponent = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+                let power = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(exponent));
+                let below = _mm256_cmp_ps::<_CMP_LE_OQ>(n, _mm256_setzero_ps());
+                let cutoff =
+                    _mm256_blendv_ps(_mm256_set1_ps(f32::INFINITY), _mm256_setzero_ps(), below);
+                let result = _mm256_blendv_ps(_mm256_mul_ps(j, power), cutoff, far);
+                _mm256_storeu_ps(half.as_mut_ptr(), result);
+            }
+        }
+    }
 }
 
 /// Lanes in one AVX-512 register.
