@@ -11,12 +11,9 @@
 //! in f32. A query row's result therefore has the same bits whichever tokens and heads share its call:
 //! batching and chunked prefill do not change it.
 //!
-//! Over an f16 cache the fast form is llama.cpp's CPU flash attention instead, step for step, in the
-//! form llama.cpp picks by the size of the batch. Below [`TILED_MIN_TOKENS`] query tokens of a
-//! sequence's forward call: the query rounded to f16, each score summed as ggml's AVX-512 f16 dot sums
-//! it, the softmax updated key by key, and the weighted values kept in f16. From there on, its tiled
-//! form, f32 throughout (the `tiled` module). Either gives llama.cpp's AVX-512 bits on every tier, and a row's
-//! bits do not depend on which rows share its call.
+//! Over an f16 cache the fast form is llama.cpp's CPU flash attention instead, step for step: the
+//! query rounded to f16, each score summed as ggml's AVX-512 f16 dot sums it, the softmax updated key
+//! by key, and the weighted values kept in f16. Its bits are llama.cpp's on every tier.
 //!
 //! A sliding-window layer's query at position `p` sees only positions `p'` with `p - p' < window`
 //! (llama.cpp's standard sliding window); the kernel skips the blocks before a call's first visible
@@ -27,13 +24,6 @@
 use std::cell::RefCell;
 
 use half::{f16, slice::HalfFloatSliceExt};
-
-mod tiled;
-
-pub use tiled::TILED_MIN_TOKENS;
-#[cfg(target_arch = "x86_64")]
-use tiled::{Avx2Lanes, Avx512Lanes};
-use tiled::{Lanes, PortableLanes};
 
 /// Key positions per block of the fast kernel.
 pub const KEY_BLOCK: usize = 64;
@@ -88,10 +78,6 @@ pub struct GroupQueries<'a> {
     /// Positions a query sees in a sliding-window layer (itself and the `window - 1` before it);
     /// `None` for global attention.
     pub window: Option<usize>,
-    /// Whether the sequence's forward call feeds [`TILED_MIN_TOKENS`] tokens or more: over an f16
-    /// cache llama.cpp then takes its tiled flash attention, and so does the fast kernel
-    /// (the `tiled` module).
-    pub tiled: bool,
 }
 
 impl GroupQueries<'_> {
@@ -277,9 +263,9 @@ impl HalfRounding for Avx512Rounding {
 /// where it fuses. Either way a cache type gives the same bits on every tier.
 ///
 /// # Safety
-/// The CPU must support what `R` and `L` use.
+/// The CPU must support what `R` uses.
 #[inline(always)]
-pub(crate) unsafe fn attend_fast<T: CacheValue, R: HalfRounding, L: Lanes>(
+pub(crate) unsafe fn attend_fast<T: CacheValue, R: HalfRounding>(
     queries: &GroupQueries<'_>,
     kv: &CachedHead<'_, T>,
     out: &mut [f32],
@@ -288,30 +274,25 @@ pub(crate) unsafe fn attend_fast<T: CacheValue, R: HalfRounding, L: Lanes>(
     // SAFETY: passed on from the caller.
     unsafe {
         match queries.head_dim {
-            16 => blocked::<T, R, L, 16>(queries, kv, out, scratch),
-            32 => blocked::<T, R, L, 32>(queries, kv, out, scratch),
-            64 => blocked::<T, R, L, 64>(queries, kv, out, scratch),
-            128 => blocked::<T, R, L, 128>(queries, kv, out, scratch),
-            256 => blocked::<T, R, L, 256>(queries, kv, out, scratch),
+            16 => blocked::<T, R, 16>(queries, kv, out, scratch),
+            32 => blocked::<T, R, 32>(queries, kv, out, scratch),
+            64 => blocked::<T, R, 64>(queries, kv, out, scratch),
+            128 => blocked::<T, R, 128>(queries, kv, out, scratch),
+            256 => blocked::<T, R, 256>(queries, kv, out, scratch),
             _ => attend_reference(queries, kv, out),
         }
     }
 }
 
 /// # Safety
-/// The CPU must support what `R` and `L` use.
+/// The CPU must support what `R` uses.
 #[inline(always)]
-unsafe fn blocked<T: CacheValue, R: HalfRounding, L: Lanes, const HD: usize>(
+unsafe fn blocked<T: CacheValue, R: HalfRounding, const HD: usize>(
     queries: &GroupQueries<'_>,
     kv: &CachedHead<'_, T>,
     out: &mut [f32],
     s: &mut Scratch,
 ) {
-    if T::FLASH_F16 && queries.tiled {
-        // SAFETY: passed on from the caller.
-        unsafe { tiled::attend::<T, L, HD>(queries, kv, out, s) };
-        return;
-    }
     let rows = queries.rows();
     s.queries.resize(rows * HD, 0.0);
     for r in 0..rows {
@@ -777,7 +758,7 @@ pub(crate) fn attend_f16_portable(
     scratch: &mut Scratch,
 ) {
     // SAFETY: software rounding has no requirements.
-    unsafe { attend_fast::<f16, SoftwareRounding, PortableLanes>(q, kv, out, scratch) };
+    unsafe { attend_fast::<f16, SoftwareRounding>(q, kv, out, scratch) };
 }
 
 /// The fast kernel on the baseline instruction set.
@@ -788,12 +769,12 @@ pub(crate) fn attend_f32_portable(
     scratch: &mut Scratch,
 ) {
     // SAFETY: the f32 cache rounds nothing.
-    unsafe { attend_fast::<f32, SoftwareRounding, PortableLanes>(q, kv, out, scratch) };
+    unsafe { attend_fast::<f32, SoftwareRounding>(q, kv, out, scratch) };
 }
 
 /// The fast kernel for one cache type compiled with a SIMD tier's instruction set.
 macro_rules! simd_tier {
-    ($name:ident, $value:ty, $rounding:ty, $lanes:ty, $features:literal, $doc:literal) => {
+    ($name:ident, $value:ty, $rounding:ty, $features:literal, $doc:literal) => {
         #[doc = $doc]
         ///
         /// # Safety
@@ -807,7 +788,7 @@ macro_rules! simd_tier {
             scratch: &mut Scratch,
         ) {
             // SAFETY: the rounding's instructions are among the features the caller guarantees.
-            unsafe { attend_fast::<$value, $rounding, $lanes>(q, kv, out, scratch) };
+            unsafe { attend_fast::<$value, $rounding>(q, kv, out, scratch) };
         }
     };
 }
@@ -816,7 +797,6 @@ simd_tier!(
     attend_f16_avx2,
     f16,
     F16cRounding,
-    Avx2Lanes,
     "avx2,fma,f16c",
     "The fast kernel for AVX2 and FMA."
 );
@@ -824,7 +804,6 @@ simd_tier!(
     attend_f32_avx2,
     f32,
     F16cRounding,
-    Avx2Lanes,
     "avx2,fma,f16c",
     "The fast kernel for AVX2 and FMA."
 );
@@ -832,7 +811,6 @@ simd_tier!(
     attend_f16_avx512,
     f16,
     Avx512Rounding,
-    Avx512Lanes,
     "avx512f,avx512bw,avx512vl,avx2,fma,f16c",
     "The fast kernel for AVX-512."
 );
@@ -840,7 +818,6 @@ simd_tier!(
     attend_f32_avx512,
     f32,
     Avx512Rounding,
-    Avx512Lanes,
     "avx512f,avx512bw,avx512vl,avx2,fma,f16c",
     "The fast kernel for AVX-512."
 );
@@ -914,24 +891,10 @@ mod tests {
             (48, 3, 6, 30, Some(7)),
         ];
         for (seed, &(hd, heads, tokens, first_pos, window)) in shapes.iter().enumerate() {
-            for tiled in [false, true] {
-                check_every_tier(seed as u64, (hd, heads, tokens, first_pos), window, tiled);
-            }
-        }
-    }
-
-    /// One shape of [`every_tier_matches_the_reference_and_the_portable_bits`].
-    fn check_every_tier(
-        seed: u64,
-        (hd, heads, tokens, first_pos): (usize, usize, usize, usize),
-        window: Option<usize>,
-        tiled: bool,
-    ) {
-        {
             let stride = heads * hd + 8;
             let positions = first_pos + tokens;
             let kv_width = 2 * hd;
-            let c = case(seed, tokens, stride, positions, kv_width);
+            let c = case(seed as u64, tokens, stride, positions, kv_width);
             let offset = |j: usize| c.order[j] * c.kv_width + hd;
             let queries = GroupQueries {
                 q: &c.q,
@@ -942,7 +905,6 @@ mod tests {
                 first_pos,
                 scale: 1.0 / (hd as f32).sqrt(),
                 window,
-                tiled,
             };
             let keys16: Vec<f16> = c.keys.iter().map(|&v| f16::from_f32(v)).collect();
             let values16: Vec<f16> = c.values.iter().map(|&v| f16::from_f32(v)).collect();
@@ -967,8 +929,7 @@ mod tests {
             for tier in cpu::available_tiers() {
                 let table = KernelTable::for_tier(tier).expect("available tier");
                 let what = format!(
-                    "{tier:?} head {hd}, {tokens} tokens from {first_pos}, window {window:?}, \
-                     tiled {tiled}"
+                    "{tier:?} head {hd}, {tokens} tokens from {first_pos}, window {window:?}"
                 );
                 let mut got = vec![0f32; tokens * stride];
                 table.attend_f32(&queries, &head32, &mut got);
@@ -978,12 +939,10 @@ mod tests {
                     portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                     "{what}: the portable kernel's bits"
                 );
-                // The f16 sums of values follow llama.cpp, a few parts in 10^4 from the exact result;
-                // its tiled form sums in f32.
+                // The f16 sums of values follow llama.cpp, a few parts in 10^4 from the exact result.
                 let mut got = vec![0f32; tokens * stride];
                 table.attend_f16(&queries, &head16, &mut got);
-                let tolerance = if tiled { 2e-5 } else { 3e-3 };
-                close(&got, &want16, tolerance, &format!("{what}, f16 cache"));
+                close(&got, &want16, 3e-3, &format!("{what}, f16 cache"));
                 assert_eq!(
                     got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                     portable16.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
@@ -1014,40 +973,25 @@ mod tests {
             first_pos,
             scale: 0.125,
             window: None,
-            tiled: false,
         };
-        let attend = |q: &GroupQueries<'_>, out: &mut [f32]| {
-            with_scratch(|s| attend_f32_portable(q, &head, out, s));
-        };
-        assert_rows_alone_as_in_block(&block, attend, &[0, 13, 19]);
-    }
-
-    /// Runs `attend` over `block`, then over each of its `tokens` alone: the same bits.
-    fn assert_rows_alone_as_in_block(
-        block: &GroupQueries<'_>,
-        attend: impl Fn(&GroupQueries<'_>, &mut [f32]),
-        tokens: &[usize],
-    ) {
-        let stride = block.stride;
-        let mut together = vec![0f32; block.tokens * stride];
-        attend(block, &mut together);
-        for &t in tokens {
+        let mut together = vec![0f32; tokens * stride];
+        with_scratch(|s| attend_f32_portable(&block, &head, &mut together, s));
+        for t in [0, 13, 19] {
             let alone = GroupQueries {
-                q: &block.q[t * stride..],
+                q: &c.q[t * stride..],
                 tokens: 1,
-                first_pos: block.first_pos + t,
-                ..*block
+                first_pos: first_pos + t,
+                ..block
             };
             let mut out = vec![0f32; stride];
-            attend(&alone, &mut out);
+            with_scratch(|s| attend_f32_portable(&alone, &head, &mut out, s));
             assert_eq!(
                 out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 together[t * stride..(t + 1) * stride]
                     .iter()
                     .map(|v| v.to_bits())
                     .collect::<Vec<_>>(),
-                "token {t}, tiled {}",
-                block.tiled
+                "token {t}"
             );
         }
     }
@@ -1076,13 +1020,26 @@ mod tests {
             first_pos,
             scale: 0.125,
             window: Some(window),
-            tiled: false,
         };
-        for tiled in [false, true] {
-            let attend = |q: &GroupQueries<'_>, out: &mut [f32]| {
-                with_scratch(|s| attend_f16_portable(q, &head, out, s));
+        let mut together = vec![0f32; tokens * stride];
+        with_scratch(|s| attend_f16_portable(&block, &head, &mut together, s));
+        for t in [0, 21, 39] {
+            let alone = GroupQueries {
+                q: &c.q[t * stride..],
+                tokens: 1,
+                first_pos: first_pos + t,
+                ..block
             };
-            assert_rows_alone_as_in_block(&GroupQueries { tiled, ..block }, attend, &[0, 21, 39]);
+            let mut out = vec![0f32; stride];
+            with_scratch(|s| attend_f16_portable(&alone, &head, &mut out, s));
+            assert_eq!(
+                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                together[t * stride..(t + 1) * stride]
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect::<Vec<_>>(),
+                "token {t}"
+            );
         }
     }
 
@@ -1114,7 +1071,6 @@ mod tests {
                 first_pos,
                 scale: 0.125,
                 window: Some(window),
-                tiled: false,
             };
             for t in 0..tokens {
                 // The same row as a global query over its window's positions, renumbered from 0.
@@ -1164,17 +1120,14 @@ mod tests {
                         values: &values16,
                         offset: &offset,
                     };
-                    for tiled in [false, true] {
-                        let windowed = GroupQueries { tiled, ..windowed };
-                        let mut got = vec![0f32; tokens * stride];
-                        table.attend_f16(&windowed, &head16, &mut got);
-                        close(
-                            &got[t * stride..(t + 1) * stride],
-                            &want16,
-                            3e-3,
-                            &format!("{what}, f16 cache, tiled {tiled}"),
-                        );
-                    }
+                    let mut got = vec![0f32; tokens * stride];
+                    table.attend_f16(&windowed, &head16, &mut got);
+                    close(
+                        &got[t * stride..(t + 1) * stride],
+                        &want16,
+                        3e-3,
+                        &format!("{what}, f16 cache"),
+                    );
                 }
             }
         }
