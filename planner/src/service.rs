@@ -104,6 +104,15 @@ impl ServiceCurve {
         }
     }
 
+    /// The same model prefilling `tokens_per_s` prompt tokens a second, inside steps and alone.
+    pub fn prefilling(self, tokens_per_s: f64) -> ServiceCurve {
+        ServiceCurve {
+            prefill_tokens_per_s: tokens_per_s,
+            step_prefill_tokens_per_s: Some(tokens_per_s),
+            ..self
+        }
+    }
+
     /// Tokens one step runs at most.
     pub fn step_tokens(&self) -> u32 {
         STEP_TOKENS

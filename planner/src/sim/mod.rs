@@ -22,6 +22,7 @@ use crate::route::{
 use crate::service::ServiceCurve;
 use crate::workload::{Arrivals, GpuPricing, HOURS, Sla, TraceRecord, Workload};
 
+pub mod projection;
 pub(crate) mod report;
 
 pub use report::{ClassSim, SimReport};
@@ -176,6 +177,19 @@ pub struct Finished {
 
 /// The class index [`BatchingHost::project`] gives the request it projects.
 const PROJECTED: usize = usize::MAX;
+/// The class index [`BatchingHost::project_among`] gives the requests arriving after it.
+const LATER: usize = usize::MAX - 1;
+
+/// A request arriving on a [`BatchingHost`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Arrival {
+    /// When, on the host's clock, seconds.
+    pub at: f64,
+    /// Prompt tokens.
+    pub prompt_tokens: f64,
+    /// Output tokens.
+    pub output_tokens: f64,
+}
 
 /// Shortest step the host runs, seconds (keeps a curve of zeros from stalling the clock).
 const MIN_STEP_S: f64 = 1e-6;
@@ -270,10 +284,29 @@ impl BatchingHost {
     /// host stands, with nothing arriving after it: its time to first token and end-to-end latency
     /// (seconds from `t`), as the steps serve it beside the requests already on the host. Runs the
     /// host itself to the end: project on a copy to keep the original.
-    pub fn project(mut self, t: f64, prompt_tokens: f64, output_tokens: f64) -> Prediction {
+    pub fn project(self, t: f64, prompt_tokens: f64, output_tokens: f64) -> Prediction {
+        self.project_among(t, prompt_tokens, output_tokens, std::iter::empty())
+    }
+
+    /// As [`BatchingHost::project`], with the requests of `later` (in order of arrival, none before
+    /// `t`) arriving after it until its last token.
+    pub fn project_among(
+        mut self,
+        t: f64,
+        prompt_tokens: f64,
+        output_tokens: f64,
+        later: impl IntoIterator<Item = Arrival>,
+    ) -> Prediction {
         self.finished.clear();
         let t = t.max(self.now);
         self.admit(t, PROJECTED, prompt_tokens, output_tokens);
+        for arrival in later {
+            if self.finished.iter().any(|f| f.class == PROJECTED) {
+                break;
+            }
+            let at = arrival.at.max(t);
+            self.admit(at, LATER, arrival.prompt_tokens, arrival.output_tokens);
+        }
         self.finish_all();
         self.finished
             .iter()

@@ -1,0 +1,177 @@
+//! What a request would get on a [`BatchingHost`] while more requests keep arriving after it. The
+//! requests already on the host are known; the later ones are not, and on a CPU host a later prompt
+//! stalls every decoding request for its prefill, so a request's end-to-end latency turns on how many
+//! arrive while it runs. The projection replays the host [`DRAWS`] times, each with its own draw of
+//! the later arrivals (a Poisson stream at the host's recent rate, lengths taken from its recent
+//! requests), and answers for each latency the point that minimizes the mean absolute percentage
+//! error over the draws: their median weighted by 1/x. The draws are the same for every call (common
+//! random numbers), so two projections differ only by what the host and the request are.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::{Arrival, BatchingHost};
+use crate::dist::exponential;
+use crate::route::Prediction;
+
+/// Draws of the later arrivals per projection.
+pub const DRAWS: u64 = 16;
+
+/// Later arrivals taken at most in one draw (a bound on the work of a projection at any rate).
+const MAX_LATER: usize = 64;
+
+/// Later arrivals expected over the request's time alone below which most draws would meet none, so
+/// the host alone is the answer (and the draws are not run).
+const FEW_LATER: f64 = 0.25;
+
+/// Seed of the draws.
+const SEED: u64 = 0x5EED_F1A7;
+
+/// The requests expected after the one projected.
+#[derive(Debug, Clone, Copy)]
+pub struct Later<'a> {
+    /// Arrivals per second.
+    pub rate: f64,
+    /// (prompt tokens, output tokens) of recent requests, drawn from uniformly.
+    pub lengths: &'a [(f64, f64)],
+}
+
+/// What a request of `prompt_tokens` and `output_tokens` arriving at `t` would get on `host` with
+/// requests arriving after it as `later` says: TTFT and E2E from `t`, seconds, each the point of
+/// least expected absolute percentage error over [`DRAWS`] draws of the later arrivals (the host
+/// alone when most draws would meet none).
+pub fn project(
+    host: &BatchingHost,
+    t: f64,
+    prompt_tokens: f64,
+    output_tokens: f64,
+    later: Later<'_>,
+) -> Prediction {
+    let alone = host.clone().project(t, prompt_tokens, output_tokens);
+    let expected = later.rate * alone.e2e_s;
+    if !(expected >= FEW_LATER && expected.is_finite()) || later.lengths.is_empty() {
+        return alone;
+    }
+    let (mut ttft, mut e2e): (Vec<f64>, Vec<f64>) = (0..DRAWS)
+        .map(|draw| {
+            let arrivals = arrivals(t, later, ChaCha8Rng::seed_from_u64(SEED ^ draw));
+            let p = host
+                .clone()
+                .project_among(t, prompt_tokens, output_tokens, arrivals);
+            (p.ttft_s, p.e2e_s)
+        })
+        .unzip();
+    let ttft_s = least_relative_error(&mut ttft);
+    Prediction {
+        ttft_s,
+        e2e_s: least_relative_error(&mut e2e).max(ttft_s),
+    }
+}
+
+/// A Poisson stream from `t` at `later.rate`, each request's lengths drawn from `later.lengths`.
+fn arrivals(t: f64, later: Later<'_>, mut rng: ChaCha8Rng) -> impl Iterator<Item = Arrival> {
+    let mut at = t;
+    std::iter::repeat_with(move || {
+        at += exponential(&mut rng, later.rate);
+        let (prompt_tokens, output_tokens) =
+            later.lengths[rng.random_range(0..later.lengths.len())];
+        Arrival {
+            at,
+            prompt_tokens,
+            output_tokens,
+        }
+    })
+    .take(MAX_LATER)
+}
+
+/// The value `p` of `values` that minimizes the sum of |p - x| / x: their median weighted by 1/x
+/// (non-positive values weigh as the smallest positive one would). 0 for no values.
+pub fn least_relative_error(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let weight = |x: f64| 1.0 / x.max(f64::MIN_POSITIVE);
+    let total: f64 = values.iter().map(|&x| weight(x)).sum();
+    let mut below = 0.0;
+    for &x in values.iter() {
+        below += weight(x);
+        if below >= total / 2.0 {
+            return x;
+        }
+    }
+    values.last().copied().unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::ServiceCurve;
+
+    /// One slot-rich engine: 10 ms a decode step, 1 ms a prompt token.
+    fn curve() -> ServiceCurve {
+        ServiceCurve::fixed(8, 0.010).prefilling(1000.0)
+    }
+
+    /// The weighted median leans to the small values: with 1 and 3 equally often, 1 errs by 2/3 of 3
+    /// when 3 comes, 3 by 2 of 1 when 1 comes.
+    #[test]
+    fn the_point_of_least_relative_error_is_the_median_weighted_by_the_inverse() {
+        assert_eq!(least_relative_error(&mut []), 0.0);
+        assert_eq!(least_relative_error(&mut [3.0, 1.0]), 1.0);
+        assert_eq!(least_relative_error(&mut [2.0, 1.0, 2.0, 2.0]), 2.0);
+        let mut values: Vec<f64> = (1..=100).map(f64::from).collect();
+        let p = least_relative_error(&mut values);
+        let cost = |p: f64| values.iter().map(|x| (p - x).abs() / x).sum::<f64>();
+        for q in [p - 1.0, p + 1.0] {
+            assert!(cost(p) <= cost(q), "{p} against {q}");
+        }
+    }
+
+    #[test]
+    fn no_later_arrivals_project_the_host_alone() {
+        let host = BatchingHost::new(&curve());
+        let alone = host.clone().project(0.0, 100.0, 51.0);
+        let lengths = [(100.0, 50.0)];
+        for later in [
+            Later {
+                rate: 0.0,
+                lengths: &lengths,
+            },
+            Later {
+                rate: 5.0,
+                lengths: &[],
+            },
+        ] {
+            assert_eq!(project(&host, 0.0, 100.0, 51.0, later), alone);
+        }
+    }
+
+    /// Prompts arriving while a request decodes stretch its end, not its first token; the more
+    /// often they come, the more. Draws are fixed, so a projection repeats exactly.
+    #[test]
+    fn later_prompts_stretch_the_end_by_their_rate() {
+        let host = BatchingHost::new(&curve());
+        let alone = host.clone().project(0.0, 100.0, 101.0);
+        assert!((alone.ttft_s - 0.1).abs() < 1e-9 && (alone.e2e_s - 1.1).abs() < 1e-9);
+        let lengths = [(200.0, 1.0)];
+        let at = |rate| {
+            project(
+                &host,
+                0.0,
+                100.0,
+                101.0,
+                Later {
+                    rate,
+                    lengths: &lengths,
+                },
+            )
+        };
+        let (slow, fast) = (at(1.0), at(4.0));
+        assert_eq!(slow, at(1.0));
+        assert!((slow.ttft_s - alone.ttft_s).abs() < 0.05, "{slow:?}");
+        // Prompts of 0.2 s at 1 and 4 a second take a fifth and four fifths of the time. The point
+        // of least relative error is about the number of prompts a second of decoding meets in most
+        // draws: one at 1 a second, many more at 4, whose own prompts stretch it further.
+        let stretch = |p: Prediction| p.e2e_s - alone.e2e_s;
+        assert!((0.1..0.45).contains(&stretch(slow)), "{slow:?}");
+        assert!(stretch(fast) > 1.0, "{fast:?}");
+    }
+}
