@@ -18,7 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use strata_planner::route::Correction;
+use strata_planner::route::{Correction, Prediction};
 
 /// Where a breaker is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,69 +220,68 @@ impl Default for Ewma {
     }
 }
 
-/// The online correction of an endpoint's service model: running averages of the log of observed over
-/// predicted, one for the first token and one for the decode pace. The first observations are averaged
-/// plainly; from the [`Learner::WINDOW`]th on, each weighs [`Learner::ALPHA`] (an EWMA), so the
-/// correction follows a host whose pace changes. Ratios are clamped to [1/LIMIT, LIMIT] so one stray
-/// request cannot throw it far.
+/// The online correction of an endpoint's service model: a factor on the predicted first token and
+/// one on the predicted time after it, each moved after every answer by one step of subgradient
+/// descent on that answer's absolute percentage error: the first token's factor on the TTFT's error
+/// of a stream (on the E2E's of a whole answer, which shows nothing else), the other on the E2E's. They settle where the mean absolute percentage error of the corrected predictions is
+/// least (a median, which one stray answer moves by one step only) and follow a host whose pace
+/// changes. The factors live in log space; the nth answer's step is at most
+/// max([`Learner::RATE`], [`Learner::FIRST_RATE`] / sqrt(n)), so the first answers move them quickly
+/// and later ones finely; each factor stays within [1/LIMIT, LIMIT].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Learner {
-    first_token: LogAverage,
-    decode: LogAverage,
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-struct LogAverage {
-    log: f64,
+    /// Log of the first token's factor.
+    first_token: f64,
+    /// Log of the factor on the time after it.
+    decode: f64,
+    /// Answers learned from.
     seen: u64,
 }
 
-impl LogAverage {
-    fn observe(&mut self, observed: f64, predicted: f64) {
-        if !(observed > 0.0 && predicted > 0.0 && observed.is_finite() && predicted.is_finite()) {
-            return;
-        }
-        let x = (observed / predicted)
-            .clamp(1.0 / Learner::LIMIT, Learner::LIMIT)
-            .ln();
-        self.seen += 1;
-        let weight = if self.seen <= Learner::WINDOW {
-            1.0 / self.seen as f64
-        } else {
-            Learner::ALPHA
-        };
-        self.log += weight * (x - self.log);
-    }
-
-    fn factor(&self) -> f64 {
-        self.log.exp()
-    }
-}
-
 impl Learner {
-    /// Weight of a new observation once [`Learner::WINDOW`] have been seen.
-    pub const ALPHA: f64 = 0.1;
-    /// Observations averaged plainly before the EWMA takes over.
-    pub const WINDOW: u64 = 10;
-    /// Largest ratio of observed over predicted taken as it is.
+    /// Largest step of a log factor per answer, once many were seen.
+    pub const RATE: f64 = 0.02;
+    /// Largest step of a log factor on the first answer.
+    pub const FIRST_RATE: f64 = 0.2;
+    /// Largest factor either way.
     pub const LIMIT: f64 = 10.0;
 
-    /// Learns from a first token observed after `observed` seconds where `predicted` were predicted.
-    pub fn observe_first_token(&mut self, observed: f64, predicted: f64) {
-        self.first_token.observe(observed, predicted);
-    }
-
-    /// Learns from a time per output token observed at `observed` seconds where `predicted` were
-    /// predicted.
-    pub fn observe_decode(&mut self, observed: f64, predicted: f64) {
-        self.decode.observe(observed, predicted);
+    /// Learns from one answer whose service-model prediction was `raw` (carried to the tokens it
+    /// produced): its TTFT when streamed, and its E2E, seconds. Answers with non-positive or
+    /// non-finite figures teach nothing.
+    pub fn observe(&mut self, raw: Prediction, ttft: Option<f64>, e2e: f64) {
+        let decode_raw = raw.e2e_s - raw.ttft_s;
+        let valid = |x: f64| x.is_finite() && x > 0.0;
+        if !(valid(raw.ttft_s) && valid(e2e) && decode_raw.is_finite() && decode_raw >= 0.0)
+            || ttft.is_some_and(|t| !valid(t))
+        {
+            return;
+        }
+        let first = raw.ttft_s * self.first_token.exp();
+        let after = decode_raw * self.decode.exp();
+        // d|x - o|/o / d(log factor) = sign(x - o) * (the part the factor scales) / o, clipped to 1.
+        let slope = |predicted: f64, observed: f64, part: f64| {
+            (predicted - observed).signum() * (part / observed).min(1.0)
+        };
+        let first_slope = match ttft {
+            Some(t) => slope(first, t, first),
+            None => slope(first + after, e2e, first),
+        };
+        let decode_slope = slope(first + after, e2e, after);
+        self.seen += 1;
+        let rate = (Self::FIRST_RATE / (self.seen as f64).sqrt()).max(Self::RATE);
+        let bound = Self::LIMIT.ln();
+        let step =
+            |log: f64, slope: f64| (log - rate * slope.clamp(-1.0, 1.0)).clamp(-bound, bound);
+        self.first_token = step(self.first_token, first_slope);
+        self.decode = step(self.decode, decode_slope);
     }
 
     /// The correction learned so far.
     pub fn correction(&self) -> Correction {
         Correction {
-            first_token: self.first_token.factor(),
-            decode: self.decode.factor(),
+            first_token: self.first_token.exp(),
+            decode: self.decode.exp(),
         }
     }
 }
@@ -526,25 +525,46 @@ mod tests {
         assert!((e.get(later) - 1.2 / std::f64::consts::E).abs() < 1e-9);
     }
 
-    /// The first observations are averaged plainly, later ones move the correction by a tenth of their
-    /// log ratio; stray ratios are clamped, non-positive ones ignored.
+    fn raw(ttft_s: f64, e2e_s: f64) -> Prediction {
+        Prediction { ttft_s, e2e_s }
+    }
+
+    /// A steady bias is learned within a few dozen answers; answers spread around the prediction
+    /// leave the factor at their median weighted by 1/x (1 and 3 equally often: 1); bad figures
+    /// teach nothing, and no answer moves a factor by more than one step.
     #[test]
-    fn the_learner_averages_log_ratios_then_follows_them() {
+    fn the_learner_descends_to_the_least_relative_error() {
         let mut l = Learner::default();
         assert_eq!(l.correction(), Correction::NONE);
-        l.observe_first_token(2.0, 1.0);
-        l.observe_first_token(0.5, 1.0);
-        assert!((l.correction().first_token - 1.0).abs() < 1e-12, "{l:?}");
-        l.observe_decode(0.0, 1.0);
-        l.observe_decode(1.0, f64::NAN);
-        assert_eq!(l.correction().decode, 1.0);
-        for _ in 0..200 {
-            l.observe_decode(1.5, 1.0);
+        for _ in 0..100 {
+            l.observe(raw(1.0, 2.0), Some(1.5), 3.0);
         }
-        assert!((l.correction().decode - 1.5).abs() < 1e-9);
-        l.observe_decode(1e6, 1.0);
-        let after = l.correction().decode;
-        let expected = (1.5f64.ln() + Learner::ALPHA * (Learner::LIMIT.ln() - 1.5f64.ln())).exp();
-        assert!((after - expected).abs() < 1e-9, "{after} vs {expected}");
+        let c = l.correction();
+        assert!((c.first_token - 1.5).abs() < 0.05, "{c:?}");
+        assert!((c.decode - 1.5).abs() < 0.05, "{c:?}");
+        let mut l = Learner::default();
+        for i in 0..400 {
+            let seen = if i % 2 == 0 { 1.0 } else { 3.0 };
+            l.observe(raw(1.0, 1.0), Some(seen), seen);
+        }
+        assert!((l.correction().first_token - 1.0).abs() < 0.05, "{l:?}");
+        let before = l.correction();
+        l.observe(raw(1.0, 2.0), Some(0.0), 3.0);
+        l.observe(raw(f64::NAN, 2.0), None, 3.0);
+        l.observe(raw(1.0, 0.5), None, 3.0);
+        assert_eq!(l.correction(), before);
+        l.observe(raw(1.0, 2.0), Some(1e6), 1e6);
+        let after = l.correction();
+        assert!(after.first_token / before.first_token <= Learner::RATE.exp() + 1e-12);
+        assert!(after.decode / before.decode <= Learner::RATE.exp() + 1e-12);
+        // Early answers move the factors by larger steps.
+        let mut fresh = Learner::default();
+        fresh.observe(raw(1.0, 2.0), Some(0.5), 1.0);
+        let first = fresh.correction();
+        assert!(
+            (first.decode.ln() + Learner::FIRST_RATE).abs() < 1e-12
+                && (first.first_token.ln() + Learner::FIRST_RATE).abs() < 1e-12,
+            "{first:?}"
+        );
     }
 }

@@ -81,17 +81,7 @@ pub(crate) fn account(state: &GatewayState, table: &Table, done: &Done, seen: Se
     let (predicted, raw) = (at_produced(done.predicted), at_produced(done.raw));
     if seen.outcome == "ok" {
         observe_success(state, pool, class, done, &seen, output);
-        score_and_learn(
-            state,
-            pool,
-            done,
-            &seen,
-            Scored {
-                predicted,
-                raw,
-                produced,
-            },
-        );
+        score_and_learn(state, pool, done, &seen, Scored { predicted, raw });
     }
     let others: Vec<PoolPrediction> = done
         .others
@@ -133,7 +123,6 @@ pub(crate) fn account(state: &GatewayState, table: &Table, done: &Done, seen: Se
 struct Scored {
     predicted: Prediction,
     raw: Prediction,
-    produced: u32,
 }
 
 /// |predicted - observed| / observed (none for an observation of 0).
@@ -142,15 +131,9 @@ fn relative_error(predicted: f64, observed: f64) -> Option<f64> {
 }
 
 /// Puts the relative errors of a successful request's predictions (raw and corrected, TTFT when it was
-/// streamed, E2E always) in the metrics, and teaches its endpoint's correction from the raw one: the
-/// first token and the pace after it apart for a stream; for a whole answer, which shows only its
-/// total, both from the total.
+/// streamed, E2E always) in the metrics, and teaches its endpoint's correction from the raw one.
 fn score_and_learn(state: &GatewayState, pool: &Pool, done: &Done, seen: &Seen, scored: Scored) {
-    let Scored {
-        predicted,
-        raw,
-        produced,
-    } = scored;
+    let Scored { predicted, raw } = scored;
     let e2e = seen.e2e.as_secs_f64();
     let ttft = seen.ttft.map(|t| t.as_secs_f64());
     let endpoint = done.endpoint.config.name.as_str();
@@ -169,18 +152,7 @@ fn score_and_learn(state: &GatewayState, pool: &Pool, done: &Done, seen: &Seen, 
         observe("ttft", "raw", raw.ttft_s, t);
         observe("ttft", "corrected", predicted.ttft_s, t);
     }
-    done.endpoint.health.learn(|l| match ttft {
-        Some(t) => {
-            l.observe_first_token(t, raw.ttft_s);
-            if produced > 1 {
-                l.observe_decode((e2e - t) / f64::from(produced - 1), raw.tpot_s(produced));
-            }
-        }
-        None => {
-            l.observe_first_token(e2e, raw.e2e_s);
-            l.observe_decode(e2e, raw.e2e_s);
-        }
-    });
+    done.endpoint.health.learn(|l| l.observe(raw, ttft, e2e));
     let c = done.endpoint.health.correction();
     let gauge = |part: &str, value: f64| {
         state
