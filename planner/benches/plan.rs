@@ -117,6 +117,7 @@ fn bench_route(c: &mut Criterion) {
             queue_depth: (i % 40).saturating_sub(32),
             prompt_tokens_ahead: 0,
             projected: None,
+            paced: None,
         })
         .collect();
     let cpu = PoolState {

@@ -47,6 +47,12 @@ pub struct InstanceLoad {
     /// overhead: when given, it replaces the closed-form estimate from the counts above.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub projected: Option<Prediction>,
+    /// The same projection on a mirror running at the instance's corrected pace (its online
+    /// [`Correction`] applied to the steps, so that a slower host also meets more of the requests
+    /// arriving meanwhile): when given, the corrected prediction, in place of the correction applied
+    /// to `projected`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paced: Option<Prediction>,
 }
 
 /// What kind of pool.
@@ -206,13 +212,25 @@ pub fn predict_pool(pool: &PoolState<'_>, req: &RouteRequest) -> Option<PoolPred
             } else {
                 a
             };
-            let (ttft_s, e2e_s) = predict_cpu(service, pool.instances[instance], req);
+            let load = pool.instances[instance];
+            let (ttft_s, e2e_s) = predict_cpu(service, load, req);
             let raw = Prediction { ttft_s, e2e_s };
-            let correction = pool.corrections.get(instance).copied().unwrap_or_default();
+            let corrected = match load.paced {
+                Some(p) => {
+                    let (ttft_s, e2e_s) = service.client_latencies(p.ttft_s, p.e2e_s);
+                    Prediction { ttft_s, e2e_s }
+                }
+                None => pool
+                    .corrections
+                    .get(instance)
+                    .copied()
+                    .unwrap_or_default()
+                    .apply(raw),
+            };
             Some(PoolPrediction {
                 instance: Some(instance),
                 raw,
-                corrected: correction.apply(raw),
+                corrected,
             })
         }
     }
@@ -673,12 +691,14 @@ mod tests {
                 queue_depth: 0,
                 prompt_tokens_ahead: 0,
                 projected: None,
+                paced: None,
             },
             InstanceLoad {
                 in_flight: 1,
                 queue_depth: 0,
                 prompt_tokens_ahead: 0,
                 projected: None,
+                paced: None,
             },
         ];
         let p = pools(&curve, &idle);
@@ -704,6 +724,7 @@ mod tests {
             queue_depth: 32,
             prompt_tokens_ahead: 0,
             projected: None,
+            paced: None,
         }; 2];
         let p = pools(&curve, &busy);
         let d = route(&req(0.9), &p, &b, &policy);
@@ -868,6 +889,7 @@ mod tests {
             queue_depth: 0,
             prompt_tokens_ahead: ahead,
             projected: None,
+            paced: None,
         };
         let (ttft, e2e) = predict_cpu(&curve, load(0), &req(0.5));
         let (later, later_e2e) = predict_cpu(&curve, load(512), &req(0.5));

@@ -113,6 +113,22 @@ impl ServiceCurve {
         }
     }
 
+    /// The same instance running its decode steps (and the gaps between steps) `decode` times and its
+    /// prompt tokens `prompt` times as long (above 1: slower); the time requests spend outside the
+    /// engine stays as it is.
+    pub fn paced(&self, decode: f64, prompt: f64) -> ServiceCurve {
+        let scale = |pts: &[(f64, f64)]| pts.iter().map(|&(b, s)| (b, s * decode)).collect();
+        ServiceCurve {
+            prefill_tokens_per_s: self.prefill_tokens_per_s / prompt,
+            tpot_by_batch: scale(&self.tpot_by_batch),
+            decode_step_by_batch: scale(&self.decode_step_by_batch),
+            step_prefill_tokens_per_s: self.step_prefill_tokens_per_s.map(|r| r / prompt),
+            prompt_step_s: self.prompt_step_s * prompt,
+            step_gap_s: self.step_gap_s * decode,
+            ..self.clone()
+        }
+    }
+
     /// Tokens one step runs at most.
     pub fn step_tokens(&self) -> u32 {
         STEP_TOKENS

@@ -238,6 +238,15 @@ impl BatchingHost {
         }
     }
 
+    /// The same host, its requests where they are, running its steps from now on as `curve` says (a
+    /// step in flight ends when it was due).
+    pub fn with_curve(&self, curve: &ServiceCurve) -> BatchingHost {
+        BatchingHost {
+            curve: curve.clone(),
+            ..self.clone()
+        }
+    }
+
     /// Seconds of a step started now that runs `decoding` tokens and `prompt_tokens`, at the host's
     /// pace.
     fn step_s(&mut self, decoding: f64, prompt_tokens: f64) -> f64 {
@@ -277,6 +286,7 @@ impl BatchingHost {
             queue_depth: waiting,
             prompt_tokens_ahead: ahead.min(f64::from(u32::MAX)) as u32,
             projected: None,
+            paced: None,
         }
     }
 

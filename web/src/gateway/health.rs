@@ -246,19 +246,17 @@ impl Learner {
     /// Largest factor either way.
     pub const LIMIT: f64 = 10.0;
 
-    /// Learns from one answer whose service-model prediction was `raw` (carried to the tokens it
-    /// produced): its TTFT when streamed, and its E2E, seconds. Answers with non-positive or
+    /// Learns from one answer that was `predicted` with the correction of its time (carried to the
+    /// tokens it produced): its TTFT when streamed, and its E2E, seconds. Answers with non-positive or
     /// non-finite figures teach nothing.
-    pub fn observe(&mut self, raw: Prediction, ttft: Option<f64>, e2e: f64) {
-        let decode_raw = raw.e2e_s - raw.ttft_s;
+    pub fn observe(&mut self, predicted: Prediction, ttft: Option<f64>, e2e: f64) {
+        let (first, after) = (predicted.ttft_s, predicted.e2e_s - predicted.ttft_s);
         let valid = |x: f64| x.is_finite() && x > 0.0;
-        if !(valid(raw.ttft_s) && valid(e2e) && decode_raw.is_finite() && decode_raw >= 0.0)
+        if !(valid(first) && valid(e2e) && after.is_finite() && after >= 0.0)
             || ttft.is_some_and(|t| !valid(t))
         {
             return;
         }
-        let first = raw.ttft_s * self.first_token.exp();
-        let after = decode_raw * self.decode.exp();
         // d|x - o|/o / d(log factor) = sign(x - o) * (the part the factor scales) / o, clipped to 1.
         let slope = |predicted: f64, observed: f64, part: f64| {
             (predicted - observed).signum() * (part / observed).min(1.0)
@@ -529,6 +527,12 @@ mod tests {
         Prediction { ttft_s, e2e_s }
     }
 
+    /// One answer predicted as `raw` with the learner's correction of the time.
+    fn answer(l: &mut Learner, raw: Prediction, ttft: Option<f64>, e2e: f64) {
+        let predicted = l.correction().apply(raw);
+        l.observe(predicted, ttft, e2e);
+    }
+
     /// A steady bias is learned within a few dozen answers; answers spread around the prediction
     /// leave the factor at their median weighted by 1/x (1 and 3 equally often: 1); bad figures
     /// teach nothing, and no answer moves a factor by more than one step.
@@ -537,7 +541,7 @@ mod tests {
         let mut l = Learner::default();
         assert_eq!(l.correction(), Correction::NONE);
         for _ in 0..100 {
-            l.observe(raw(1.0, 2.0), Some(1.5), 3.0);
+            answer(&mut l, raw(1.0, 2.0), Some(1.5), 3.0);
         }
         let c = l.correction();
         assert!((c.first_token - 1.5).abs() < 0.05, "{c:?}");
@@ -545,21 +549,21 @@ mod tests {
         let mut l = Learner::default();
         for i in 0..400 {
             let seen = if i % 2 == 0 { 1.0 } else { 3.0 };
-            l.observe(raw(1.0, 1.0), Some(seen), seen);
+            answer(&mut l, raw(1.0, 1.0), Some(seen), seen);
         }
         assert!((l.correction().first_token - 1.0).abs() < 0.05, "{l:?}");
         let before = l.correction();
-        l.observe(raw(1.0, 2.0), Some(0.0), 3.0);
-        l.observe(raw(f64::NAN, 2.0), None, 3.0);
-        l.observe(raw(1.0, 0.5), None, 3.0);
+        answer(&mut l, raw(1.0, 2.0), Some(0.0), 3.0);
+        answer(&mut l, raw(f64::NAN, 2.0), None, 3.0);
+        answer(&mut l, raw(1.0, f64::INFINITY), None, 3.0);
         assert_eq!(l.correction(), before);
-        l.observe(raw(1.0, 2.0), Some(1e6), 1e6);
+        answer(&mut l, raw(1.0, 2.0), Some(1e6), 1e6);
         let after = l.correction();
         assert!(after.first_token / before.first_token <= Learner::RATE.exp() + 1e-12);
         assert!(after.decode / before.decode <= Learner::RATE.exp() + 1e-12);
         // Early answers move the factors by larger steps.
         let mut fresh = Learner::default();
-        fresh.observe(raw(1.0, 2.0), Some(0.5), 1.0);
+        answer(&mut fresh, raw(1.0, 2.0), Some(0.5), 1.0);
         let first = fresh.correction();
         assert!(
             (first.decode.ln() + Learner::FIRST_RATE).abs() < 1e-12

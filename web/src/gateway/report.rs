@@ -131,7 +131,7 @@ fn relative_error(predicted: f64, observed: f64) -> Option<f64> {
 }
 
 /// Puts the relative errors of a successful request's predictions (raw and corrected, TTFT when it was
-/// streamed, E2E always) in the metrics, and teaches its endpoint's correction from the raw one.
+/// streamed, E2E always) in the metrics, and teaches its endpoint's correction from the corrected one.
 fn score_and_learn(state: &GatewayState, pool: &Pool, done: &Done, seen: &Seen, scored: Scored) {
     let Scored { predicted, raw } = scored;
     let e2e = seen.e2e.as_secs_f64();
@@ -152,7 +152,9 @@ fn score_and_learn(state: &GatewayState, pool: &Pool, done: &Done, seen: &Seen, 
         observe("ttft", "raw", raw.ttft_s, t);
         observe("ttft", "corrected", predicted.ttft_s, t);
     }
-    done.endpoint.health.learn(|l| l.observe(raw, ttft, e2e));
+    done.endpoint
+        .health
+        .learn(|l| l.observe(predicted, ttft, e2e));
     let c = done.endpoint.health.correction();
     let gauge = |part: &str, value: f64| {
         state

@@ -181,19 +181,22 @@ fn candidates<'a>(
         .filter(|e| usable && !tried.contains(&e.id) && e.health.available(now))
         .collect();
     let max = p.config.max_concurrency;
-    let corrections = endpoints.iter().map(|e| e.health.correction()).collect();
+    let corrections: Vec<Correction> = endpoints.iter().map(|e| e.health.correction()).collect();
     let loads = endpoints
         .iter()
-        .map(|e| {
+        .zip(&corrections)
+        .map(|(e, &correction)| {
             let k = e.health.in_flight.load(Ordering::Relaxed);
+            let projected = e
+                .twin
+                .as_ref()
+                .map(|t| t.project(now, req.prompt_tokens, req.output_tokens, correction));
             InstanceLoad {
                 in_flight: k,
                 queue_depth: k.saturating_sub(max),
                 prompt_tokens_ahead: e.health.prompt_tokens_ahead.load(Ordering::Relaxed),
-                projected: e
-                    .twin
-                    .as_ref()
-                    .map(|t| t.project(now, req.prompt_tokens, req.output_tokens)),
+                projected: projected.map(|(raw, _)| raw),
+                paced: projected.map(|(_, paced)| paced),
             }
         })
         .collect();

@@ -16,7 +16,7 @@ use std::{
 };
 
 use strata_planner::{
-    route::Prediction,
+    route::{Correction, Prediction},
     service::ServiceCurve,
     sim::{
         BatchingHost,
@@ -30,6 +30,7 @@ pub struct Twin {
     /// The mirror's time 0.
     origin: Instant,
     mirror: Mutex<Mirror>,
+    curve: ServiceCurve,
     /// The key of the next request admitted.
     next: AtomicUsize,
 }
@@ -99,6 +100,7 @@ impl Twin {
                 arrivals: Arrivals::default(),
                 recent: VecDeque::with_capacity(RECENT),
             }),
+            curve: curve.clone(),
             next: AtomicUsize::new(0),
         }
     }
@@ -142,8 +144,16 @@ impl Twin {
     }
 
     /// What a request of `prompt_tokens` and `output_tokens` sent at `now` would get: TTFT and E2E in
-    /// the engine, seconds, beside the requests on the endpoint and those expected to arrive after it.
-    pub fn project(&self, now: Instant, prompt_tokens: u32, output_tokens: u32) -> Prediction {
+    /// the engine, seconds, beside the requests on the endpoint and those expected to arrive after it;
+    /// first as the service model says, then with the endpoint's steps at the pace `correction`
+    /// says (the same when it is none).
+    pub fn project(
+        &self,
+        now: Instant,
+        prompt_tokens: u32,
+        output_tokens: u32,
+        correction: Correction,
+    ) -> (Prediction, Prediction) {
         let t = self.seconds(now);
         // The projection runs on a copy, outside the lock that requests on their way take.
         let Mirror {
@@ -155,13 +165,13 @@ impl Twin {
             rate: arrivals.rate(t),
             lengths: recent.make_contiguous(),
         };
-        projection::project(
-            &host,
-            t,
-            f64::from(prompt_tokens),
-            f64::from(output_tokens),
-            later,
-        )
+        let (prompt, output) = (f64::from(prompt_tokens), f64::from(output_tokens));
+        let raw = projection::project(&host, t, prompt, output, later);
+        if correction == Correction::NONE {
+            return (raw, raw);
+        }
+        let paced = host.with_curve(&self.curve.paced(correction.decode, correction.first_token));
+        (raw, projection::project(&paced, t, prompt, output, later))
     }
 }
 
@@ -184,7 +194,7 @@ mod tests {
     fn an_idle_endpoint_projects_the_request_alone() {
         let t0 = Instant::now();
         let twin = Twin::new(&curve(), t0);
-        let p = twin.project(t0, 100, 11);
+        let p = twin.project(t0, 100, 11, Correction::NONE).0;
         assert!(near(p.ttft_s, 0.1 + 0.0), "{p:?}");
         assert!(near(p.e2e_s, 0.1 + 10.0 * 0.010), "{p:?}");
     }
@@ -193,9 +203,9 @@ mod tests {
     fn requests_ahead_delay_the_projection_until_they_are_seen_to_end() {
         let t0 = Instant::now();
         let twin = Twin::new(&curve(), t0);
-        let alone = twin.project(t0, 100, 11);
+        let alone = twin.project(t0, 100, 11, Correction::NONE).0;
         let ahead = twin.admit(t0, 300, 50);
-        let behind = twin.project(t0, 100, 11);
+        let behind = twin.project(t0, 100, 11, Correction::NONE).0;
         assert!(
             behind.ttft_s > alone.ttft_s + 0.29,
             "its prompt waits for the 300 ahead: {behind:?} against {alone:?}"
@@ -203,13 +213,13 @@ mod tests {
         assert!(behind.e2e_s > alone.e2e_s, "{behind:?}");
         let later = t0 + Duration::from_millis(50);
         twin.first_byte(ahead, later);
-        let after_first = twin.project(later, 100, 11);
+        let after_first = twin.project(later, 100, 11, Correction::NONE).0;
         assert!(
             after_first.ttft_s < behind.ttft_s - 0.2,
             "the prompt ahead is done: {after_first:?}"
         );
         twin.ended(ahead, later);
-        let after_end = twin.project(later, 100, 11);
+        let after_end = twin.project(later, 100, 11, Correction::NONE).0;
         assert!(near(after_end.ttft_s, alone.ttft_s), "{after_end:?}");
         // The one arrival seen is a rate too low to meet this short request in most draws.
         assert!(near(after_end.e2e_s, alone.e2e_s), "{after_end:?}");
@@ -222,7 +232,7 @@ mod tests {
     fn steady_arrivals_stretch_the_decode_and_fade_when_they_stop() {
         let t0 = Instant::now();
         let twin = Twin::new(&curve(), t0);
-        let alone = twin.project(t0, 100, 301);
+        let alone = twin.project(t0, 100, 301, Correction::NONE).0;
         for s in 0..120 {
             let at = t0 + Duration::from_secs(s);
             let key = twin.admit(at, 100, 1);
@@ -230,11 +240,39 @@ mod tests {
             twin.ended(key, at);
         }
         let decode = |p: Prediction| p.e2e_s - p.ttft_s;
-        let busy = twin.project(t0 + Duration::from_secs(120), 100, 301);
+        let busy = twin
+            .project(t0 + Duration::from_secs(120), 100, 301, Correction::NONE)
+            .0;
         let stretch = decode(busy) / decode(alone);
         assert!((1.03..1.2).contains(&stretch), "{stretch} ({busy:?})");
         assert!(near(busy.ttft_s, alone.ttft_s), "{busy:?}");
-        let quiet = twin.project(t0 + Duration::from_secs(420), 100, 301);
+        let quiet = twin
+            .project(t0 + Duration::from_secs(420), 100, 301, Correction::NONE)
+            .0;
         assert!(near(quiet.e2e_s, alone.e2e_s), "{quiet:?}");
+    }
+
+    /// A correction runs the mirror's steps at its pace: on an idle endpoint twice as slow is twice
+    /// as long; with requests arriving, a slower host also meets more of them, so the end stretches
+    /// by more than the pace.
+    #[test]
+    fn a_correction_paces_the_mirror() {
+        let t0 = Instant::now();
+        let twin = Twin::new(&curve(), t0);
+        let slow = Correction {
+            first_token: 2.0,
+            decode: 2.0,
+        };
+        let (raw, paced) = twin.project(t0, 100, 301, slow);
+        assert!(near(paced.ttft_s, 2.0 * raw.ttft_s) && near(paced.e2e_s, 2.0 * raw.e2e_s));
+        for s in 0..120 {
+            let at = t0 + Duration::from_secs(s);
+            let key = twin.admit(at, 100, 1);
+            twin.first_byte(key, at);
+            twin.ended(key, at);
+        }
+        let (raw, paced) = twin.project(t0 + Duration::from_secs(120), 100, 301, slow);
+        assert!(near(paced.ttft_s, 2.0 * raw.ttft_s), "{raw:?} {paced:?}");
+        assert!(paced.e2e_s > 2.05 * raw.e2e_s, "{raw:?} {paced:?}");
     }
 }
