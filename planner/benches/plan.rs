@@ -1,5 +1,6 @@
 //! Planner benches: the plan search over 24 hours x 200 configs x 50 instance types, and a simulated
-//! day of about 1M requests, and one routing decision. Run: `cargo bench -p strata-planner --bench plan`.
+//! day of about 1M requests, one routing decision, and one request's projection on a busy mirrored
+//! host (what the gateway computes per CPU endpoint and request). Run: `cargo bench -p strata-planner --bench plan`.
 
 use std::hint::black_box;
 
@@ -11,7 +12,11 @@ use strata_planner::route::{
     BudgetRules, BudgetState, InstanceLoad, PoolKind, PoolState, RoutePolicy, RouteRequest, route,
 };
 use strata_planner::service::ServiceCurve;
-use strata_planner::sim::{SimOptions, simulate};
+use strata_planner::sim::{
+    BatchingHost, SimOptions,
+    projection::{self, Later},
+    simulate,
+};
 use strata_planner::workload::{Arrivals, Workload};
 
 const WORKLOAD: &str = include_str!("../examples/workload.toml");
@@ -178,5 +183,31 @@ fn bench_route(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_plan, bench_sim, bench_route);
+/// A host of 4 slots with 4 requests running and 4 waiting, projected at 1 request/s of the
+/// lengths of README's pilot workload (prompts of 60-200 tokens at 350 tokens/s, 25 ms a step).
+fn bench_projection(c: &mut Criterion) {
+    let curve = ServiceCurve::fixed(4, 0.025).prefilling(350.0);
+    let mut host = BatchingHost::new(&curve);
+    let lengths: Vec<(f64, f64)> = (0..64)
+        .map(|i| (f64::from(60 + (i * 37) % 141), f64::from(8 + (i * 13) % 33)))
+        .collect();
+    for (i, &(prompt, output)) in lengths.iter().take(8).enumerate() {
+        host.admit(0.1 * i as f64, i, prompt, output);
+    }
+    let later = Later {
+        rate: 1.0,
+        lengths: &lengths,
+    };
+    c.bench_function("project_busy_host_16_draws", |b| {
+        b.iter(|| projection::project(black_box(&host), 0.8, 130.0, 24.0, later))
+    });
+}
+
+criterion_group!(
+    benches,
+    bench_plan,
+    bench_sim,
+    bench_route,
+    bench_projection
+);
 criterion_main!(benches);
