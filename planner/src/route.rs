@@ -216,8 +216,12 @@ pub fn predict_pool(pool: &PoolState<'_>, req: &RouteRequest) -> Option<PoolPred
             let (ttft_s, e2e_s) = predict_cpu(service, load, req);
             let raw = Prediction { ttft_s, e2e_s };
             let corrected = match load.paced {
-                Some(p) => {
-                    let (ttft_s, e2e_s) = service.client_latencies(p.ttft_s, p.e2e_s);
+                Some(paced) => {
+                    let at_pace = InstanceLoad {
+                        projected: Some(paced),
+                        ..load
+                    };
+                    let (ttft_s, e2e_s) = predict_cpu(service, at_pace, req);
                     Prediction { ttft_s, e2e_s }
                 }
                 None => pool
