@@ -974,26 +974,9 @@ mod tests {
             scale: 0.125,
             window: None,
         };
-        let mut together = vec![0f32; tokens * stride];
-        with_scratch(|s| attend_f32_portable(&block, &head, &mut together, s));
-        for t in [0, 13, 19] {
-            let alone = GroupQueries {
-                q: &c.q[t * stride..],
-                tokens: 1,
-                first_pos: first_pos + t,
-                ..block
-            };
-            let mut out = vec![0f32; stride];
-            with_scratch(|s| attend_f32_portable(&alone, &head, &mut out, s));
-            assert_eq!(
-                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                together[t * stride..(t + 1) * stride]
-                    .iter()
-                    .map(|v| v.to_bits())
-                    .collect::<Vec<_>>(),
-                "token {t}"
-            );
-        }
+        rows_alone_match_the_block(&block, &[0, 13, 19], |q, out| {
+            with_scratch(|s| attend_f32_portable(q, &head, out, s))
+        });
     }
 
     /// A row of a sliding-window call has the same bits alone as in a block with other tokens, the
@@ -1021,17 +1004,30 @@ mod tests {
             scale: 0.125,
             window: Some(window),
         };
-        let mut together = vec![0f32; tokens * stride];
-        with_scratch(|s| attend_f16_portable(&block, &head, &mut together, s));
-        for t in [0, 21, 39] {
+        rows_alone_match_the_block(&block, &[0, 21, 39], |q, out| {
+            with_scratch(|s| attend_f16_portable(q, &head, out, s))
+        });
+    }
+
+    /// Asserts that each of `rows` of `block`, attended alone by `attend`, has the bits it has when
+    /// `attend` runs the whole block.
+    fn rows_alone_match_the_block(
+        block: &GroupQueries<'_>,
+        rows: &[usize],
+        attend: impl Fn(&GroupQueries<'_>, &mut [f32]),
+    ) {
+        let stride = block.stride;
+        let mut together = vec![0f32; block.tokens * stride];
+        attend(block, &mut together);
+        for &t in rows {
             let alone = GroupQueries {
-                q: &c.q[t * stride..],
+                q: &block.q[t * stride..],
                 tokens: 1,
-                first_pos: first_pos + t,
-                ..block
+                first_pos: block.first_pos + t,
+                ..*block
             };
             let mut out = vec![0f32; stride];
-            with_scratch(|s| attend_f16_portable(&alone, &head, &mut out, s));
+            attend(&alone, &mut out);
             assert_eq!(
                 out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 together[t * stride..(t + 1) * stride]
