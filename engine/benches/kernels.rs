@@ -22,8 +22,8 @@ use criterion::{
 use half::f16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use strata_engine::{
-    kernels::{cpu, dispatch::KernelTable},
-    quant::{self, BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1, QK},
+    kernels::{cpu, dispatch::KernelTable, k_numerics::KPath},
+    quant::{self, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ8_0, BlockQ8_1, BlockQ8K, QK, QK_K},
 };
 
 /// `(name, rows, cols)`.
@@ -199,5 +199,41 @@ fn kernels(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, kernels);
+/// Q4_K decode of Llama 3.1 8B's feed-forward down projection (14336 x 4096, 33 MB: it streams from
+/// memory), one token on one thread along llama.cpp's repacked GEMV: the rows as the file holds
+/// them, four per call (`file/x4`), and interleaved sixteen at a time (`interleaved/x16`).
+fn q4_k_decode(c: &mut Criterion) {
+    let (rows, cols) = (14336, 4096);
+    let nb = cols / QK_K;
+    let mut w = vec![BlockQ4K::default(); rows * nb];
+    quant::quantize_q4_k(&random(rows * cols, 3), &mut w);
+    let mut groups = Vec::new();
+    quant::interleave_q4_k(&w, nb, &mut groups);
+    let mut y = vec![BlockQ8K::default(); nb];
+    quant::quantize_activations_q8_k(&random(cols, 4), &mut y);
+    let mut g = group(c, "q4_k_decode", size_of_val(w.as_slice()));
+    let path = KPath::RepackedGemv;
+    for k in tables() {
+        let tier = k.tier().name();
+        g.bench_function(format!("14336x4096/{tier}/file/x4"), |b| {
+            b.iter(|| {
+                for four in w.chunks_exact(4 * nb) {
+                    let row = |r: usize| &four[r * nb..(r + 1) * nb];
+                    let rows = [row(0), row(1), row(2), row(3)];
+                    black_box(k.vec_dot_q4_k_q8_k_x4(rows, black_box(&y), path));
+                }
+            })
+        });
+        g.bench_function(format!("14336x4096/{tier}/interleaved/x16"), |b| {
+            b.iter(|| {
+                for group in groups.chunks_exact(nb) {
+                    black_box(k.vec_dot_q4_k_x16_q8_k(group, black_box(&y), path));
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, kernels, q4_k_decode);
 criterion_main!(benches);

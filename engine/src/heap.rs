@@ -25,6 +25,14 @@ pub fn release_free_pages() {
 /// The size of a huge page, where the kernel backs a range with them.
 const HUGE_PAGE: usize = 2 << 20;
 
+/// An empty vector with room for `capacity` values, in huge pages where the system gives them
+/// ([`advise_huge_pages`]).
+pub fn huge_page_vec<T>(capacity: usize) -> Vec<T> {
+    let mut values = Vec::with_capacity(capacity);
+    advise_huge_pages(&mut values);
+    values
+}
+
 /// Asks the kernel to back the spare capacity of `buffer` with huge pages when it is first touched.
 /// Only the whole 2 MiB pages inside the allocation are advised, so smaller buffers are left alone;
 /// call it before filling, since pages already touched stay small. A no-op off Linux, and a refusal

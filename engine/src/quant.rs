@@ -5,12 +5,14 @@
 mod blocks;
 mod bytes;
 mod dequantize;
+mod interleaved;
 mod kquants;
 mod quantize;
 
 pub use blocks::*;
 pub use bytes::*;
 pub use dequantize::*;
+pub use interleaved::*;
 pub use kquants::*;
 pub use quantize::*;
 

@@ -5,10 +5,10 @@ use std::{fmt, str::FromStr};
 use half::{bf16, f16};
 
 use crate::{
-    heap,
+    heap, kernels,
     quant::{
-        self, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0,
-        GgmlType, QK, QK_K,
+        self, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ4Kx16, BlockQ5_0, BlockQ5_1, BlockQ5K,
+        BlockQ6K, BlockQ8_0, GgmlType, INTERLEAVED_ROWS, QK, QK_K,
     },
 };
 
@@ -220,6 +220,9 @@ pub enum WeightData {
     Q5_1(Vec<BlockQ5_1>),
     /// Q4_K super-blocks.
     Q4K(Vec<BlockQ4K>),
+    /// Q4_K super-blocks of sixteen rows at a time, interleaved ([`BlockQ4Kx16`]): the groups of
+    /// sixteen rows one after the other, each group's super-blocks in order.
+    Q4KInterleaved(Vec<BlockQ4Kx16>),
     /// Q5_K super-blocks.
     Q5K(Vec<BlockQ5K>),
     /// Q6_K super-blocks.
@@ -239,6 +242,7 @@ macro_rules! with_values {
             WeightData::Q5_0($v) => $body,
             WeightData::Q5_1($v) => $body,
             WeightData::Q4K($v) => $body,
+            WeightData::Q4KInterleaved($v) => $body,
             WeightData::Q5K($v) => $body,
             WeightData::Q6K($v) => $body,
         }
@@ -325,11 +329,7 @@ impl WeightData {
     /// An empty vector of `kind`'s values with room for `units` values or blocks, in huge pages
     /// where the system gives them (see [`heap::advise_huge_pages`]).
     fn with_capacity(kind: WeightType, units: usize) -> Self {
-        fn room<T>(units: usize) -> Vec<T> {
-            let mut values = Vec::with_capacity(units);
-            heap::advise_huge_pages(&mut values);
-            values
-        }
+        use heap::huge_page_vec as room;
         match kind {
             WeightType::F32 => Self::F32(room(units)),
             WeightType::F16 => Self::F16(room(units)),
@@ -369,7 +369,7 @@ impl WeightData {
             Self::Q4_1(_) => WeightType::Q4_1,
             Self::Q5_0(_) => WeightType::Q5_0,
             Self::Q5_1(_) => WeightType::Q5_1,
-            Self::Q4K(_) => WeightType::Q4K,
+            Self::Q4K(_) | Self::Q4KInterleaved(_) => WeightType::Q4K,
             Self::Q5K(_) => WeightType::Q5K,
             Self::Q6K(_) => WeightType::Q6K,
         }
@@ -380,9 +380,11 @@ impl WeightData {
         with_values!(self, v => size_of_val(v.as_slice()))
     }
 
-    /// Values `units` (values or blocks, as the type holds them) as f32 into `out`.
+    /// Values `units` (values or blocks, as the type holds them) as f32 into `out`; interleaved
+    /// matrices are read by [`Weight::row_to_f32`].
     fn units_to_f32(&self, units: std::ops::Range<usize>, out: &mut [f32]) {
         match self {
+            Self::Q4KInterleaved(_) => unreachable!("interleaved rows are read a row at a time"),
             Self::F32(v) => out.copy_from_slice(&v[units]),
             Self::F16(v) => out
                 .iter_mut()
@@ -424,6 +426,8 @@ pub struct WeightBuilder {
     cols: usize,
     filled: usize,
     data: WeightData,
+    /// Interleaves Q4_K rows as they come, for a matrix the kernels read interleaved.
+    interleaver: Option<quant::Interleaver>,
 }
 
 impl WeightBuilder {
@@ -432,12 +436,21 @@ impl WeightBuilder {
     /// The caller has checked that `cols` is a multiple of `target`'s block size and of the block
     /// sizes of the file types it pushes.
     pub fn new(target: WeightType, rows: usize, cols: usize) -> Self {
+        let units = rows * cols / target.block_size();
+        let interleaves = target == WeightType::Q4K && kernels::dispatch::table().interleaves(rows);
+        let (data, interleaver) = if interleaves {
+            let data = WeightData::Q4KInterleaved(heap::huge_page_vec(units / INTERLEAVED_ROWS));
+            (data, Some(quant::Interleaver::new(cols / QK_K)))
+        } else {
+            (WeightData::with_capacity(target, units), None)
+        };
         Self {
             target,
             rows,
             cols,
             filled: 0,
-            data: WeightData::with_capacity(target, rows * cols / target.block_size()),
+            data,
+            interleaver,
         }
     }
 
@@ -458,13 +471,23 @@ impl WeightBuilder {
             quant::dequantize_bytes(file_type, bytes, &mut values);
             WeightData::quantized(values, self.target)
         };
-        self.data.append(&piece);
+        match (&mut self.data, &piece, &mut self.interleaver) {
+            (WeightData::Q4KInterleaved(out), WeightData::Q4K(rows), Some(interleaver)) => {
+                interleaver.push(rows, out);
+            }
+            (data, piece, _) => data.append(piece),
+        }
         self.filled += rows;
     }
 
     /// The matrix, once every row has been pushed.
     pub fn finish(self) -> Weight {
         debug_assert_eq!(self.filled, self.rows);
+        debug_assert!(
+            self.interleaver
+                .as_ref()
+                .is_none_or(quant::Interleaver::is_done)
+        );
         Weight {
             rows: self.rows,
             cols: self.cols,
@@ -482,6 +505,23 @@ impl Weight {
             rows,
             cols,
             data: WeightData::quantized(values, target),
+        }
+    }
+
+    /// The matrix with its Q4_K rows interleaved sixteen at a time ([`BlockQ4Kx16`]), as the loader
+    /// holds them for kernels that read them so; other matrices, and those whose rows do not come in
+    /// sixteens, as they are.
+    pub fn interleaved(self) -> Self {
+        match self.data {
+            WeightData::Q4K(rows) if self.rows.is_multiple_of(INTERLEAVED_ROWS) => {
+                let mut groups = Vec::with_capacity(rows.len() / INTERLEAVED_ROWS);
+                quant::interleave_q4_k(&rows, self.cols / QK_K, &mut groups);
+                Self {
+                    data: WeightData::Q4KInterleaved(groups),
+                    ..self
+                }
+            }
+            _ => self,
         }
     }
 
@@ -503,6 +543,14 @@ impl Weight {
     /// Writes row `row` as f32 into `out` (`cols` values): the embedding lookup.
     pub fn row_to_f32(&self, row: usize, out: &mut [f32]) {
         let per_row = self.units_per_row();
+        if let WeightData::Q4KInterleaved(groups) = &self.data {
+            let group = &groups[row / INTERLEAVED_ROWS * per_row..][..per_row];
+            for (block, out) in group.iter().zip(out.chunks_exact_mut(QK_K)) {
+                let one = [block.row(row % INTERLEAVED_ROWS)];
+                quant::dequantize_q4_k(&one, out);
+            }
+            return;
+        }
         self.data
             .units_to_f32(row * per_row..(row + 1) * per_row, out);
     }

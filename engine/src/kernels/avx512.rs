@@ -46,12 +46,17 @@ macro_rules! tiled_products {
 mod k_lanes;
 mod q0_tiles;
 mod q4_0_lanes;
+mod q4_k_x16;
 mod q8_0_lanes;
 
 pub(crate) use self::{
-    k_lanes::{gemm_q4_k_q8_k, gemm_q4_k_q8_k_repacked, gemm_q5_k_q8_k, gemm_q6_k_q8_k},
+    k_lanes::{
+        gemm_q4_k_q8_k, gemm_q4_k_q8_k_repacked, gemm_q4_k_x16_q8_k_repacked, gemm_q5_k_q8_k,
+        gemm_q6_k_q8_k,
+    },
     q0_tiles::{gemm_q4_0_q8_0, gemm_q5_0_q8_0},
     q4_0_lanes::gemm_q4_0_q8_0_repacked,
+    q4_k_x16::vec_dot_q4_k_x16_q8_k,
     q8_0_lanes::gemm_q8_0_q8_0,
 };
 

@@ -26,12 +26,16 @@ use super::{
 #[cfg(target_arch = "x86_64")]
 use super::{avx2, avx512};
 use crate::quant::{
-    BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8_1,
-    BlockQ8K,
+    self, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ4Kx16, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
+    BlockQ8_0, BlockQ8_1, BlockQ8K, INTERLEAVED_ROWS,
 };
 
 /// A K-quant's four-row dot along a path.
 type KDotX4<W> = unsafe fn([&[W]; 4], &[BlockQ8K], KPath) -> [f32; 4];
+/// Sixteen interleaved Q4_K rows against one activation row along a path.
+type Q4KDotX16 = unsafe fn(&[BlockQ4Kx16], &[BlockQ8K], KPath) -> [f32; INTERLEAVED_ROWS];
+/// A tiled product of interleaved Q4_K rows.
+type Q4KGemmX16 = unsafe fn(&[BlockQ4Kx16], &[BlockQ8K], usize, &mut [f32], OutLayout);
 
 /// One tier's kernels.
 ///
@@ -66,6 +70,9 @@ pub struct KernelTable {
     q4_k_x4: KDotX4<BlockQ4K>,
     q4_k_gemm: unsafe fn(&[BlockQ4K], &[BlockQ8K], usize, &mut [f32], OutLayout),
     q4_k_gemm_repacked: unsafe fn(&[BlockQ4K], &[BlockQ8K], usize, &mut [f32], OutLayout),
+    /// The kernels of Q4_K rows interleaved sixteen at a time, on the tiers whose loaders hold
+    /// them so (the others read such rows, which only a test hands them, through their own dots).
+    q4_k_x16: Option<(Q4KDotX16, Q4KGemmX16)>,
     q5_k: unsafe fn(&[BlockQ5K], &[BlockQ8K], KPath) -> f32,
     q5_k_x4: KDotX4<BlockQ5K>,
     q5_k_gemm: unsafe fn(&[BlockQ5K], &[BlockQ8K], usize, &mut [f32], OutLayout),
@@ -105,6 +112,7 @@ static SCALAR: KernelTable = KernelTable {
     q4_k_x4: scalar::vec_dot_q4_k_q8_k_x4,
     q4_k_gemm: scalar::gemm_q4_k_q8_k,
     q4_k_gemm_repacked: scalar::gemm_q4_k_q8_k_repacked,
+    q4_k_x16: None,
     q5_k: scalar::vec_dot_q5_k_q8_k,
     q5_k_x4: scalar::vec_dot_q5_k_q8_k_x4,
     q5_k_gemm: scalar::gemm_q5_k_q8_k,
@@ -145,6 +153,7 @@ static AVX2: KernelTable = KernelTable {
     q4_k_x4: avx2::vec_dot_q4_k_q8_k_x4,
     q4_k_gemm: avx2::gemm_q4_k_q8_k,
     q4_k_gemm_repacked: avx2::gemm_q4_k_q8_k_repacked,
+    q4_k_x16: None,
     q5_k: avx2::vec_dot_q5_k_q8_k,
     q5_k_x4: avx2::vec_dot_q5_k_q8_k_x4,
     q5_k_gemm: avx2::gemm_q5_k_q8_k,
@@ -185,6 +194,10 @@ static AVX512: KernelTable = KernelTable {
     q4_k_x4: avx512::vec_dot_q4_k_q8_k_x4,
     q4_k_gemm: avx512::gemm_q4_k_q8_k,
     q4_k_gemm_repacked: avx512::gemm_q4_k_q8_k_repacked,
+    q4_k_x16: Some((
+        avx512::vec_dot_q4_k_x16_q8_k,
+        avx512::gemm_q4_k_x16_q8_k_repacked,
+    )),
     q5_k: avx512::vec_dot_q5_k_q8_k,
     q5_k_x4: avx512::vec_dot_q5_k_q8_k_x4,
     q5_k_gemm: avx512::gemm_q5_k_q8_k,
@@ -544,6 +557,58 @@ impl KernelTable {
     ) {
         // SAFETY: as in `gemm_q8_0_q8_0`.
         unsafe { (self.q4_k_gemm_repacked)(w, x, nb, out, layout) }
+    }
+
+    /// Whether this tier's loader holds a Q4_K matrix of `rows` rows interleaved sixteen at a time
+    /// ([`BlockQ4Kx16`]).
+    pub fn interleaves(&self, rows: usize) -> bool {
+        self.q4_k_x16.is_some() && rows.is_multiple_of(INTERLEAVED_ROWS)
+    }
+
+    /// Sixteen interleaved Q4_K rows (one group of `w.len()` super-blocks) against one activation
+    /// row along `path` (one of the repacked paths); equal to sixteen single-row calls on the rows.
+    pub fn vec_dot_q4_k_x16_q8_k(
+        &self,
+        w: &[BlockQ4Kx16],
+        y: &[BlockQ8K],
+        path: KPath,
+    ) -> [f32; INTERLEAVED_ROWS] {
+        if let Some((dot, _)) = self.q4_k_x16 {
+            // SAFETY: as in `vec_dot_f32`.
+            return unsafe { dot(w, y, path) };
+        }
+        let nb = w.len();
+        let mut rows = Vec::new();
+        quant::deinterleave_q4_k(w, nb, &mut rows);
+        let row = |r: usize| &rows[r * nb..(r + 1) * nb];
+        let mut out = [0f32; INTERLEAVED_ROWS];
+        for (r, quad) in out.chunks_exact_mut(4).enumerate() {
+            let r = 4 * r;
+            let rows = [row(r), row(r + 1), row(r + 2), row(r + 3)];
+            quad.copy_from_slice(&self.vec_dot_q4_k_q8_k_x4(rows, y, path));
+        }
+        out
+    }
+
+    /// [`Self::gemm_q4_k_q8_k_repacked`] of interleaved rows (`w`: groups of `nb` super-blocks).
+    ///
+    /// # Panics
+    /// When `out` is too short for `layout`.
+    pub fn gemm_q4_k_x16_q8_k_repacked(
+        &self,
+        w: &[BlockQ4Kx16],
+        x: &[BlockQ8K],
+        nb: usize,
+        out: &mut [f32],
+        layout: OutLayout,
+    ) {
+        if let Some((_, gemm)) = self.q4_k_x16 {
+            // SAFETY: as in `gemm_q8_0_q8_0`.
+            return unsafe { gemm(w, x, nb, out, layout) };
+        }
+        let mut rows = Vec::new();
+        quant::deinterleave_q4_k(w, nb, &mut rows);
+        self.gemm_q4_k_q8_k_repacked(&rows, x, nb, out, layout);
     }
 
     /// Q5_K weights against Q8_K activations along `path`.

@@ -27,7 +27,7 @@ use self::{
     k_numerics::{KPath, repacks},
 };
 use crate::{
-    quant::{self, BlockQ8_0, BlockQ8_1, BlockQ8K, GgmlType},
+    quant::{self, BlockQ8_0, BlockQ8_1, BlockQ8K, GgmlType, INTERLEAVED_ROWS},
     team::Split,
     weights::{Weight, WeightData},
 };
@@ -112,15 +112,16 @@ fn convert<'a>(
             quant::quantize_activations_q8_1,
             parallel,
         )),
-        WeightData::Q4K(_) | WeightData::Q5K(_) | WeightData::Q6K(_) => {
-            Converted::Q8K(quantize_rows(
-                x,
-                w.cols,
-                &mut scratch.q8_k,
-                quant::quantize_activations_q8_k,
-                parallel,
-            ))
-        }
+        WeightData::Q4K(_)
+        | WeightData::Q4KInterleaved(_)
+        | WeightData::Q5K(_)
+        | WeightData::Q6K(_) => Converted::Q8K(quantize_rows(
+            x,
+            w.cols,
+            &mut scratch.q8_k,
+            quant::quantize_activations_q8_k,
+            parallel,
+        )),
     }
 }
 
@@ -243,6 +244,16 @@ fn rows_dot(
         (WeightData::Q4K(v), Converted::Q8K(a)) => {
             blocks!(v, a, vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4, path)
         }
+        (WeightData::Q4KInterleaved(v), Converted::Q8K(a)) => {
+            // Whole groups only: the callers cut interleaved matrices at multiples of sixteen rows.
+            debug_assert!(first_row.is_multiple_of(INTERLEAVED_ROWS));
+            let y = &a[t * b..(t + 1) * b];
+            for (g, group) in out.chunks_mut(INTERLEAVED_ROWS).enumerate() {
+                let first = (first_row / INTERLEAVED_ROWS + g) * b;
+                let rows = k.vec_dot_q4_k_x16_q8_k(&v[first..first + b], y, path);
+                group.copy_from_slice(&rows[..group.len()]);
+            }
+        }
         (WeightData::Q5K(v), Converted::Q8K(a)) => {
             blocks!(v, a, vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_x4, path)
         }
@@ -296,6 +307,7 @@ pub fn matmul_split(
         // reduce the four rows' block totals together.
         let quads = matches!(w.data, WeightData::Q4_1(_)) || repacks(w.kind().file_type(), w.rows);
         let rows_per_task = decode_rows_per_task(w, split.threads());
+        debug_assert!(rows_per_task.is_multiple_of(row_step(w)));
         split.chunks_mut(out, rows_per_task, |task, chunk| {
             rows_dot(k, w, &converted, task * rows_per_task, (0, 1), chunk, quads);
         });
@@ -324,20 +336,34 @@ const LARGE_TASKS_PER_THREAD: usize = 4;
 /// Rows per task of a one-token product of `w` on `threads` threads.
 fn decode_rows_per_task(w: &Weight, threads: usize) -> usize {
     if w.byte_size() < LARGE_PRODUCT_BYTES {
-        return rows_per_thread(w.rows, threads);
+        return rows_per_thread(w, threads);
     }
-    rows_per_task(w.rows, threads * LARGE_TASKS_PER_THREAD)
+    rows_per_task(w.rows, threads * LARGE_TASKS_PER_THREAD, row_step(w))
 }
 
-/// Rows per task of a product over `rows` rows split over rows on `threads` threads: an even share
-/// of [`TASKS_PER_THREAD`] tasks per thread, in whole groups of four rows.
-fn rows_per_thread(rows: usize, threads: usize) -> usize {
-    rows_per_task(rows, threads * TASKS_PER_THREAD)
+/// The rows a task's share of `w` comes in multiples of: sixteen for interleaved rows (a group),
+/// four for the rest (the four-row dots).
+fn row_step(w: &Weight) -> usize {
+    rows_per_entry(w).max(4)
 }
 
-/// Rows per task of `rows` rows cut into `tasks` tasks, in whole groups of four rows.
-fn rows_per_task(rows: usize, tasks: usize) -> usize {
-    rows.div_ceil(tasks.max(1)).next_multiple_of(4).max(4)
+/// Rows per entry of `units_per_row` blocks in `w`'s values: sixteen for interleaved rows, else one.
+fn rows_per_entry(w: &Weight) -> usize {
+    match w.data {
+        WeightData::Q4KInterleaved(_) => INTERLEAVED_ROWS,
+        _ => 1,
+    }
+}
+
+/// Rows per task of a product over `w`'s rows split over rows on `threads` threads: an even share
+/// of [`TASKS_PER_THREAD`] tasks per thread, in whole steps of [`row_step`] rows.
+fn rows_per_thread(w: &Weight, threads: usize) -> usize {
+    rows_per_task(w.rows, threads * TASKS_PER_THREAD, row_step(w))
+}
+
+/// Rows per task of `rows` rows cut into `tasks` tasks, in whole steps of `step` rows.
+fn rows_per_task(rows: usize, tasks: usize, step: usize) -> usize {
+    rows.div_ceil(tasks.max(1)).next_multiple_of(step).max(step)
 }
 
 /// A few tokens, or several of a float type: each thread takes an even share of the weight rows, a
@@ -353,7 +379,7 @@ fn rows_matmul(
     transposed: &mut Vec<f32>,
 ) {
     transposed.resize(n_tokens * w.rows, 0.0);
-    let rows_per_task = rows_per_thread(w.rows, split.threads());
+    let rows_per_task = rows_per_thread(w, split.threads());
     split.chunks_mut(transposed, rows_per_task * n_tokens, |task, chunk| {
         for (block, chunk) in chunk.chunks_mut(ROWS_PER_BLOCK * n_tokens).enumerate() {
             let first_row = task * rows_per_task + block * ROWS_PER_BLOCK;
@@ -388,6 +414,7 @@ fn tiled_matmul(
     let product = TiledProduct {
         nb,
         rows: w.rows,
+        rows_per_entry: rows_per_entry(w),
         n_tokens,
         split,
     };
@@ -409,23 +436,16 @@ fn tiled_matmul(
         (WeightData::Q5_0(v), Converted::Q8_0(a)) => tiled!(v, a, gemm_q5_0_q8_0),
         (WeightData::Q5_1(v), Converted::Q8_1(a)) => tiled!(v, a, gemm_q5_1_q8_1),
         (WeightData::Q4K(v), Converted::Q8K(a)) if path == KPath::RepackedGemm => {
-            // llama.cpp's repacked GEMM takes the tokens in whole groups of four, its GEMV the rest.
-            let gemm_tokens = n_tokens - n_tokens % 4;
-            let gemm = TiledProduct {
-                n_tokens: gemm_tokens,
-                ..product
+            let gemm = |w: &[_], x: &[_], out: &mut [_], layout| {
+                k.gemm_q4_k_q8_k_repacked(w, x, nb, out, layout)
             };
-            gemm.run(
-                v,
-                &a[..gemm_tokens * nb],
-                &mut out[..gemm_tokens * w.rows],
-                transposed,
-                |w, x, out, layout| k.gemm_q4_k_q8_k_repacked(w, x, nb, out, layout),
-            );
-            for t in gemm_tokens..n_tokens {
-                let row = &mut out[t * w.rows..(t + 1) * w.rows];
-                rows_dot(k, w, converted, 0, (t, n_tokens), row, true);
-            }
+            product.run_repacked((k, w, converted), (v, a), (out, transposed), gemm);
+        }
+        (WeightData::Q4KInterleaved(v), Converted::Q8K(a)) => {
+            let gemm = |w: &[_], x: &[_], out: &mut [_], layout| {
+                k.gemm_q4_k_x16_q8_k_repacked(w, x, nb, out, layout)
+            };
+            product.run_repacked((k, w, converted), (v, a), (out, transposed), gemm);
         }
         // The other K-quant tiles take llama.cpp's tiled product's steps, for calls large enough
         // for it.
@@ -448,6 +468,8 @@ struct TiledProduct<'a> {
     /// Blocks per weight row and per token.
     nb: usize,
     rows: usize,
+    /// Rows per entry of `nb` blocks of the weights ([`rows_per_entry`]).
+    rows_per_entry: usize,
     n_tokens: usize,
     split: Split<'a>,
 }
@@ -474,14 +496,39 @@ impl TiledProduct<'_> {
             return;
         }
         transposed.resize(n_tokens * rows, 0.0);
-        let rows_per_task = rows_per_thread(rows, self.split.threads());
+        let per_entry = self.rows_per_entry;
+        let tasks = self.split.threads() * TASKS_PER_THREAD;
+        let rows_per_task = rows_per_task(rows, tasks, per_entry.max(4));
         self.split
             .chunks_mut(transposed, rows_per_task * n_tokens, |task, chunk| {
-                let first = task * rows_per_task * nb;
-                let weights = &w[first..first + chunk.len() / n_tokens * nb];
+                let first = task * rows_per_task / per_entry * nb;
+                let task_rows = chunk.len() / n_tokens;
+                let weights = &w[first..first + task_rows.div_ceil(per_entry) * nb];
                 gemm(weights, x, chunk, OutLayout::row_major(n_tokens));
             });
         transpose_into(transposed, n_tokens, rows, out);
+    }
+
+    /// A product along llama.cpp's repacked Q4_K kernels: its GEMM ([`Self::run`] with `gemm`) takes
+    /// the tokens in whole groups of four, its GEMV (the single-row dots) the rest.
+    fn run_repacked<W: Sync>(
+        &self,
+        (k, w, converted): (&KernelTable, &Weight, &Converted<'_>),
+        (v, a): (&[W], &[BlockQ8K]),
+        (out, transposed): (&mut [f32], &mut Vec<f32>),
+        gemm: impl Fn(&[W], &[BlockQ8K], &mut [f32], OutLayout) + Sync,
+    ) {
+        let (nb, n_tokens) = (self.nb, self.n_tokens);
+        let gemm_tokens = n_tokens - n_tokens % 4;
+        let grouped = TiledProduct {
+            n_tokens: gemm_tokens,
+            ..*self
+        };
+        let (grouped_out, rest) = out.split_at_mut(gemm_tokens * w.rows);
+        grouped.run(v, &a[..gemm_tokens * nb], grouped_out, transposed, gemm);
+        for (i, row) in rest.chunks_exact_mut(w.rows).enumerate() {
+            rows_dot(k, w, converted, 0, (gemm_tokens + i, n_tokens), row, true);
+        }
     }
 }
 
@@ -660,6 +707,81 @@ mod tests {
         }
     }
 
+    /// Q4_K rows held interleaved sixteen at a time give every product, on every tier, in every
+    /// path (decode, a few tokens, the tiled prompt product split over rows or tokens, on a pool or
+    /// a team), the bits of the same rows in the file's layout; and the embedding lookup its values.
+    #[test]
+    fn interleaved_q4_k_rows_give_the_bits_of_the_file_layout() {
+        // 80 rows: five groups, which two threads cannot share evenly.
+        let (rows, cols) = (80, 768);
+        let file = Weight::from_f32(random(rows * cols, 7), rows, cols, WeightType::Q4K);
+        let interleaved = file.clone().interleaved();
+        assert!(matches!(interleaved.data, WeightData::Q4KInterleaved(_)));
+        assert_eq!(interleaved.byte_size(), file.byte_size());
+        assert_eq!(interleaved.to_f32(), file.to_f32());
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .expect("pool");
+        for n in [1, 2, 4, 5, 7, 8, 13, 40, 133] {
+            let x = random(n * cols, 8 + n as u64);
+            for tier in cpu::available_tiers() {
+                let table = KernelTable::for_tier(tier).expect("available tier");
+                let run = |w: &Weight, split: Split<'_>| {
+                    let mut out = vec![0f32; n * rows];
+                    let mut scratch = MatmulScratch::default();
+                    matmul_split(table, split, w, &x, n, &mut out, &mut scratch);
+                    out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                };
+                let (want, pooled, teamed) = pool.install(|| {
+                    let teamed =
+                        crate::team::with_team(|team| run(&interleaved, Split::Team(team)));
+                    (
+                        run(&file, Split::Pool),
+                        run(&interleaved, Split::Pool),
+                        teamed,
+                    )
+                });
+                assert_eq!(pooled, want, "{tier:?} {n} tokens on the pool");
+                assert_eq!(teamed, want, "{tier:?} {n} tokens on a team");
+            }
+        }
+    }
+
+    /// Every tier's dot of sixteen interleaved Q4_K rows, on blocks of random bytes (any scales,
+    /// minimums and nibbles) and along both repacked paths, gives the scalar reference's bits.
+    #[test]
+    fn interleaved_q4_k_dots_match_the_scalar_reference_on_random_blocks() {
+        use rand::{Rng, SeedableRng, rngs::StdRng};
+        let mut rng = StdRng::seed_from_u64(9);
+        let nb = 5;
+        let rows: Vec<quant::BlockQ4K> = (0..quant::INTERLEAVED_ROWS * nb)
+            .map(|_| quant::BlockQ4K {
+                d: half::f16::from_f32(rng.random_range(-0.1..0.1)),
+                dmin: half::f16::from_f32(rng.random_range(-0.1..0.1)),
+                scales: std::array::from_fn(|_| rng.random()),
+                qs: std::array::from_fn(|_| rng.random()),
+            })
+            .collect();
+        let mut group = Vec::new();
+        quant::interleave_q4_k(&rows, nb, &mut group);
+        let mut y = vec![BlockQ8K::default(); nb];
+        quant::quantize_activations_q8_k(&random(nb * quant::QK_K, 10), &mut y);
+        let scalar = KernelTable::for_tier(cpu::KernelTier::Scalar).expect("scalar runs anywhere");
+        for path in [KPath::RepackedGemv, KPath::RepackedGemm] {
+            let want = scalar.vec_dot_q4_k_x16_q8_k(&group, &y, path);
+            for tier in cpu::available_tiers() {
+                let table = KernelTable::for_tier(tier).expect("available tier");
+                let got = table.vec_dot_q4_k_x16_q8_k(&group, &y, path);
+                assert_eq!(
+                    got.map(f32::to_bits),
+                    want.map(f32::to_bits),
+                    "{tier:?} {path:?}"
+                );
+            }
+        }
+    }
+
     /// A product whose loops run on a team of the pool's threads, or on the calling thread alone, gives
     /// the bits of the same product run as fork-joins on the pool, for every weight type and tier.
     #[test]
@@ -706,18 +828,22 @@ mod tests {
     }
 
     #[test]
-    fn rows_split_into_one_share_per_thread_in_groups_of_four() {
-        assert_eq!(rows_per_thread(576, 2), 288);
-        assert_eq!(rows_per_thread(960, 2), 480);
-        assert_eq!(rows_per_thread(70, 2), 36);
-        assert_eq!(rows_per_thread(576, 1), 576);
-        assert_eq!(rows_per_thread(3, 2), 4);
-        assert_eq!(rows_per_thread(0, 0), 4);
-        for (rows, threads) in [(49152, 2), (1536, 3), (7, 4), (100, 7)] {
-            let per_task = rows_per_thread(rows, threads);
+    fn rows_split_into_one_share_per_thread_in_whole_steps() {
+        let share = |rows, threads| rows_per_task(rows, threads * TASKS_PER_THREAD, 4);
+        assert_eq!(share(576, 2), 288);
+        assert_eq!(share(960, 2), 480);
+        assert_eq!(share(70, 2), 36);
+        assert_eq!(share(576, 1), 576);
+        assert_eq!(share(3, 2), 4);
+        assert_eq!(share(0, 0), 4);
+        for (rows, threads) in [(49152usize, 2), (1536, 3), (7, 4), (100, 7)] {
+            let per_task = share(rows, threads);
             assert_eq!(per_task % 4, 0);
             assert!(rows.div_ceil(per_task) <= threads * TASKS_PER_THREAD);
         }
+        let q4_k = Weight::from_f32(vec![0.5; 48 * 256], 48, 256, WeightType::Q4K);
+        assert_eq!(rows_per_thread(&q4_k, 2), 24);
+        assert_eq!(rows_per_thread(&q4_k.interleaved(), 2), 32);
     }
 
     #[test]

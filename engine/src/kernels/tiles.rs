@@ -128,25 +128,52 @@ pub(crate) fn product_shape<W, A>(w: &[W], x: &[A], nb: usize) -> Option<(usize,
 }
 
 /// Every tile of the product of `w` (rows of `nb` blocks) by `x` (tokens of `nb` blocks), into `out`
-/// as `layout` places them: the tokens packed once by `pack_tokens` (`nb` entries per tile of `C`
-/// tokens, the last tile padded), each tile of `R` rows once by `pack_rows`, and `dot` giving a tile's
-/// results. A tile of rows goes across every tile of tokens before the next, so its unpacked blocks
-/// stay in cache while the tokens stream past.
+/// as `layout` places them: [`gemm_by_packed_tiles`], each tile of `R` rows handed to `pack_rows`.
 #[inline(always)]
 pub(crate) fn gemm_by_tiles<const R: usize, const C: usize, W, A, T, U>(
     (w, x, nb): (&[W], &[A], usize),
     (out, layout): (&mut [f32], OutLayout),
-    (tokens_buf, rows_buf): (&mut Vec<T>, &mut Vec<U>),
+    bufs: (&mut Vec<T>, &mut Vec<U>),
     pack_tokens: impl FnOnce(&[A], usize, &mut Vec<T>),
     mut pack_rows: impl FnMut(&[&[W]; R], &mut Vec<U>),
-    mut dot: impl FnMut(&[U], &[T]) -> [[f32; C]; R],
+    dot: impl FnMut(&[U], &[T]) -> [[f32; C]; R],
 ) {
-    let Some((rows, tokens)) = product_shape(w, x, nb) else {
+    let Some((rows, _)) = product_shape(w, x, nb) else {
         return;
     };
+    let pack_tile =
+        |first_row, buf: &mut Vec<U>| pack_rows(&tile_rows::<R, _>(w, nb, first_row), buf);
+    gemm_by_packed_tiles(
+        (rows, x, nb),
+        (out, layout),
+        bufs,
+        pack_tokens,
+        pack_tile,
+        dot,
+    );
+}
+
+/// Every tile of the product of `rows` weight rows by `x` (tokens of `nb` blocks), into `out` as
+/// `layout` places them: the tokens packed once by `pack_tokens` (`nb` entries per tile of `C`
+/// tokens, the last tile padded), the tile of `R` rows from each `first_row` once by `pack_tile`,
+/// and `dot` giving a tile's results. A tile of rows goes across every tile of tokens before the
+/// next, so its unpacked blocks stay in cache while the tokens stream past.
+#[inline(always)]
+pub(crate) fn gemm_by_packed_tiles<const R: usize, const C: usize, A, T, U>(
+    (rows, x, nb): (usize, &[A], usize),
+    (out, layout): (&mut [f32], OutLayout),
+    (tokens_buf, rows_buf): (&mut Vec<T>, &mut Vec<U>),
+    pack_tokens: impl FnOnce(&[A], usize, &mut Vec<T>),
+    mut pack_tile: impl FnMut(usize, &mut Vec<U>),
+    mut dot: impl FnMut(&[U], &[T]) -> [[f32; C]; R],
+) {
+    let tokens = x.len().checked_div(nb).unwrap_or(0);
+    if rows == 0 || tokens == 0 {
+        return;
+    }
     pack_tokens(x, nb, tokens_buf);
     for first_row in (0..rows).step_by(R) {
-        pack_rows(&tile_rows::<R, _>(w, nb, first_row), rows_buf);
+        pack_tile(first_row, rows_buf);
         for (j, entries) in tokens_buf.chunks_exact(nb).enumerate() {
             let first_token = j * C;
             let values = dot(rows_buf, entries);

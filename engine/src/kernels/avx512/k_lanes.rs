@@ -13,13 +13,20 @@
 
 use std::{arch::x86_64::*, cell::RefCell};
 
-use super::{for_k4_values, load_f32x16, load_i32x16, load_u8x64, load_u32x16, q6_k_values_128};
+use super::{
+    for_k4_values, load_f32x16, load_i32x16, load_u8x64, load_u32x16,
+    q4_k_x16::{GroupScales, group_scales, half_lanes, nibbles},
+    q6_k_values_128,
+};
 use crate::{
     kernels::{
-        tiles::{OutLayout, gemm_by_tiles, i16_pair, pack_quads, pack_token_tiles, q8k_pair_sums},
+        tiles::{
+            OutLayout, gemm_by_packed_tiles, gemm_by_tiles, i16_pair, pack_quads, pack_token_tiles,
+            q8k_pair_sums,
+        },
         x86::{self, f16_to_f32},
     },
-    quant::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K},
+    quant::{BlockQ4K, BlockQ4Kx16, BlockQ5K, BlockQ6K, BlockQ8K, INTERLEAVED_ROWS, QK_K},
 };
 
 /// Weight rows per tile: one per int32 lane of a vector.
@@ -277,6 +284,41 @@ fn pack_rows<W: LaneBlock>(rows: &[&[W]; ROWS], out: &mut Vec<RowsLanes>) {
     }
 }
 
+/// Unpacks a group of sixteen interleaved Q4_K rows into `out`, an entry per super-block: their
+/// words are already a row's four bytes each, so each is split into its nibbles, no transpose.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn pack_group(group: &[BlockQ4Kx16], out: &mut Vec<RowsLanes>) {
+    const { assert!(ROWS == INTERLEAVED_ROWS) };
+    let store = |q: &mut [u32; ROWS], v: __m512i| {
+        // SAFETY: `q` is 64 writable bytes; unaligned store.
+        unsafe { _mm512_storeu_si512(q.as_mut_ptr().cast(), v) }
+    };
+    out.clear();
+    out.resize(group.len(), RowsLanes::default());
+    for (block, p) in group.iter().zip(out.iter_mut()) {
+        for j in 0..GROUPS {
+            for m in 0..8 {
+                let (low, high) = nibbles(block, 8 * j + m);
+                store(&mut p.q[16 * j + m], low);
+                store(&mut p.q[16 * j + 8 + m], high);
+            }
+        }
+        let GroupScales { scales, mins } = group_scales(block);
+        for (q, v) in p.scales.iter_mut().zip(scales) {
+            // SAFETY: `q` is 64 writable bytes; unaligned store.
+            unsafe { _mm512_storeu_si512(q.as_mut_ptr().cast(), v) };
+        }
+        for (q, v) in p.pairs.iter_mut().zip(mins) {
+            store(q, v);
+        }
+        // SAFETY: `d` and `dmin` are 16 writable f32 each; unaligned stores.
+        unsafe {
+            _mm512_storeu_ps(p.d.as_mut_ptr(), half_lanes(&block.d));
+            _mm512_storeu_ps(p.dmin.as_mut_ptr(), half_lanes(&block.dmin));
+        }
+    }
+}
+
 /// Unpacks `x` (tokens of `nb` super-blocks) into `out`, `nb` entries per tile of tokens; the last
 /// tile is padded with zero tokens.
 fn pack_tokens(x: &[BlockQ8K], nb: usize, out: &mut Vec<TokensLanes>) {
@@ -473,6 +515,32 @@ pub(crate) unsafe fn gemm_q4_k_q8_k_repacked(
     layout: OutLayout,
 ) {
     gemm((w, x, nb), (out, layout), Steps::RepackedGemm);
+}
+
+/// [`gemm_q4_k_q8_k_repacked`] of Q4_K rows interleaved sixteen at a time (`w`: groups of `nb`
+/// super-blocks), with the same bits.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn gemm_q4_k_x16_q8_k_repacked(
+    w: &[BlockQ4Kx16],
+    x: &[BlockQ8K],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    let rows = w.len().checked_div(nb).unwrap_or(0) * ROWS;
+    SCRATCH.with_borrow_mut(|s| {
+        gemm_by_packed_tiles(
+            (rows, x, nb),
+            (out, layout),
+            (&mut s.tokens, &mut s.rows),
+            pack_tokens,
+            |first_row, buf| pack_group(&w[first_row / ROWS * nb..][..nb], buf),
+            |rows, tokens| dot_tile::<BlockQ4K>(rows, tokens, Steps::RepackedGemm),
+        );
+    });
 }
 
 /// Defines a tiled K-quant product along llama.cpp's tiled product
