@@ -205,7 +205,7 @@ fn dot_x16<const GEMM: bool>(w: &[BlockQ4Kx16], y: &[BlockQ8K]) -> [f32; INTERLE
 /// super-blocks are one stream of 2304 bytes each, which the hardware prefetchers alone left the
 /// dots waiting on (the loads' first uses took most of the kernel's samples). Addresses past the
 /// matrix are only hints: a prefetch never faults.
-const PREFETCH_BLOCKS: usize = 4;
+const PREFETCH_BLOCKS: usize = 2;
 
 /// Sixteen f16 as f32 lanes.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
