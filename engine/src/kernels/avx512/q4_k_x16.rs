@@ -81,7 +81,7 @@ pub(super) fn group_scales(block: &BlockQ4Kx16) -> GroupScales {
     }
 }
 
-/// `words[k]` of `block`'s nibbles split into the low nibbles (values `64j + 4m..+4` of each row,
+/// Word `k` of `block`'s nibbles split into the low nibbles (values `64j + 4m..+4` of each row,
 /// for word `8j + m`) and the high ones (values `64j + 32 + 4m..+4`), as unsigned bytes.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
