@@ -149,6 +149,23 @@ pub(super) fn store_i32x4(v: __m128i) -> [i32; 4] {
 // ---------------------------------------------------------------------------------------------
 // Prefetching the rows ahead.
 
+/// Asks for the cache line at `line`, where the program puts the request: an instruction the
+/// compiler keeps in place among the loads. Written as `_mm_prefetch`, the compiler may gather a
+/// loop's requests into one burst and reorder the loads around it (the interleaved Q4_K decode of
+/// the 8B shape ran at two thirds of its speed so). A prefetch never faults, whatever the address.
+#[inline(always)]
+pub(super) fn prefetch_in_order(line: *const i8) {
+    // SAFETY: `prefetcht0` only hints the caches: it reads nothing into a register, writes nothing,
+    // and never faults, whatever the address.
+    unsafe {
+        std::arch::asm!(
+            "prefetcht0 byte ptr [{line}]",
+            line = in(reg) line,
+            options(nostack, preserves_flags),
+        );
+    }
+}
+
 /// Rows past the current group that [`prefetch_rows_ahead`] asks for.
 pub(super) const PREFETCH_ROWS: usize = 8;
 
@@ -164,8 +181,8 @@ pub(super) fn prefetch_rows_ahead<T, const R: usize>(rows: &[&[T]; R], i: usize)
     let per_block = R * row_bytes / rows[0].len().max(1);
     let ahead =
         (rows[0].as_ptr() as *const i8).wrapping_add(PREFETCH_ROWS * row_bytes + i * per_block);
-    _mm_prefetch::<_MM_HINT_T0>(ahead);
-    _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
+    prefetch_in_order(ahead);
+    prefetch_in_order(ahead.wrapping_add(64));
 }
 
 /// While super-block `i` of `R` adjacent rows is read, asks for every cache line of the matching
@@ -179,7 +196,7 @@ pub(super) fn prefetch_blocks_ahead<T, const R: usize>(rows: &[&[T]; R], i: usiz
     let ahead = (rows[0].as_ptr() as *const i8)
         .wrapping_add(PREFETCH_ROWS * size_of_val(rows[0]) + i * stretch);
     for offset in (0..stretch).step_by(LINE) {
-        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(offset));
+        prefetch_in_order(ahead.wrapping_add(offset));
     }
 }
 

@@ -13,7 +13,10 @@ use std::arch::x86_64::*;
 
 use super::load_u8x64;
 use crate::{
-    kernels::{k_numerics::KPath, x86},
+    kernels::{
+        k_numerics::KPath,
+        x86::{self, prefetch_in_order},
+    },
     quant::{BlockQ4Kx16, BlockQ8K, INTERLEAVED_ROWS, QK_K},
 };
 
@@ -94,23 +97,6 @@ pub(super) fn nibbles(block: &BlockQ4Kx16, k: usize) -> (__m512i, __m512i) {
     )
 }
 
-/// Asks for the cache line at `line`, where the program puts the request: an instruction the
-/// compiler keeps in place among the loads. Written as `_mm_prefetch`, the compiler gathered a
-/// super-block's 36 requests into one burst and reordered the loads, and decode of the 8B shape ran
-/// at two thirds of the file layout's speed. A prefetch never faults, whatever the address.
-#[inline(always)]
-fn prefetch_in_order(line: *const u8) {
-    // SAFETY: `prefetcht0` only hints the caches: it reads nothing into a register, writes nothing,
-    // and never faults, whatever the address.
-    unsafe {
-        std::arch::asm!(
-            "prefetcht0 byte ptr [{line}]",
-            line = in(reg) line,
-            options(nostack, preserves_flags),
-        );
-    }
-}
-
 /// Four activations as one word, for `vpdpbusd`'s broadcast.
 #[inline(always)]
 fn quad(qs: &[i8; QK_K], first: usize) -> i32 {
@@ -130,7 +116,7 @@ fn sub_block_products(
     // Two sums per sub-block (even and odd words), so that each chain of `vpdpbusd` is four long.
     let mut sums = [[_mm512_setzero_si512(); 2]; SUB_BLOCKS];
     let words = std::mem::offset_of!(BlockQ4Kx16, qs);
-    let ahead = ahead as *const u8;
+    let ahead = ahead as *const i8;
     // Word `8j + m`, in memory order, a prefetch each (the scales' lines with the first four):
     // written out, so that every sum stays in a register across the prefetches.
     macro_rules! word {
