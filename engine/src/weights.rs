@@ -380,11 +380,17 @@ impl WeightData {
         with_values!(self, v => size_of_val(v.as_slice()))
     }
 
-    /// Values `units` (values or blocks, as the type holds them) as f32 into `out`; interleaved
-    /// matrices are read by [`Weight::row_to_f32`].
-    fn units_to_f32(&self, units: std::ops::Range<usize>, out: &mut [f32]) {
+    /// Row `row` (of `per_row` values or blocks, as the type holds them) as f32 into `out`.
+    fn row_to_f32(&self, row: usize, per_row: usize, out: &mut [f32]) {
+        let units = row * per_row..(row + 1) * per_row;
         match self {
-            Self::Q4KInterleaved(_) => unreachable!("interleaved rows are read a row at a time"),
+            Self::Q4KInterleaved(groups) => {
+                let group = &groups[row / INTERLEAVED_ROWS * per_row..][..per_row];
+                for (block, out) in group.iter().zip(out.chunks_exact_mut(QK_K)) {
+                    let one = [block.row(row % INTERLEAVED_ROWS)];
+                    quant::dequantize_q4_k(&one, out);
+                }
+            }
             Self::F32(v) => out.copy_from_slice(&v[units]),
             Self::F16(v) => out
                 .iter_mut()
@@ -542,17 +548,7 @@ impl Weight {
 
     /// Writes row `row` as f32 into `out` (`cols` values): the embedding lookup.
     pub fn row_to_f32(&self, row: usize, out: &mut [f32]) {
-        let per_row = self.units_per_row();
-        if let WeightData::Q4KInterleaved(groups) = &self.data {
-            let group = &groups[row / INTERLEAVED_ROWS * per_row..][..per_row];
-            for (block, out) in group.iter().zip(out.chunks_exact_mut(QK_K)) {
-                let one = [block.row(row % INTERLEAVED_ROWS)];
-                quant::dequantize_q4_k(&one, out);
-            }
-            return;
-        }
-        self.data
-            .units_to_f32(row * per_row..(row + 1) * per_row, out);
+        self.data.row_to_f32(row, self.units_per_row(), out);
     }
 
     /// The whole matrix as f32, row-major.

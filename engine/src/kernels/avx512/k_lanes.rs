@@ -289,10 +289,13 @@ fn pack_rows<W: LaneBlock>(rows: &[&[W]; ROWS], out: &mut Vec<RowsLanes>) {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 fn pack_group(group: &[BlockQ4Kx16], out: &mut Vec<RowsLanes>) {
     const { assert!(ROWS == INTERLEAVED_ROWS) };
-    let store = |q: &mut [u32; ROWS], v: __m512i| {
-        // SAFETY: `q` is 64 writable bytes; unaligned store.
-        unsafe { _mm512_storeu_si512(q.as_mut_ptr().cast(), v) }
-    };
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[inline]
+    fn store<T>(lanes: &mut [T; ROWS], v: __m512i) {
+        const { assert!(size_of::<T>() == 4) };
+        // SAFETY: `lanes` is 64 writable bytes (sixteen of four); unaligned store.
+        unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), v) }
+    }
     out.clear();
     out.resize(group.len(), RowsLanes::default());
     for (block, p) in group.iter().zip(out.iter_mut()) {
@@ -304,12 +307,11 @@ fn pack_group(group: &[BlockQ4Kx16], out: &mut Vec<RowsLanes>) {
             }
         }
         let GroupScales { scales, mins } = group_scales(block);
-        for (q, v) in p.scales.iter_mut().zip(scales) {
-            // SAFETY: `q` is 64 writable bytes; unaligned store.
-            unsafe { _mm512_storeu_si512(q.as_mut_ptr().cast(), v) };
+        for (lanes, v) in p.scales.iter_mut().zip(scales) {
+            store(lanes, v);
         }
-        for (q, v) in p.pairs.iter_mut().zip(mins) {
-            store(q, v);
+        for (lanes, v) in p.pairs.iter_mut().zip(mins) {
+            store(lanes, v);
         }
         // SAFETY: `d` and `dmin` are 16 writable f32 each; unaligned stores.
         unsafe {
