@@ -1198,7 +1198,8 @@ mod tests {
         avx2::{
             self,
             k_quant_reference::{
-                ALL_PATHS, UNPACKED_PATHS, check_against_scalar, check_kernels, check_same_bits,
+                ALL_PATHS, UNPACKED_PATHS, cases, check_against_scalar, check_kernels,
+                check_same_bits,
             },
         },
         cpu::{CpuFeatures, KernelTier},
@@ -1295,6 +1296,32 @@ mod tests {
                 vec_dot_q6_k_q8_k_x4,
                 UNPACKED_PATHS
             );
+        }
+    }
+
+    /// The dots of sixteen interleaved Q4_K rows, along both repacked paths, give the scalar
+    /// single-row dots' bits on the reference cases (random blocks, then the format's extremes).
+    #[test]
+    fn interleaved_q4_k_dots_match_the_scalar_dots_of_their_rows() {
+        if !runs() {
+            return;
+        }
+        for (rows, y) in cases::<BlockQ4K, { crate::quant::INTERLEAVED_ROWS }>() {
+            let nb = y.len();
+            let mut group = Vec::new();
+            crate::quant::interleave_q4_k(&rows.concat(), nb, &mut group);
+            for path in [KPath::RepackedGemv, KPath::RepackedGemm] {
+                // SAFETY: called only after `runs()`: the CPU has the tier's features.
+                let got = unsafe { vec_dot_q4_k_x16_q8_k(&group, &y, path) };
+                let want = rows
+                    .each_ref()
+                    .map(|x| scalar::vec_dot_q4_k_q8_k(x, &y, path));
+                assert_eq!(
+                    got.map(f32::to_bits),
+                    want.map(f32::to_bits),
+                    "{nb} blocks, {path:?}"
+                );
+            }
         }
     }
 }

@@ -748,40 +748,6 @@ mod tests {
         }
     }
 
-    /// Every tier's dot of sixteen interleaved Q4_K rows, on blocks of random bytes (any scales,
-    /// minimums and nibbles) and along both repacked paths, gives the scalar reference's bits.
-    #[test]
-    fn interleaved_q4_k_dots_match_the_scalar_reference_on_random_blocks() {
-        use rand::{Rng, SeedableRng, rngs::StdRng};
-        let mut rng = StdRng::seed_from_u64(9);
-        let nb = 5;
-        let rows: Vec<quant::BlockQ4K> = (0..quant::INTERLEAVED_ROWS * nb)
-            .map(|_| quant::BlockQ4K {
-                d: half::f16::from_f32(rng.random_range(-0.1..0.1)),
-                dmin: half::f16::from_f32(rng.random_range(-0.1..0.1)),
-                scales: std::array::from_fn(|_| rng.random()),
-                qs: std::array::from_fn(|_| rng.random()),
-            })
-            .collect();
-        let mut group = Vec::new();
-        quant::interleave_q4_k(&rows, nb, &mut group);
-        let mut y = vec![BlockQ8K::default(); nb];
-        quant::quantize_activations_q8_k(&random(nb * quant::QK_K, 10), &mut y);
-        let scalar = KernelTable::for_tier(cpu::KernelTier::Scalar).expect("scalar runs anywhere");
-        for path in [KPath::RepackedGemv, KPath::RepackedGemm] {
-            let want = scalar.vec_dot_q4_k_x16_q8_k(&group, &y, path);
-            for tier in cpu::available_tiers() {
-                let table = KernelTable::for_tier(tier).expect("available tier");
-                let got = table.vec_dot_q4_k_x16_q8_k(&group, &y, path);
-                assert_eq!(
-                    got.map(f32::to_bits),
-                    want.map(f32::to_bits),
-                    "{tier:?} {path:?}"
-                );
-            }
-        }
-    }
-
     /// A product whose loops run on a team of the pool's threads, or on the calling thread alone, gives
     /// the bits of the same product run as fork-joins on the pool, for every weight type and tier.
     #[test]

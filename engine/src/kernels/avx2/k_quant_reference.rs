@@ -225,11 +225,15 @@ impl Reference for BlockQ6K {
     }
 }
 
-/// Four weight rows and an activation row.
-type Case<W> = ([Vec<W>; 4], Vec<<W as Reference>::Act>);
+/// `R` weight rows (four unless said) and an activation row.
+pub(crate) type Case<W, const R: usize = 4> = ([Vec<W>; R], Vec<<W as Reference>::Act>);
 
-/// Four rows of `n` blocks and an activation row, seeded.
-fn case<W: Reference>(n: usize, seed: u64, (weights, acts): (Fill, Fill)) -> Case<W> {
+/// `R` rows of `n` blocks and an activation row, seeded.
+fn case<W: Reference, const R: usize>(
+    n: usize,
+    seed: u64,
+    (weights, acts): (Fill, Fill),
+) -> Case<W, R> {
     let mut rng = StdRng::seed_from_u64(seed);
     let rows = std::array::from_fn(|_| (0..n).map(|_| W::block(&mut rng, weights)).collect());
     let y = (0..n).map(|_| W::act(&mut rng, acts)).collect();
@@ -238,7 +242,7 @@ fn case<W: Reference>(n: usize, seed: u64, (weights, acts): (Fill, Fill)) -> Cas
 
 /// Every case a kernel is checked on: each of [`BLOCK_COUNTS`] with random bytes, then the extremes
 /// (largest values and scales against activations of -128 and of 127).
-fn cases<W: Reference>() -> Vec<Case<W>> {
+pub(crate) fn cases<W: Reference, const R: usize>() -> Vec<Case<W, R>> {
     let random = BLOCK_COUNTS
         .iter()
         .enumerate()
@@ -258,7 +262,7 @@ pub(crate) fn check_kernels<W: Reference>(
     one: impl Fn(&[W], &[W::Act]) -> f32,
     four: impl Fn([&[W]; 4], &[W::Act]) -> [f32; 4],
 ) {
-    for (rows, y) in cases::<W>() {
+    for (rows, y) in cases::<W, 4>() {
         let n = y.len();
         let singles = rows.each_ref().map(|x| one(x, &y));
         for (r, (x, &got)) in rows.iter().zip(&singles).enumerate() {
@@ -310,7 +314,7 @@ pub(crate) fn check_same_bits<W: Reference>(
     a: impl Fn(&[W], &[W::Act]) -> f32,
     b: impl Fn(&[W], &[W::Act]) -> f32,
 ) {
-    for (rows, y) in cases::<W>() {
+    for (rows, y) in cases::<W, 4>() {
         for (r, x) in rows.iter().enumerate() {
             let (a, b) = (a(x, &y), b(x, &y));
             assert_eq!(
