@@ -14,8 +14,8 @@
 use std::{arch::x86_64::*, cell::RefCell};
 
 use super::{
-    for_k4_values, load_f32x16, load_i32x16, load_u8x64, load_u32x16,
-    q4_k_x16::{GroupScales, group_scales, half_lanes, nibbles},
+    for_k4_values, load_f16x16, load_f32x16, load_i32x16, load_u8x64, load_u32x16,
+    q4_k_x16::{GroupScales, group_scales, nibbles},
     q6_k_values_128,
 };
 use crate::{
@@ -315,8 +315,8 @@ fn pack_group(group: &[BlockQ4Kx16], out: &mut Vec<RowsLanes>) {
         }
         // SAFETY: `d` and `dmin` are 16 writable f32 each; unaligned stores.
         unsafe {
-            _mm512_storeu_ps(p.d.as_mut_ptr(), half_lanes(&block.d));
-            _mm512_storeu_ps(p.dmin.as_mut_ptr(), half_lanes(&block.dmin));
+            _mm512_storeu_ps(p.d.as_mut_ptr(), load_f16x16(&block.d));
+            _mm512_storeu_ps(p.dmin.as_mut_ptr(), load_f16x16(&block.dmin));
         }
     }
 }

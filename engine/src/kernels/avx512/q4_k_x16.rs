@@ -11,7 +11,7 @@
 
 use std::arch::x86_64::*;
 
-use super::load_u8x64;
+use super::{load_f16x16, load_u8x64};
 use crate::{
     kernels::{
         k_numerics::KPath,
@@ -161,8 +161,8 @@ fn dot_x16<const GEMM: bool>(w: &[BlockQ4Kx16], y: &[BlockQ8K]) -> [f32; INTERLE
         let sums = sub_block_products(block, &b.qs, ahead);
         let sub_sums = x86::store_i32x4(x86::sub_block_sums(b));
         let dy = _mm512_set1_ps(b.d);
-        let d_dy = _mm512_mul_ps(half_lanes(&block.d), dy);
-        let dmin_dy = _mm512_mul_ps(half_lanes(&block.dmin), dy);
+        let d_dy = _mm512_mul_ps(load_f16x16(&block.d), dy);
+        let dmin_dy = _mm512_mul_ps(load_f16x16(&block.dmin), dy);
         let scaled = |s: usize| _mm512_mullo_epi32(sums[s], scales[s]);
         let min_products = |g: usize, s2: __m512i| {
             _mm512_dpwssd_epi32(s2, mins[g], _mm512_set1_epi32(sub_sums[g]))
@@ -192,14 +192,6 @@ fn dot_x16<const GEMM: bool>(w: &[BlockQ4Kx16], y: &[BlockQ8K]) -> [f32; INTERLE
 /// dots waiting on (the loads' first uses took most of the kernel's samples). Addresses past the
 /// matrix are only hints: a prefetch never faults.
 const PREFETCH_BLOCKS: usize = 2;
-
-/// Sixteen f16 as f32 lanes.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-#[inline]
-pub(super) fn half_lanes(v: &[half::f16; INTERLEAVED_ROWS]) -> __m512 {
-    // SAFETY: `v` is 32 readable bytes; `loadu` has no alignment requirement.
-    _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(v.as_ptr().cast()) })
-}
 
 /// Sixteen interleaved Q4_K rows (one group: `w`'s super-blocks) against `y` along `path`, which
 /// must be one of the repacked paths (the only ones of a matrix whose rows come in sixteens).
