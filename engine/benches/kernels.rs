@@ -23,7 +23,9 @@ use half::f16;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use strata_engine::{
     kernels::{cpu, dispatch::KernelTable, k_numerics::KPath},
-    quant::{self, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ8_0, BlockQ8_1, BlockQ8K, QK, QK_K},
+    quant::{
+        self, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K, QK, QK_K,
+    },
 };
 
 /// `(name, rows, cols)`.
@@ -208,7 +210,7 @@ fn q4_k_decode(c: &mut Criterion) {
     let mut w = vec![BlockQ4K::default(); rows * nb];
     quant::quantize_q4_k(&random(rows * cols, 3), &mut w);
     let mut groups = Vec::new();
-    quant::interleave_q4_k(&w, nb, &mut groups);
+    quant::interleave(&w, nb, &mut groups);
     let mut y = vec![BlockQ8K::default(); nb];
     quant::quantize_activations_q8_k(&random(cols, 4), &mut y);
     let mut g = group(c, "q4_k_decode", size_of_val(w.as_slice()));
@@ -235,5 +237,38 @@ fn q4_k_decode(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, kernels, q4_k_decode);
+/// Q6_K decode of Llama 3.1 8B's feed-forward down projection (the Q4_K_M file's Q6_K half), one
+/// token on one thread along ggml's `vec_dot`: a row of the file's layout per call (`file/x1`, what
+/// decode runs there) and interleaved sixteen at a time (`interleaved/x16`).
+fn q6_k_decode(c: &mut Criterion) {
+    let (rows, cols) = (4096, 14336);
+    let nb = cols / QK_K;
+    let mut w = vec![BlockQ6K::default(); rows * nb];
+    quant::quantize_q6_k(&random(rows * cols, 5), &mut w);
+    let mut groups = Vec::new();
+    quant::interleave(&w, nb, &mut groups);
+    let mut y = vec![BlockQ8K::default(); nb];
+    quant::quantize_activations_q8_k(&random(cols, 6), &mut y);
+    let mut g = group(c, "q6_k_decode", size_of_val(w.as_slice()));
+    for k in tables() {
+        let tier = k.tier().name();
+        g.bench_function(format!("4096x14336/{tier}/file/x1"), |b| {
+            b.iter(|| {
+                for row in w.chunks_exact(nb) {
+                    black_box(k.vec_dot_q6_k_q8_k(row, black_box(&y), KPath::VecDot));
+                }
+            })
+        });
+        g.bench_function(format!("4096x14336/{tier}/interleaved/x16"), |b| {
+            b.iter(|| {
+                for group in groups.chunks_exact(nb) {
+                    black_box(k.vec_dot_q6_k_x16_q8_k(group, black_box(&y)));
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, kernels, q4_k_decode, q6_k_decode);
 criterion_main!(benches);

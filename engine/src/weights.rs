@@ -8,7 +8,8 @@ use crate::{
     heap, kernels,
     quant::{
         self, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ4Kx16, BlockQ5_0, BlockQ5_1, BlockQ5K,
-        BlockQ6K, BlockQ8_0, GgmlType, INTERLEAVED_ROWS, QK, QK_K,
+        BlockQ6K, BlockQ6Kx16, BlockQ8_0, GgmlType, INTERLEAVED_ROWS, InterleavedBlock,
+        Interleaver, QK, QK_K,
     },
 };
 
@@ -227,6 +228,9 @@ pub enum WeightData {
     Q5K(Vec<BlockQ5K>),
     /// Q6_K super-blocks.
     Q6K(Vec<BlockQ6K>),
+    /// Q6_K super-blocks of sixteen rows at a time, interleaved ([`BlockQ6Kx16`]), grouped as
+    /// [`Self::Q4KInterleaved`]'s.
+    Q6KInterleaved(Vec<BlockQ6Kx16>),
 }
 
 /// Runs `$body` with `$v` bound to the vector inside any [`WeightData`] variant.
@@ -245,6 +249,7 @@ macro_rules! with_values {
             WeightData::Q4KInterleaved($v) => $body,
             WeightData::Q5K($v) => $body,
             WeightData::Q6K($v) => $body,
+            WeightData::Q6KInterleaved($v) => $body,
         }
     };
 }
@@ -371,7 +376,7 @@ impl WeightData {
             Self::Q5_1(_) => WeightType::Q5_1,
             Self::Q4K(_) | Self::Q4KInterleaved(_) => WeightType::Q4K,
             Self::Q5K(_) => WeightType::Q5K,
-            Self::Q6K(_) => WeightType::Q6K,
+            Self::Q6K(_) | Self::Q6KInterleaved(_) => WeightType::Q6K,
         }
     }
 
@@ -383,13 +388,24 @@ impl WeightData {
     /// Row `row` (of `per_row` values or blocks, as the type holds them) as f32 into `out`.
     fn row_to_f32(&self, row: usize, per_row: usize, out: &mut [f32]) {
         let units = row * per_row..(row + 1) * per_row;
+        /// Row `row` of interleaved `groups` through `dequantize`, a super-block at a time.
+        fn interleaved_row<B: InterleavedBlock>(
+            groups: &[B],
+            (row, per_row): (usize, usize),
+            out: &mut [f32],
+            dequantize: fn(&[B::Row], &mut [f32]),
+        ) {
+            let group = &groups[row / INTERLEAVED_ROWS * per_row..][..per_row];
+            for (block, out) in group.iter().zip(out.chunks_exact_mut(QK_K)) {
+                dequantize(&[block.row(row % INTERLEAVED_ROWS)], out);
+            }
+        }
         match self {
             Self::Q4KInterleaved(groups) => {
-                let group = &groups[row / INTERLEAVED_ROWS * per_row..][..per_row];
-                for (block, out) in group.iter().zip(out.chunks_exact_mut(QK_K)) {
-                    let one = [block.row(row % INTERLEAVED_ROWS)];
-                    quant::dequantize_q4_k(&one, out);
-                }
+                interleaved_row(groups, (row, per_row), out, quant::dequantize_q4_k);
+            }
+            Self::Q6KInterleaved(groups) => {
+                interleaved_row(groups, (row, per_row), out, quant::dequantize_q6_k);
             }
             Self::F32(v) => out.copy_from_slice(&v[units]),
             Self::F16(v) => out
@@ -432,8 +448,14 @@ pub struct WeightBuilder {
     cols: usize,
     filled: usize,
     data: WeightData,
-    /// Interleaves Q4_K rows as they come, for a matrix the kernels read interleaved.
-    interleaver: Option<quant::Interleaver>,
+    /// Interleaves rows as they come, for a matrix the kernels read interleaved.
+    interleaver: Option<Interleaving>,
+}
+
+/// The interleaver of a matrix held interleaved.
+enum Interleaving {
+    Q4K(Interleaver<BlockQ4Kx16>),
+    Q6K(Interleaver<BlockQ6Kx16>),
 }
 
 impl WeightBuilder {
@@ -443,12 +465,19 @@ impl WeightBuilder {
     /// sizes of the file types it pushes.
     pub fn new(target: WeightType, rows: usize, cols: usize) -> Self {
         let units = rows * cols / target.block_size();
-        let interleaves = target == WeightType::Q4K && kernels::dispatch::table().interleaves(rows);
-        let (data, interleaver) = if interleaves {
-            let data = WeightData::Q4KInterleaved(heap::huge_page_vec(units / INTERLEAVED_ROWS));
-            (data, Some(quant::Interleaver::new(cols / QK_K)))
-        } else {
-            (WeightData::with_capacity(target, units), None)
+        let groups = units / INTERLEAVED_ROWS;
+        let nb = cols / QK_K;
+        let (data, interleaver) = match target {
+            WeightType::Q4K | WeightType::Q6K if kernels::dispatch::table().interleaves(rows) => {
+                if target == WeightType::Q4K {
+                    let data = WeightData::Q4KInterleaved(heap::huge_page_vec(groups));
+                    (data, Some(Interleaving::Q4K(Interleaver::new(nb))))
+                } else {
+                    let data = WeightData::Q6KInterleaved(heap::huge_page_vec(groups));
+                    (data, Some(Interleaving::Q6K(Interleaver::new(nb))))
+                }
+            }
+            _ => (WeightData::with_capacity(target, units), None),
         };
         Self {
             target,
@@ -478,9 +507,16 @@ impl WeightBuilder {
             WeightData::quantized(values, self.target)
         };
         match (&mut self.data, &piece, &mut self.interleaver) {
-            (WeightData::Q4KInterleaved(out), WeightData::Q4K(rows), Some(interleaver)) => {
-                interleaver.push(rows, out);
-            }
+            (
+                WeightData::Q4KInterleaved(out),
+                WeightData::Q4K(rows),
+                Some(Interleaving::Q4K(interleaver)),
+            ) => interleaver.push(rows, out),
+            (
+                WeightData::Q6KInterleaved(out),
+                WeightData::Q6K(rows),
+                Some(Interleaving::Q6K(interleaver)),
+            ) => interleaver.push(rows, out),
             (data, piece, _) => data.append(piece),
         }
         self.filled += rows;
@@ -489,11 +525,10 @@ impl WeightBuilder {
     /// The matrix, once every row has been pushed.
     pub fn finish(self) -> Weight {
         debug_assert_eq!(self.filled, self.rows);
-        debug_assert!(
-            self.interleaver
-                .as_ref()
-                .is_none_or(quant::Interleaver::is_done)
-        );
+        debug_assert!(self.interleaver.as_ref().is_none_or(|i| match i {
+            Interleaving::Q4K(i) => i.is_done(),
+            Interleaving::Q6K(i) => i.is_done(),
+        }));
         Weight {
             rows: self.rows,
             cols: self.cols,
@@ -514,21 +549,25 @@ impl Weight {
         }
     }
 
-    /// The matrix with its Q4_K rows interleaved sixteen at a time ([`BlockQ4Kx16`]), as the loader
-    /// holds them for kernels that read them so; other matrices, and those whose rows do not come in
-    /// sixteens, as they are.
+    /// The matrix with its Q4_K or Q6_K rows interleaved sixteen at a time ([`BlockQ4Kx16`],
+    /// [`BlockQ6Kx16`]), as the loader holds them for kernels that read them so; other matrices,
+    /// and those whose rows do not come in sixteens, as they are.
     pub fn interleaved(self) -> Self {
-        match self.data {
-            WeightData::Q4K(rows) if self.rows.is_multiple_of(INTERLEAVED_ROWS) => {
-                let mut groups = Vec::with_capacity(rows.len() / INTERLEAVED_ROWS);
-                quant::interleave_q4_k(&rows, self.cols / QK_K, &mut groups);
-                Self {
-                    data: WeightData::Q4KInterleaved(groups),
-                    ..self
-                }
-            }
-            _ => self,
+        fn groups<B: InterleavedBlock>(rows: &[B::Row], nb: usize) -> Vec<B> {
+            let mut groups = Vec::with_capacity(rows.len() / INTERLEAVED_ROWS);
+            quant::interleave(rows, nb, &mut groups);
+            groups
         }
+        if !self.rows.is_multiple_of(INTERLEAVED_ROWS) {
+            return self;
+        }
+        let nb = self.cols / QK_K;
+        let data = match self.data {
+            WeightData::Q4K(rows) => WeightData::Q4KInterleaved(groups(&rows, nb)),
+            WeightData::Q6K(rows) => WeightData::Q6KInterleaved(groups(&rows, nb)),
+            data => data,
+        };
+        Self { data, ..self }
     }
 
     /// The runtime type.

@@ -47,16 +47,18 @@ mod k_lanes;
 mod q0_tiles;
 mod q4_0_lanes;
 mod q4_k_x16;
+mod q6_k_x16;
 mod q8_0_lanes;
 
 pub(crate) use self::{
     k_lanes::{
         gemm_q4_k_q8_k, gemm_q4_k_q8_k_repacked, gemm_q4_k_x16_q8_k_repacked, gemm_q5_k_q8_k,
-        gemm_q6_k_q8_k,
+        gemm_q6_k_q8_k, gemm_q6_k_x16_q8_k,
     },
     q0_tiles::{gemm_q4_0_q8_0, gemm_q5_0_q8_0},
     q4_0_lanes::gemm_q4_0_q8_0_repacked,
     q4_k_x16::vec_dot_q4_k_x16_q8_k,
+    q6_k_x16::vec_dot_q6_k_x16_q8_k,
     q8_0_lanes::gemm_q8_0_q8_0,
 };
 
@@ -1309,7 +1311,7 @@ mod tests {
         for (rows, y) in cases::<BlockQ4K, { crate::quant::INTERLEAVED_ROWS }>() {
             let nb = y.len();
             let mut group = Vec::new();
-            crate::quant::interleave_q4_k(&rows.concat(), nb, &mut group);
+            crate::quant::interleave(&rows.concat(), nb, &mut group);
             for path in [KPath::RepackedGemv, KPath::RepackedGemm] {
                 // SAFETY: called only after `runs()`: the CPU has the tier's features.
                 let got = unsafe { vec_dot_q4_k_x16_q8_k(&group, &y, path) };
@@ -1322,6 +1324,26 @@ mod tests {
                     "{nb} blocks, {path:?}"
                 );
             }
+        }
+    }
+
+    /// The dots of sixteen interleaved Q6_K rows give the scalar single-row dots' bits along
+    /// ggml's `vec_dot` on the reference cases (random blocks, then the format's extremes).
+    #[test]
+    fn interleaved_q6_k_dots_match_the_scalar_dots_of_their_rows() {
+        if !runs() {
+            return;
+        }
+        for (rows, y) in cases::<BlockQ6K, { crate::quant::INTERLEAVED_ROWS }>() {
+            let nb = y.len();
+            let mut group = Vec::new();
+            crate::quant::interleave(&rows.concat(), nb, &mut group);
+            // SAFETY: called only after `runs()`: the CPU has the tier's features.
+            let got = unsafe { vec_dot_q6_k_x16_q8_k(&group, &y) };
+            let want = rows
+                .each_ref()
+                .map(|x| scalar::vec_dot_q6_k_q8_k(x, &y, KPath::VecDot));
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{nb} blocks");
         }
     }
 }

@@ -27,15 +27,24 @@ use super::{
 use super::{avx2, avx512};
 use crate::quant::{
     self, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ4Kx16, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
-    BlockQ8_0, BlockQ8_1, BlockQ8K, INTERLEAVED_ROWS,
+    BlockQ6Kx16, BlockQ8_0, BlockQ8_1, BlockQ8K, INTERLEAVED_ROWS, InterleavedBlock,
 };
 
 /// A K-quant's four-row dot along a path.
 type KDotX4<W> = unsafe fn([&[W]; 4], &[BlockQ8K], KPath) -> [f32; 4];
-/// Sixteen interleaved Q4_K rows against one activation row along a path.
-type Q4KDotX16 = unsafe fn(&[BlockQ4Kx16], &[BlockQ8K], KPath) -> [f32; INTERLEAVED_ROWS];
-/// A tiled product of interleaved Q4_K rows.
-type Q4KGemmX16 = unsafe fn(&[BlockQ4Kx16], &[BlockQ8K], usize, &mut [f32], OutLayout);
+/// A tiled product of a K-quant's rows interleaved sixteen at a time.
+type GemmX16<W> = unsafe fn(&[W], &[BlockQ8K], usize, &mut [f32], OutLayout);
+
+/// The kernels of K-quant rows interleaved sixteen at a time.
+#[derive(Clone, Copy)]
+struct InterleavedKernels {
+    /// Sixteen interleaved Q4_K rows against one activation row along a (repacked) path.
+    q4_k_dot: unsafe fn(&[BlockQ4Kx16], &[BlockQ8K], KPath) -> [f32; INTERLEAVED_ROWS],
+    q4_k_gemm: GemmX16<BlockQ4Kx16>,
+    /// Sixteen interleaved Q6_K rows against one activation row along ggml's `vec_dot`.
+    q6_k_dot: unsafe fn(&[BlockQ6Kx16], &[BlockQ8K]) -> [f32; INTERLEAVED_ROWS],
+    q6_k_gemm: GemmX16<BlockQ6Kx16>,
+}
 
 /// One tier's kernels.
 ///
@@ -70,9 +79,10 @@ pub struct KernelTable {
     q4_k_x4: KDotX4<BlockQ4K>,
     q4_k_gemm: unsafe fn(&[BlockQ4K], &[BlockQ8K], usize, &mut [f32], OutLayout),
     q4_k_gemm_repacked: unsafe fn(&[BlockQ4K], &[BlockQ8K], usize, &mut [f32], OutLayout),
-    /// The kernels of Q4_K rows interleaved sixteen at a time, on the tiers whose loaders hold
-    /// them so (the others read such rows, which only a test hands them, through their own dots).
-    q4_k_x16: Option<(Q4KDotX16, Q4KGemmX16)>,
+    /// The kernels of Q4_K and Q6_K rows interleaved sixteen at a time, on the tiers whose loaders
+    /// hold them so (the others read such rows, which only a test hands them, through their own
+    /// dots).
+    interleaved: Option<InterleavedKernels>,
     q5_k: unsafe fn(&[BlockQ5K], &[BlockQ8K], KPath) -> f32,
     q5_k_x4: KDotX4<BlockQ5K>,
     q5_k_gemm: unsafe fn(&[BlockQ5K], &[BlockQ8K], usize, &mut [f32], OutLayout),
@@ -112,7 +122,7 @@ static SCALAR: KernelTable = KernelTable {
     q4_k_x4: scalar::vec_dot_q4_k_q8_k_x4,
     q4_k_gemm: scalar::gemm_q4_k_q8_k,
     q4_k_gemm_repacked: scalar::gemm_q4_k_q8_k_repacked,
-    q4_k_x16: None,
+    interleaved: None,
     q5_k: scalar::vec_dot_q5_k_q8_k,
     q5_k_x4: scalar::vec_dot_q5_k_q8_k_x4,
     q5_k_gemm: scalar::gemm_q5_k_q8_k,
@@ -153,7 +163,7 @@ static AVX2: KernelTable = KernelTable {
     q4_k_x4: avx2::vec_dot_q4_k_q8_k_x4,
     q4_k_gemm: avx2::gemm_q4_k_q8_k,
     q4_k_gemm_repacked: avx2::gemm_q4_k_q8_k_repacked,
-    q4_k_x16: None,
+    interleaved: None,
     q5_k: avx2::vec_dot_q5_k_q8_k,
     q5_k_x4: avx2::vec_dot_q5_k_q8_k_x4,
     q5_k_gemm: avx2::gemm_q5_k_q8_k,
@@ -194,10 +204,12 @@ static AVX512: KernelTable = KernelTable {
     q4_k_x4: avx512::vec_dot_q4_k_q8_k_x4,
     q4_k_gemm: avx512::gemm_q4_k_q8_k,
     q4_k_gemm_repacked: avx512::gemm_q4_k_q8_k_repacked,
-    q4_k_x16: Some((
-        avx512::vec_dot_q4_k_x16_q8_k,
-        avx512::gemm_q4_k_x16_q8_k_repacked,
-    )),
+    interleaved: Some(InterleavedKernels {
+        q4_k_dot: avx512::vec_dot_q4_k_x16_q8_k,
+        q4_k_gemm: avx512::gemm_q4_k_x16_q8_k_repacked,
+        q6_k_dot: avx512::vec_dot_q6_k_x16_q8_k,
+        q6_k_gemm: avx512::gemm_q6_k_x16_q8_k,
+    }),
     q5_k: avx512::vec_dot_q5_k_q8_k,
     q5_k_x4: avx512::vec_dot_q5_k_q8_k_x4,
     q5_k_gemm: avx512::gemm_q5_k_q8_k,
@@ -559,10 +571,10 @@ impl KernelTable {
         unsafe { (self.q4_k_gemm_repacked)(w, x, nb, out, layout) }
     }
 
-    /// Whether this tier's loader holds a Q4_K matrix of `rows` rows interleaved sixteen at a time
-    /// ([`BlockQ4Kx16`]).
+    /// Whether this tier's loader holds a Q4_K or Q6_K matrix of `rows` rows interleaved sixteen
+    /// at a time ([`BlockQ4Kx16`], [`BlockQ6Kx16`]).
     pub fn interleaves(&self, rows: usize) -> bool {
-        self.q4_k_x16.is_some() && rows.is_multiple_of(INTERLEAVED_ROWS)
+        self.interleaved.is_some() && rows.is_multiple_of(INTERLEAVED_ROWS)
     }
 
     /// Sixteen interleaved Q4_K rows (one group of `w.len()` super-blocks) against one activation
@@ -573,21 +585,11 @@ impl KernelTable {
         y: &[BlockQ8K],
         path: KPath,
     ) -> [f32; INTERLEAVED_ROWS] {
-        if let Some((dot, _)) = self.q4_k_x16 {
+        if let Some(kernels) = self.interleaved {
             // SAFETY: as in `vec_dot_f32`.
-            return unsafe { dot(w, y, path) };
+            return unsafe { (kernels.q4_k_dot)(w, y, path) };
         }
-        let nb = w.len();
-        let mut rows = Vec::new();
-        quant::deinterleave_q4_k(w, nb, &mut rows);
-        let row = |r: usize| &rows[r * nb..(r + 1) * nb];
-        let mut out = [0f32; INTERLEAVED_ROWS];
-        for (r, quad) in out.chunks_exact_mut(4).enumerate() {
-            let r = 4 * r;
-            let rows = [row(r), row(r + 1), row(r + 2), row(r + 3)];
-            quad.copy_from_slice(&self.vec_dot_q4_k_q8_k_x4(rows, y, path));
-        }
-        out
+        rows_of_group(w, |rows| self.vec_dot_q4_k_q8_k_x4(rows, y, path))
     }
 
     /// [`Self::gemm_q4_k_q8_k_repacked`] of interleaved rows (`w`: groups of `nb` super-blocks).
@@ -602,12 +604,12 @@ impl KernelTable {
         out: &mut [f32],
         layout: OutLayout,
     ) {
-        if let Some((_, gemm)) = self.q4_k_x16 {
+        if let Some(kernels) = self.interleaved {
             // SAFETY: as in `gemm_q8_0_q8_0`.
-            return unsafe { gemm(w, x, nb, out, layout) };
+            return unsafe { (kernels.q4_k_gemm)(w, x, nb, out, layout) };
         }
         let mut rows = Vec::new();
-        quant::deinterleave_q4_k(w, nb, &mut rows);
+        quant::deinterleave(w, nb, &mut rows);
         self.gemm_q4_k_q8_k_repacked(&rows, x, nb, out, layout);
     }
 
@@ -684,6 +686,59 @@ impl KernelTable {
         // SAFETY: as in `gemm_q8_0_q8_0`.
         unsafe { (self.q6_k_gemm)(w, x, nb, out, layout) }
     }
+
+    /// Sixteen interleaved Q6_K rows (one group of `w.len()` super-blocks) against one activation
+    /// row along ggml's `vec_dot` ([`KPath::VecDot`]); equal to sixteen single-row calls on the rows.
+    pub fn vec_dot_q6_k_x16_q8_k(
+        &self,
+        w: &[BlockQ6Kx16],
+        y: &[BlockQ8K],
+    ) -> [f32; INTERLEAVED_ROWS] {
+        if let Some(kernels) = self.interleaved {
+            // SAFETY: as in `vec_dot_f32`.
+            return unsafe { (kernels.q6_k_dot)(w, y) };
+        }
+        rows_of_group(w, |rows| self.vec_dot_q6_k_q8_k_x4(rows, y, KPath::VecDot))
+    }
+
+    /// [`Self::gemm_q6_k_q8_k`] of interleaved rows (`w`: groups of `nb` super-blocks).
+    ///
+    /// # Panics
+    /// When `out` is too short for `layout`.
+    pub fn gemm_q6_k_x16_q8_k(
+        &self,
+        w: &[BlockQ6Kx16],
+        x: &[BlockQ8K],
+        nb: usize,
+        out: &mut [f32],
+        layout: OutLayout,
+    ) {
+        if let Some(kernels) = self.interleaved {
+            // SAFETY: as in `gemm_q8_0_q8_0`.
+            return unsafe { (kernels.q6_k_gemm)(w, x, nb, out, layout) };
+        }
+        let mut rows = Vec::new();
+        quant::deinterleave(w, nb, &mut rows);
+        self.gemm_q6_k_q8_k(&rows, x, nb, out, layout);
+    }
+}
+
+/// The sixteen results of a group of interleaved rows through `dot_x4` over its rows as the file
+/// holds them, four at a time: the tiers without interleaved kernels.
+fn rows_of_group<B: InterleavedBlock>(
+    w: &[B],
+    dot_x4: impl Fn([&[B::Row]; 4]) -> [f32; 4],
+) -> [f32; INTERLEAVED_ROWS] {
+    let nb = w.len();
+    let mut rows = Vec::new();
+    quant::deinterleave(w, nb, &mut rows);
+    let row = |r: usize| &rows[r * nb..(r + 1) * nb];
+    let mut out = [0f32; INTERLEAVED_ROWS];
+    for (r, quad) in out.chunks_exact_mut(4).enumerate() {
+        let r = 4 * r;
+        quad.copy_from_slice(&dot_x4([row(r), row(r + 1), row(r + 2), row(r + 3)]));
+    }
+    out
 }
 
 impl fmt::Debug for KernelTable {

@@ -115,7 +115,8 @@ fn convert<'a>(
         WeightData::Q4K(_)
         | WeightData::Q4KInterleaved(_)
         | WeightData::Q5K(_)
-        | WeightData::Q6K(_) => Converted::Q8K(quantize_rows(
+        | WeightData::Q6K(_)
+        | WeightData::Q6KInterleaved(_) => Converted::Q8K(quantize_rows(
             x,
             w.cols,
             &mut scratch.q8_k,
@@ -245,14 +246,10 @@ fn rows_dot(
             blocks!(v, a, vec_dot_q4_k_q8_k, vec_dot_q4_k_q8_k_x4, path)
         }
         (WeightData::Q4KInterleaved(v), Converted::Q8K(a)) => {
-            // Whole groups only: the callers cut interleaved matrices at multiples of sixteen rows.
-            debug_assert!(first_row.is_multiple_of(INTERLEAVED_ROWS));
             let y = &a[t * b..(t + 1) * b];
-            for (g, group) in out.chunks_mut(INTERLEAVED_ROWS).enumerate() {
-                let first = (first_row / INTERLEAVED_ROWS + g) * b;
-                let rows = k.vec_dot_q4_k_x16_q8_k(&v[first..first + b], y, path);
-                group.copy_from_slice(&rows[..group.len()]);
-            }
+            groups_dot(v, b, first_row, out, |group| {
+                k.vec_dot_q4_k_x16_q8_k(group, y, path)
+            });
         }
         (WeightData::Q5K(v), Converted::Q8K(a)) => {
             blocks!(v, a, vec_dot_q5_k_q8_k, vec_dot_q5_k_q8_k_x4, path)
@@ -260,7 +257,31 @@ fn rows_dot(
         (WeightData::Q6K(v), Converted::Q8K(a)) => {
             blocks!(v, a, vec_dot_q6_k_q8_k, vec_dot_q6_k_q8_k_x4, path)
         }
+        (WeightData::Q6KInterleaved(v), Converted::Q8K(a)) => {
+            debug_assert_eq!(path, KPath::VecDot, "llama.cpp never repacks Q6_K");
+            let y = &a[t * b..(t + 1) * b];
+            groups_dot(v, b, first_row, out, |group| {
+                k.vec_dot_q6_k_x16_q8_k(group, y)
+            });
+        }
         _ => unreachable!("activations are converted for the weight's own type"),
+    }
+}
+
+/// Writes `out[i]` for the rows from `first_row` of interleaved `groups` (of `nb` super-blocks),
+/// a group's sixteen results from each call of `dot`.
+fn groups_dot<B>(
+    groups: &[B],
+    nb: usize,
+    first_row: usize,
+    out: &mut [f32],
+    dot: impl Fn(&[B]) -> [f32; INTERLEAVED_ROWS],
+) {
+    // Whole groups only: the callers cut interleaved matrices at multiples of sixteen rows.
+    debug_assert!(first_row.is_multiple_of(INTERLEAVED_ROWS));
+    for (g, results) in out.chunks_mut(INTERLEAVED_ROWS).enumerate() {
+        let first = (first_row / INTERLEAVED_ROWS + g) * nb;
+        results.copy_from_slice(&dot(&groups[first..first + nb])[..results.len()]);
     }
 }
 
@@ -350,7 +371,7 @@ fn row_step(w: &Weight) -> usize {
 /// Rows per entry of `units_per_row` blocks in `w`'s values: sixteen for interleaved rows, else one.
 fn rows_per_entry(w: &Weight) -> usize {
     match w.data {
-        WeightData::Q4KInterleaved(_) => INTERLEAVED_ROWS,
+        WeightData::Q4KInterleaved(_) | WeightData::Q6KInterleaved(_) => INTERLEAVED_ROWS,
         _ => 1,
     }
 }
@@ -449,14 +470,19 @@ fn tiled_matmul(
         }
         // The other K-quant tiles take llama.cpp's tiled product's steps, for calls large enough
         // for it.
-        (WeightData::Q4K(_) | WeightData::Q5K(_) | WeightData::Q6K(_), _)
-            if path != KPath::Tiled =>
-        {
+        (
+            WeightData::Q4K(_)
+            | WeightData::Q5K(_)
+            | WeightData::Q6K(_)
+            | WeightData::Q6KInterleaved(_),
+            _,
+        ) if path != KPath::Tiled => {
             return false;
         }
         (WeightData::Q4K(v), Converted::Q8K(a)) => tiled!(v, a, gemm_q4_k_q8_k),
         (WeightData::Q5K(v), Converted::Q8K(a)) => tiled!(v, a, gemm_q5_k_q8_k),
         (WeightData::Q6K(v), Converted::Q8K(a)) => tiled!(v, a, gemm_q6_k_q8_k),
+        (WeightData::Q6KInterleaved(v), Converted::Q8K(a)) => tiled!(v, a, gemm_q6_k_x16_q8_k),
         _ => return false,
     }
     true
@@ -707,16 +733,30 @@ mod tests {
         }
     }
 
-    /// Q4_K rows held interleaved sixteen at a time give every product, on every tier, in every
-    /// path (decode, a few tokens, the tiled prompt product split over rows or tokens, on a pool or
-    /// a team), the bits of the same rows in the file's layout; and the embedding lookup its values.
+    /// Q4_K and Q6_K rows held interleaved sixteen at a time give every product, on every tier, in
+    /// every path (decode, a few tokens, the tiled prompt product split over rows or tokens, on a
+    /// pool or a team), the bits of the same rows in the file's layout; and the embedding lookup
+    /// its values.
     #[test]
     fn interleaved_q4_k_rows_give_the_bits_of_the_file_layout() {
+        interleaved_rows_give_the_bits_of_the_file_layout(WeightType::Q4K);
+    }
+
+    #[test]
+    fn interleaved_q6_k_rows_give_the_bits_of_the_file_layout() {
+        interleaved_rows_give_the_bits_of_the_file_layout(WeightType::Q6K);
+    }
+
+    fn interleaved_rows_give_the_bits_of_the_file_layout(kind: WeightType) {
         // 80 rows: five groups, which two threads cannot share evenly.
         let (rows, cols) = (80, 768);
-        let file = Weight::from_f32(random(rows * cols, 7), rows, cols, WeightType::Q4K);
+        let file = Weight::from_f32(random(rows * cols, 7), rows, cols, kind);
         let interleaved = file.clone().interleaved();
-        assert!(matches!(interleaved.data, WeightData::Q4KInterleaved(_)));
+        assert!(matches!(
+            interleaved.data,
+            WeightData::Q4KInterleaved(_) | WeightData::Q6KInterleaved(_)
+        ));
+        assert_eq!(interleaved.kind(), kind);
         assert_eq!(interleaved.byte_size(), file.byte_size());
         assert_eq!(interleaved.to_f32(), file.to_f32());
         let pool = rayon::ThreadPoolBuilder::new()
@@ -742,8 +782,8 @@ mod tests {
                         teamed,
                     )
                 });
-                assert_eq!(pooled, want, "{tier:?} {n} tokens on the pool");
-                assert_eq!(teamed, want, "{tier:?} {n} tokens on a team");
+                assert_eq!(pooled, want, "{kind} {tier:?} {n} tokens on the pool");
+                assert_eq!(teamed, want, "{kind} {tier:?} {n} tokens on a team");
             }
         }
     }

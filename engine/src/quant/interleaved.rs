@@ -1,15 +1,43 @@
-//! Q4_K rows interleaved sixteen at a time: the layout the AVX-512 kernels read a row per int32 lane
-//! from, with no unpacking per call (as ggml's `block_q4_Kx8` does for eight rows on AVX2).
+//! K-quant rows interleaved sixteen at a time: the layouts the AVX-512 kernels read a row per int32
+//! lane from, with no unpacking per call (as ggml's `block_q4_Kx8` does for eight rows on AVX2).
 //!
-//! Each [`BlockQ4Kx16`] holds super-block `i` of sixteen consecutive rows, byte for byte the same
-//! bits as their sixteen [`BlockQ4K`]s, so a matrix takes the same memory either way.
+//! Each interleaved block holds super-block `i` of sixteen consecutive rows, byte for byte the same
+//! bits as their sixteen file blocks in another order, so a matrix takes the same memory either way:
+//! [`BlockQ4Kx16`] for Q4_K, [`BlockQ6Kx16`] for Q6_K.
 
 use half::f16;
 
-use super::{BlockQ4K, QK_K};
+use super::{BlockQ4K, BlockQ6K, QK_K};
 
-/// Rows interleaved in one [`BlockQ4Kx16`].
+/// Rows interleaved in one block.
 pub const INTERLEAVED_ROWS: usize = 16;
+
+/// A super-block of [`INTERLEAVED_ROWS`] rows of `Row`s, four bytes of a row to each four-byte
+/// word.
+pub trait InterleavedBlock: Copy + Default {
+    /// The file's super-block of one row.
+    type Row: Copy;
+
+    /// Super-block `i` of each of `rows` (sixteen rows of `nb` super-blocks, one after the other).
+    fn gather(rows: &[Self::Row], nb: usize, i: usize) -> Self;
+
+    /// Row `r`'s super-block, as the file holds it.
+    fn row(&self, r: usize) -> Self::Row;
+}
+
+/// Copies each four-byte word of `row` into word `r` of the matching entry of `words`.
+fn spread_words<const N: usize>(row: &[u8], words: &mut [[u8; 4 * INTERLEAVED_ROWS]; N], r: usize) {
+    for (word, out) in row.as_chunks::<4>().0.iter().zip(words) {
+        out[4 * r..4 * r + 4].copy_from_slice(word);
+    }
+}
+
+/// The inverse of [`spread_words`]: word `r` of each entry of `words` into `row`.
+fn gather_words<const N: usize>(words: &[[u8; 4 * INTERLEAVED_ROWS]; N], r: usize, row: &mut [u8]) {
+    for (word, out) in words.iter().zip(row.as_chunks_mut::<4>().0) {
+        out.copy_from_slice(&word[4 * r..4 * r + 4]);
+    }
+}
 
 /// Super-block `i` of sixteen Q4_K rows, each part a row per four-byte word:
 /// - `scales[w]`, word `r`: bytes `4w..4w + 4` of row `r`'s packed scales and minimums;
@@ -40,61 +68,114 @@ impl Default for BlockQ4Kx16 {
     }
 }
 
-impl BlockQ4Kx16 {
-    /// Super-block `i` of each of `rows` (sixteen rows of `nb` super-blocks, one after the other).
-    pub fn gather(rows: &[BlockQ4K], nb: usize, i: usize) -> Self {
+impl InterleavedBlock for BlockQ4Kx16 {
+    type Row = BlockQ4K;
+
+    fn gather(rows: &[BlockQ4K], nb: usize, i: usize) -> Self {
         let mut out = Self::default();
         for r in 0..INTERLEAVED_ROWS {
             let block = &rows[r * nb + i];
             out.d[r] = block.d;
             out.dmin[r] = block.dmin;
-            for (w, word) in block.scales.as_chunks::<4>().0.iter().enumerate() {
-                out.scales[w][4 * r..4 * r + 4].copy_from_slice(word);
-            }
-            for (k, word) in block.qs.as_chunks::<4>().0.iter().enumerate() {
-                out.qs[k][4 * r..4 * r + 4].copy_from_slice(word);
-            }
+            spread_words(&block.scales, &mut out.scales, r);
+            spread_words(&block.qs, &mut out.qs, r);
         }
         out
     }
 
-    /// Row `r`'s super-block, as the file holds it.
-    pub fn row(&self, r: usize) -> BlockQ4K {
+    fn row(&self, r: usize) -> BlockQ4K {
         let mut block = BlockQ4K {
             d: self.d[r],
             dmin: self.dmin[r],
             ..BlockQ4K::default()
         };
-        for (w, word) in block.scales.as_chunks_mut::<4>().0.iter_mut().enumerate() {
-            word.copy_from_slice(&self.scales[w][4 * r..4 * r + 4]);
+        gather_words(&self.scales, r, &mut block.scales);
+        gather_words(&self.qs, r, &mut block.qs);
+        block
+    }
+}
+
+/// Super-block `i` of sixteen Q6_K rows, each part a row per four-byte word:
+/// - `scales[w]`, word `r`: row `r`'s 16-value scales `4w..4w + 4` (as the bytes of their i8);
+/// - `ql[k]`, word `r`: bytes `4k..4k + 4` of row `r`'s low four bits: with `n = k / 16` and
+///   `p = 4 (k % 16)`, values `128n + p..+4` (low nibbles) and `128n + 64 + p..+4` (high ones);
+/// - `qh[m]`, word `r`: bytes `4m..4m + 4` of row `r`'s high two bits: with `n = m / 8` and
+///   `p = 4 (m % 8)`, bit pairs 0-1, 2-3, 4-5 and 6-7 of values `128n + p..+4`, `128n + 32 + p..`,
+///   `128n + 64 + p..` and `128n + 96 + p..`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
+pub struct BlockQ6Kx16 {
+    /// Each row's super-block scale.
+    pub d: [f16; INTERLEAVED_ROWS],
+    /// The rows' 16-value scales, four of a row to a word.
+    pub scales: [[u8; 4 * INTERLEAVED_ROWS]; QK_K / 64],
+    /// The rows' low four bits, four bytes of a row to a word.
+    pub ql: [[u8; 4 * INTERLEAVED_ROWS]; QK_K / 8],
+    /// The rows' high two bits, four bytes of a row to a word.
+    pub qh: [[u8; 4 * INTERLEAVED_ROWS]; QK_K / 16],
+}
+const _: () = assert!(size_of::<BlockQ6Kx16>() == INTERLEAVED_ROWS * size_of::<BlockQ6K>());
+
+impl Default for BlockQ6Kx16 {
+    fn default() -> Self {
+        Self {
+            d: [f16::ZERO; INTERLEAVED_ROWS],
+            scales: [[0; 4 * INTERLEAVED_ROWS]; QK_K / 64],
+            ql: [[0; 4 * INTERLEAVED_ROWS]; QK_K / 8],
+            qh: [[0; 4 * INTERLEAVED_ROWS]; QK_K / 16],
         }
-        for (k, word) in block.qs.as_chunks_mut::<4>().0.iter_mut().enumerate() {
-            word.copy_from_slice(&self.qs[k][4 * r..4 * r + 4]);
+    }
+}
+
+impl InterleavedBlock for BlockQ6Kx16 {
+    type Row = BlockQ6K;
+
+    fn gather(rows: &[BlockQ6K], nb: usize, i: usize) -> Self {
+        let mut out = Self::default();
+        for r in 0..INTERLEAVED_ROWS {
+            let block = &rows[r * nb + i];
+            out.d[r] = block.d;
+            spread_words(&block.scales.map(|s| s as u8), &mut out.scales, r);
+            spread_words(&block.ql, &mut out.ql, r);
+            spread_words(&block.qh, &mut out.qh, r);
         }
+        out
+    }
+
+    fn row(&self, r: usize) -> BlockQ6K {
+        let mut block = BlockQ6K {
+            d: self.d[r],
+            ..BlockQ6K::default()
+        };
+        let mut scales = [0u8; QK_K / 16];
+        gather_words(&self.scales, r, &mut scales);
+        block.scales = scales.map(|s| s as i8);
+        gather_words(&self.ql, r, &mut block.ql);
+        gather_words(&self.qh, r, &mut block.qh);
         block
     }
 }
 
 /// Appends to `out` the interleaved form of `rows`: whole groups of sixteen rows of `nb` super-blocks.
-pub fn interleave_q4_k(rows: &[BlockQ4K], nb: usize, out: &mut Vec<BlockQ4Kx16>) {
+pub fn interleave<B: InterleavedBlock>(rows: &[B::Row], nb: usize, out: &mut Vec<B>) {
     if nb == 0 {
         return;
     }
     debug_assert!(rows.len().is_multiple_of(INTERLEAVED_ROWS * nb));
     for group in rows.chunks_exact(INTERLEAVED_ROWS * nb) {
-        out.extend((0..nb).map(|i| BlockQ4Kx16::gather(group, nb, i)));
+        out.extend((0..nb).map(|i| B::gather(group, nb, i)));
     }
 }
 
 /// Interleaves rows as they come, a few at a time: each whole group of sixteen goes to the output,
 /// the rows of a group not yet whole wait (at most fifteen rows are held apart).
-#[derive(Debug, Default)]
-pub struct Interleaver {
+#[derive(Debug)]
+pub struct Interleaver<B: InterleavedBlock> {
     nb: usize,
-    pending: Vec<BlockQ4K>,
+    pending: Vec<B::Row>,
 }
 
-impl Interleaver {
+impl<B: InterleavedBlock> Interleaver<B> {
     /// An interleaver of rows of `nb` super-blocks.
     pub fn new(nb: usize) -> Self {
         Self {
@@ -104,7 +185,7 @@ impl Interleaver {
     }
 
     /// Takes the next whole rows, appending each group they complete to `out`.
-    pub fn push(&mut self, mut rows: &[BlockQ4K], out: &mut Vec<BlockQ4Kx16>) {
+    pub fn push(&mut self, mut rows: &[B::Row], out: &mut Vec<B>) {
         let group = INTERLEAVED_ROWS * self.nb;
         if group == 0 {
             return;
@@ -114,12 +195,12 @@ impl Interleaver {
             self.pending.extend_from_slice(&rows[..take]);
             rows = &rows[take..];
             if self.pending.len() == group {
-                interleave_q4_k(&self.pending, self.nb, out);
+                interleave(&self.pending, self.nb, out);
                 self.pending.clear();
             }
         }
         let whole = rows.len() / group * group;
-        interleave_q4_k(&rows[..whole], self.nb, out);
+        interleave(&rows[..whole], self.nb, out);
         self.pending.extend_from_slice(&rows[whole..]);
     }
 
@@ -131,7 +212,7 @@ impl Interleaver {
 
 /// The rows of interleaved `groups` (groups of `nb` super-blocks) as the file holds them, a row's
 /// super-blocks one after the other.
-pub fn deinterleave_q4_k(groups: &[BlockQ4Kx16], nb: usize, out: &mut Vec<BlockQ4K>) {
+pub fn deinterleave<B: InterleavedBlock>(groups: &[B], nb: usize, out: &mut Vec<B::Row>) {
     out.clear();
     if nb == 0 {
         return;
@@ -148,7 +229,7 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng, rngs::StdRng};
 
-    fn random_blocks(n: usize, seed: u64) -> Vec<BlockQ4K> {
+    fn random_q4_k(n: usize, seed: u64) -> Vec<BlockQ4K> {
         let mut rng = StdRng::seed_from_u64(seed);
         (0..n)
             .map(|_| BlockQ4K {
@@ -160,25 +241,44 @@ mod tests {
             .collect()
     }
 
+    fn random_q6_k(n: usize, seed: u64) -> Vec<BlockQ6K> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        (0..n)
+            .map(|_| BlockQ6K {
+                ql: std::array::from_fn(|_| rng.random()),
+                qh: std::array::from_fn(|_| rng.random()),
+                scales: std::array::from_fn(|_| rng.random()),
+                d: f16::from_f32(rng.random_range(-1.0..1.0)),
+            })
+            .collect()
+    }
+
+    fn round_trip<B: InterleavedBlock>(rows: &[B::Row], nb: usize)
+    where
+        B::Row: PartialEq + std::fmt::Debug,
+    {
+        let mut groups = Vec::<B>::new();
+        interleave(rows, nb, &mut groups);
+        assert_eq!(size_of_val(groups.as_slice()), size_of_val(rows));
+        let mut back = Vec::new();
+        deinterleave(&groups, nb, &mut back);
+        assert_eq!(back, rows);
+    }
+
     #[test]
     fn interleaving_keeps_every_row_and_takes_the_same_bytes() {
         let nb = 3;
-        let rows = random_blocks(2 * INTERLEAVED_ROWS * nb, 5);
-        let mut groups = Vec::new();
-        interleave_q4_k(&rows, nb, &mut groups);
-        assert_eq!(size_of_val(groups.as_slice()), size_of_val(rows.as_slice()));
-        let mut back = Vec::new();
-        deinterleave_q4_k(&groups, nb, &mut back);
-        assert_eq!(back, rows);
+        round_trip::<BlockQ4Kx16>(&random_q4_k(2 * INTERLEAVED_ROWS * nb, 5), nb);
+        round_trip::<BlockQ6Kx16>(&random_q6_k(2 * INTERLEAVED_ROWS * nb, 6), nb);
     }
 
     #[test]
     fn rows_pushed_in_uneven_pieces_interleave_as_one_matrix() {
         let nb = 2;
-        let rows = random_blocks(3 * INTERLEAVED_ROWS * nb, 7);
-        let mut whole = Vec::new();
-        interleave_q4_k(&rows, nb, &mut whole);
-        let mut interleaver = Interleaver::new(nb);
+        let rows = random_q6_k(3 * INTERLEAVED_ROWS * nb, 7);
+        let mut whole = Vec::<BlockQ6Kx16>::new();
+        interleave(&rows, nb, &mut whole);
+        let mut interleaver = Interleaver::<BlockQ6Kx16>::new(nb);
         let mut pieces = Vec::new();
         // Pieces of 5, 23 and 20 rows: a group split across pieces, one piece holding a whole group.
         for piece in [0..5, 5..28, 28..48] {
@@ -189,9 +289,9 @@ mod tests {
     }
 
     #[test]
-    fn a_word_holds_four_bytes_of_one_row() {
+    fn a_q4_k_word_holds_four_bytes_of_one_row() {
         let nb = 2;
-        let rows = random_blocks(INTERLEAVED_ROWS * nb, 6);
+        let rows = random_q4_k(INTERLEAVED_ROWS * nb, 6);
         let block = BlockQ4Kx16::gather(&rows, nb, 1);
         let (r, j, m) = (5, 2, 3);
         let source = &rows[r * nb + 1];
@@ -200,6 +300,20 @@ mod tests {
             source.qs[32 * j + 4 * m..32 * j + 4 * m + 4]
         );
         assert_eq!(block.scales[2][4 * r..4 * r + 4], source.scales[8..12]);
+        assert_eq!(block.d[r], source.d);
+    }
+
+    #[test]
+    fn a_q6_k_word_holds_four_bytes_of_one_row() {
+        let nb = 2;
+        let rows = random_q6_k(INTERLEAVED_ROWS * nb, 8);
+        let block = BlockQ6Kx16::gather(&rows, nb, 1);
+        let r = 11;
+        let source = &rows[r * nb + 1];
+        assert_eq!(block.ql[21][4 * r..4 * r + 4], source.ql[84..88]);
+        assert_eq!(block.qh[9][4 * r..4 * r + 4], source.qh[36..40]);
+        let scales: Vec<u8> = source.scales[12..16].iter().map(|&s| s as u8).collect();
+        assert_eq!(block.scales[3][4 * r..4 * r + 4], scales);
         assert_eq!(block.d[r], source.d);
     }
 }

@@ -15,8 +15,8 @@ use std::{arch::x86_64::*, cell::RefCell};
 
 use super::{
     for_k4_values, load_f16x16, load_f32x16, load_i32x16, load_u8x64, load_u32x16,
-    q4_k_x16::{GroupScales, group_scales, nibbles},
-    q6_k_values_128,
+    q4_k_x16::{GroupScales, ZERO_BYTE, group_scales, nibbles, pick_bytes},
+    q6_k_values_128, q6_k_x16,
 };
 use crate::{
     kernels::{
@@ -26,7 +26,9 @@ use crate::{
         },
         x86::{self, f16_to_f32},
     },
-    quant::{BlockQ4K, BlockQ4Kx16, BlockQ5K, BlockQ6K, BlockQ8K, INTERLEAVED_ROWS, QK_K},
+    quant::{
+        BlockQ4K, BlockQ4Kx16, BlockQ5K, BlockQ6K, BlockQ6Kx16, BlockQ8K, INTERLEAVED_ROWS, QK_K,
+    },
 };
 
 /// Weight rows per tile: one per int32 lane of a vector.
@@ -284,40 +286,73 @@ fn pack_rows<W: LaneBlock>(rows: &[&[W]; ROWS], out: &mut Vec<RowsLanes>) {
     }
 }
 
+/// Stores sixteen lanes, one row's four bytes each.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn store_lanes<T>(lanes: &mut [T; ROWS], v: __m512i) {
+    const { assert!(size_of::<T>() == 4) };
+    // SAFETY: `lanes` is 64 writable bytes (sixteen of four); unaligned store.
+    unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), v) }
+}
+
 /// Unpacks a group of sixteen interleaved Q4_K rows into `out`, an entry per super-block: their
 /// words are already a row's four bytes each, so each is split into its nibbles, no transpose.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-fn pack_group(group: &[BlockQ4Kx16], out: &mut Vec<RowsLanes>) {
+fn pack_group_q4_k(group: &[BlockQ4Kx16], out: &mut Vec<RowsLanes>) {
     const { assert!(ROWS == INTERLEAVED_ROWS) };
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    #[inline]
-    fn store<T>(lanes: &mut [T; ROWS], v: __m512i) {
-        const { assert!(size_of::<T>() == 4) };
-        // SAFETY: `lanes` is 64 writable bytes (sixteen of four); unaligned store.
-        unsafe { _mm512_storeu_si512(lanes.as_mut_ptr().cast(), v) }
-    }
     out.clear();
     out.resize(group.len(), RowsLanes::default());
     for (block, p) in group.iter().zip(out.iter_mut()) {
         for j in 0..GROUPS {
             for m in 0..8 {
                 let (low, high) = nibbles(block, 8 * j + m);
-                store(&mut p.q[16 * j + m], low);
-                store(&mut p.q[16 * j + 8 + m], high);
+                store_lanes(&mut p.q[16 * j + m], low);
+                store_lanes(&mut p.q[16 * j + 8 + m], high);
             }
         }
         let GroupScales { scales, mins } = group_scales(block);
         for (lanes, v) in p.scales.iter_mut().zip(scales) {
-            store(lanes, v);
+            store_lanes(lanes, v);
         }
         for (lanes, v) in p.pairs.iter_mut().zip(mins) {
-            store(lanes, v);
+            store_lanes(lanes, v);
         }
         // SAFETY: `d` and `dmin` are 16 writable f32 each; unaligned stores.
         unsafe {
             _mm512_storeu_ps(p.d.as_mut_ptr(), load_f16x16(&block.d));
             _mm512_storeu_ps(p.dmin.as_mut_ptr(), load_f16x16(&block.dmin));
         }
+    }
+}
+
+/// Unpacks a group of sixteen interleaved Q6_K rows into `out`, an entry per super-block: each word
+/// of high bits with its two words of low bits gives four words of values, no transpose.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn pack_group_q6_k(group: &[BlockQ6Kx16], out: &mut Vec<RowsLanes>) {
+    const { assert!(ROWS == INTERLEAVED_ROWS) };
+    const ZERO: u8 = ZERO_BYTE;
+    out.clear();
+    out.resize(group.len(), RowsLanes::default());
+    for (block, p) in group.iter().zip(out.iter_mut()) {
+        for m in 0..QK_K / 16 {
+            let (n, q) = (m / 8, m % 8);
+            for (c, v) in q6_k_x16::values(block, m).into_iter().enumerate() {
+                store_lanes(&mut p.q[32 * n + 8 * c + q], v);
+            }
+        }
+        let words = block.scales.each_ref().map(|w| load_u8x64(w));
+        for (j, lanes) in p.scales.iter_mut().enumerate() {
+            let k = (j % 4) as u8;
+            let byte = pick_bytes(words[j / 4], [ZERO, ZERO, ZERO, k]);
+            store_lanes(lanes, _mm512_srai_epi32::<24>(byte));
+        }
+        for (m, lanes) in p.pairs.iter_mut().enumerate() {
+            let k = (2 * m % 4) as u8;
+            let bytes = pick_bytes(words[m / 2], [ZERO, k, ZERO, k + 1]);
+            store_lanes(lanes, _mm512_srai_epi16::<8>(bytes));
+        }
+        // SAFETY: `d` is 16 writable f32; unaligned store.
+        unsafe { _mm512_storeu_ps(p.d.as_mut_ptr(), load_f16x16(&block.d)) };
     }
 }
 
@@ -502,6 +537,29 @@ fn gemm<W: LaneBlock>(
     });
 }
 
+/// [`gemm`] of rows interleaved sixteen at a time (`w`: groups of `nb` super-blocks of `W`'s rows),
+/// each group unpacked by `pack_group`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn gemm_groups<W: LaneBlock, G>(
+    (w, x, nb): (&[G], &[BlockQ8K], usize),
+    (out, layout): (&mut [f32], OutLayout),
+    pack_group: unsafe fn(&[G], &mut Vec<RowsLanes>),
+    steps: Steps,
+) {
+    let rows = w.len().checked_div(nb).unwrap_or(0) * ROWS;
+    SCRATCH.with_borrow_mut(|s| {
+        gemm_by_packed_tiles(
+            (rows, x, nb),
+            (out, layout),
+            (&mut s.tokens, &mut s.rows),
+            pack_tokens,
+            // SAFETY: this function's target features are the tier's.
+            |first_row, buf| unsafe { pack_group(&w[first_row / ROWS * nb..][..nb], buf) },
+            |rows, tokens| dot_tile::<W>(rows, tokens, steps),
+        );
+    });
+}
+
 /// Q4_K rows of `w` against the tokens of `x` (`nb` super-blocks each) along llama.cpp's repacked
 /// GEMM ([`KPath::RepackedGemm`](crate::kernels::k_numerics::KPath::RepackedGemm)), into `out` as
 /// `layout` places them, with the bits of the single-row dots along that path.
@@ -532,17 +590,23 @@ pub(crate) unsafe fn gemm_q4_k_x16_q8_k_repacked(
     out: &mut [f32],
     layout: OutLayout,
 ) {
-    let rows = w.len().checked_div(nb).unwrap_or(0) * ROWS;
-    SCRATCH.with_borrow_mut(|s| {
-        gemm_by_packed_tiles(
-            (rows, x, nb),
-            (out, layout),
-            (&mut s.tokens, &mut s.rows),
-            pack_tokens,
-            |first_row, buf| pack_group(&w[first_row / ROWS * nb..][..nb], buf),
-            |rows, tokens| dot_tile::<BlockQ4K>(rows, tokens, Steps::RepackedGemm),
-        );
-    });
+    gemm_groups::<BlockQ4K, _>((w, x, nb), (out, layout), pack_group_q4_k, Steps::RepackedGemm);
+}
+
+/// [`gemm_q6_k_q8_k`] of Q6_K rows interleaved sixteen at a time (`w`: groups of `nb` super-blocks),
+/// with the same bits.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn gemm_q6_k_x16_q8_k(
+    w: &[BlockQ6Kx16],
+    x: &[BlockQ8K],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    gemm_groups::<BlockQ6K, _>((w, x, nb), (out, layout), pack_group_q6_k, Steps::Tiled);
 }
 
 /// Defines a tiled K-quant product along llama.cpp's tiled product

@@ -31,10 +31,13 @@ pub(super) struct GroupScales {
     pub(super) mins: [__m512i; SUB_BLOCKS / 2],
 }
 
-/// `v`'s byte `picks[k]` of each word into byte `k` of the word; an entry of 0x80 makes a zero byte.
+/// An entry of [`pick_bytes`]'s picks that makes a zero byte.
+pub(super) const ZERO_BYTE: u8 = 0x80;
+
+/// `v`'s byte `picks[k]` of each word into byte `k` of the word ([`ZERO_BYTE`]: a zero byte).
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn pick_bytes(v: __m512i, picks: [u8; 4]) -> __m512i {
+pub(super) fn pick_bytes(v: __m512i, picks: [u8; 4]) -> __m512i {
     // `vpshufb` picks within each 128-bit lane, whose word `w` starts at byte `4w`.
     let word_starts = _mm512_set_epi32(
         0x0c0c0c0c, 0x08080808, 0x04040404, 0, 0x0c0c0c0c, 0x08080808, 0x04040404, 0, 0x0c0c0c0c,
@@ -63,7 +66,7 @@ pub(super) fn group_scales(block: &BlockQ4Kx16) -> GroupScales {
         _mm512_and_si512(_mm512_srli_epi32::<4>(c), four),
         _mm512_and_si512(_mm512_srli_epi32::<2>(b), top),
     );
-    const ZERO: u8 = 0x80;
+    const ZERO: u8 = ZERO_BYTE;
     let scale = |v: __m512i, k: u8| pick_bytes(v, [k, ZERO, ZERO, ZERO]);
     let pair = |v: __m512i, k: u8| pick_bytes(v, [k, ZERO, k + 1, ZERO]);
     GroupScales {
@@ -99,7 +102,7 @@ pub(super) fn nibbles(block: &BlockQ4Kx16, k: usize) -> (__m512i, __m512i) {
 
 /// Four activations as one word, for `vpdpbusd`'s broadcast.
 #[inline(always)]
-fn quad(qs: &[i8; QK_K], first: usize) -> i32 {
+pub(super) fn quad(qs: &[i8; QK_K], first: usize) -> i32 {
     let (quads, _) = qs.as_chunks::<4>();
     i32::from_le_bytes(quads[first / 4].map(|v| v as u8))
 }
