@@ -270,5 +270,35 @@ fn q6_k_decode(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, kernels, q4_k_decode, q6_k_decode);
+/// Q8_0 decode of Llama 3.1 8B's feed-forward down projection (4096 x 14336, 62 MB), one token on
+/// one thread: the file's layout through the decode product (`file/gemv`, four rows a call, the rows
+/// ahead prefetched) and interleaved sixteen at a time (`interleaved/x16`).
+fn q8_0_decode(c: &mut Criterion) {
+    let (rows, cols) = (4096, 14336);
+    let nb = cols / QK;
+    let mut w = vec![BlockQ8_0::default(); rows * nb];
+    quant::quantize_q8_0(&random(rows * cols, 7), &mut w);
+    let mut groups = Vec::new();
+    quant::interleave(&w, nb, &mut groups);
+    let mut y = vec![BlockQ8_0::default(); nb];
+    quant::quantize_activations_q8_0(&random(cols, 8), &mut y);
+    let mut out = vec![0f32; rows];
+    let mut g = group(c, "q8_0_decode", size_of_val(w.as_slice()));
+    for k in tables() {
+        let tier = k.tier().name();
+        g.bench_function(format!("4096x14336/{tier}/file/gemv"), |b| {
+            b.iter(|| k.gemv_q8_0_q8_0(&w, black_box(&y), &mut out))
+        });
+        g.bench_function(format!("4096x14336/{tier}/interleaved/x16"), |b| {
+            b.iter(|| {
+                for group in groups.chunks_exact(nb) {
+                    black_box(k.vec_dot_q8_0_x16_q8_0(group, black_box(&y)));
+                }
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, kernels, q4_k_decode, q6_k_decode, q8_0_decode);
 criterion_main!(benches);

@@ -8,8 +8,8 @@ use crate::{
     heap, kernels,
     quant::{
         self, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ4Kx16, BlockQ5_0, BlockQ5_1, BlockQ5K,
-        BlockQ6K, BlockQ6Kx16, BlockQ8_0, GgmlType, INTERLEAVED_ROWS, InterleavedBlock,
-        Interleaver, QK, QK_K,
+        BlockQ6K, BlockQ6Kx16, BlockQ8_0, BlockQ8_0x16, GgmlType, INTERLEAVED_ROWS,
+        InterleavedBlock, Interleaver, QK, QK_K,
     },
 };
 
@@ -211,6 +211,9 @@ pub enum WeightData {
     Bf16(Vec<bf16>),
     /// Q8_0 blocks.
     Q8_0(Vec<BlockQ8_0>),
+    /// Q8_0 blocks of sixteen rows at a time, interleaved ([`BlockQ8_0x16`]), grouped as
+    /// [`Self::Q4KInterleaved`]'s.
+    Q8_0Interleaved(Vec<BlockQ8_0x16>),
     /// Q4_0 blocks.
     Q4_0(Vec<BlockQ4_0>),
     /// Q4_1 blocks.
@@ -241,6 +244,7 @@ macro_rules! with_values {
             WeightData::F16($v) => $body,
             WeightData::Bf16($v) => $body,
             WeightData::Q8_0($v) => $body,
+            WeightData::Q8_0Interleaved($v) => $body,
             WeightData::Q4_0($v) => $body,
             WeightData::Q4_1($v) => $body,
             WeightData::Q5_0($v) => $body,
@@ -369,7 +373,7 @@ impl WeightData {
             Self::F32(_) => WeightType::F32,
             Self::F16(_) => WeightType::F16,
             Self::Bf16(_) => WeightType::Bf16,
-            Self::Q8_0(_) => WeightType::Q8_0,
+            Self::Q8_0(_) | Self::Q8_0Interleaved(_) => WeightType::Q8_0,
             Self::Q4_0(_) => WeightType::Q4_0,
             Self::Q4_1(_) => WeightType::Q4_1,
             Self::Q5_0(_) => WeightType::Q5_0,
@@ -396,7 +400,8 @@ impl WeightData {
             dequantize: fn(&[B::Row], &mut [f32]),
         ) {
             let group = &groups[row / INTERLEAVED_ROWS * per_row..][..per_row];
-            for (block, out) in group.iter().zip(out.chunks_exact_mut(QK_K)) {
+            let values = out.len() / per_row.max(1);
+            for (block, out) in group.iter().zip(out.chunks_exact_mut(values)) {
                 dequantize(&[block.row(row % INTERLEAVED_ROWS)], out);
             }
         }
@@ -406,6 +411,9 @@ impl WeightData {
             }
             Self::Q6KInterleaved(groups) => {
                 interleaved_row(groups, (row, per_row), out, quant::dequantize_q6_k);
+            }
+            Self::Q8_0Interleaved(groups) => {
+                interleaved_row(groups, (row, per_row), out, quant::dequantize_q8_0);
             }
             Self::F32(v) => out.copy_from_slice(&v[units]),
             Self::F16(v) => out
@@ -456,6 +464,7 @@ pub struct WeightBuilder {
 enum Interleaving {
     Q4K(Interleaver<BlockQ4Kx16>),
     Q6K(Interleaver<BlockQ6Kx16>),
+    Q8_0(Interleaver<BlockQ8_0x16>),
 }
 
 impl WeightBuilder {
@@ -466,17 +475,21 @@ impl WeightBuilder {
     pub fn new(target: WeightType, rows: usize, cols: usize) -> Self {
         let units = rows * cols / target.block_size();
         let groups = units / INTERLEAVED_ROWS;
-        let nb = cols / QK_K;
+        let nb = cols / target.block_size();
+        let interleaves = kernels::dispatch::table().interleaves(rows);
         let (data, interleaver) = match target {
-            WeightType::Q4K | WeightType::Q6K if kernels::dispatch::table().interleaves(rows) => {
-                if target == WeightType::Q4K {
-                    let data = WeightData::Q4KInterleaved(heap::huge_page_vec(groups));
-                    (data, Some(Interleaving::Q4K(Interleaver::new(nb))))
-                } else {
-                    let data = WeightData::Q6KInterleaved(heap::huge_page_vec(groups));
-                    (data, Some(Interleaving::Q6K(Interleaver::new(nb))))
-                }
-            }
+            WeightType::Q4K if interleaves => (
+                WeightData::Q4KInterleaved(heap::huge_page_vec(groups)),
+                Some(Interleaving::Q4K(Interleaver::new(nb))),
+            ),
+            WeightType::Q6K if interleaves => (
+                WeightData::Q6KInterleaved(heap::huge_page_vec(groups)),
+                Some(Interleaving::Q6K(Interleaver::new(nb))),
+            ),
+            WeightType::Q8_0 if interleaves => (
+                WeightData::Q8_0Interleaved(heap::huge_page_vec(groups)),
+                Some(Interleaving::Q8_0(Interleaver::new(nb))),
+            ),
             _ => (WeightData::with_capacity(target, units), None),
         };
         Self {
@@ -517,6 +530,11 @@ impl WeightBuilder {
                 WeightData::Q6K(rows),
                 Some(Interleaving::Q6K(interleaver)),
             ) => interleaver.push(rows, out),
+            (
+                WeightData::Q8_0Interleaved(out),
+                WeightData::Q8_0(rows),
+                Some(Interleaving::Q8_0(interleaver)),
+            ) => interleaver.push(rows, out),
             (data, piece, _) => data.append(piece),
         }
         self.filled += rows;
@@ -528,6 +546,7 @@ impl WeightBuilder {
         debug_assert!(self.interleaver.as_ref().is_none_or(|i| match i {
             Interleaving::Q4K(i) => i.is_done(),
             Interleaving::Q6K(i) => i.is_done(),
+            Interleaving::Q8_0(i) => i.is_done(),
         }));
         Weight {
             rows: self.rows,
@@ -549,9 +568,9 @@ impl Weight {
         }
     }
 
-    /// The matrix with its Q4_K or Q6_K rows interleaved sixteen at a time ([`BlockQ4Kx16`],
-    /// [`BlockQ6Kx16`]), as the loader holds them for kernels that read them so; other matrices,
-    /// and those whose rows do not come in sixteens, as they are.
+    /// The matrix with its Q4_K, Q6_K or Q8_0 rows interleaved sixteen at a time ([`BlockQ4Kx16`],
+    /// [`BlockQ6Kx16`], [`BlockQ8_0x16`]), as the loader holds them for kernels that read them so;
+    /// other matrices, and those whose rows do not come in sixteens, as they are.
     pub fn interleaved(self) -> Self {
         fn groups<B: InterleavedBlock>(rows: &[B::Row], nb: usize) -> Vec<B> {
             let mut groups = Vec::with_capacity(rows.len() / INTERLEAVED_ROWS);
@@ -561,10 +580,11 @@ impl Weight {
         if !self.rows.is_multiple_of(INTERLEAVED_ROWS) {
             return self;
         }
-        let nb = self.cols / QK_K;
+        let nb = self.units_per_row();
         let data = match self.data {
             WeightData::Q4K(rows) => WeightData::Q4KInterleaved(groups(&rows, nb)),
             WeightData::Q6K(rows) => WeightData::Q6KInterleaved(groups(&rows, nb)),
+            WeightData::Q8_0(rows) => WeightData::Q8_0Interleaved(groups(&rows, nb)),
             data => data,
         };
         Self { data, ..self }

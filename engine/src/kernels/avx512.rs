@@ -49,6 +49,7 @@ mod q4_0_lanes;
 mod q4_k_x16;
 mod q6_k_x16;
 mod q8_0_lanes;
+mod q8_0_x16;
 
 pub(crate) use self::{
     k_lanes::{
@@ -59,7 +60,8 @@ pub(crate) use self::{
     q4_0_lanes::gemm_q4_0_q8_0_repacked,
     q4_k_x16::vec_dot_q4_k_x16_q8_k,
     q6_k_x16::vec_dot_q6_k_x16_q8_k,
-    q8_0_lanes::gemm_q8_0_q8_0,
+    q8_0_lanes::{gemm_q8_0_q8_0, gemm_q8_0_x16_q8_0},
+    q8_0_x16::vec_dot_q8_0_x16_q8_0,
 };
 
 use std::{arch::x86_64::*, cell::RefCell};
@@ -1343,6 +1345,24 @@ mod tests {
             let want = rows
                 .each_ref()
                 .map(|x| scalar::vec_dot_q6_k_q8_k(x, &y, KPath::VecDot));
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{nb} blocks");
+        }
+    }
+
+    /// The dots of sixteen interleaved Q8_0 rows give the scalar single-row dots' bits on the
+    /// reference cases (random blocks, then the format's extremes).
+    #[test]
+    fn interleaved_q8_0_dots_match_the_scalar_dots_of_their_rows() {
+        if !runs() {
+            return;
+        }
+        for (rows, y) in cases::<BlockQ8_0, { crate::quant::INTERLEAVED_ROWS }>() {
+            let nb = y.len();
+            let mut group = Vec::new();
+            crate::quant::interleave(&rows.concat(), nb, &mut group);
+            // SAFETY: called only after `runs()`: the CPU has the tier's features.
+            let got = unsafe { vec_dot_q8_0_x16_q8_0(&group, &y) };
+            let want = rows.each_ref().map(|x| scalar::vec_dot_q8_0_q8_0(x, &y));
             assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{nb} blocks");
         }
     }

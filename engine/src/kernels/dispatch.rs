@@ -27,15 +27,15 @@ use super::{
 use super::{avx2, avx512};
 use crate::quant::{
     self, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ4Kx16, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
-    BlockQ6Kx16, BlockQ8_0, BlockQ8_1, BlockQ8K, INTERLEAVED_ROWS, InterleavedBlock,
+    BlockQ6Kx16, BlockQ8_0, BlockQ8_0x16, BlockQ8_1, BlockQ8K, INTERLEAVED_ROWS, InterleavedBlock,
 };
 
 /// A K-quant's four-row dot along a path.
 type KDotX4<W> = unsafe fn([&[W]; 4], &[BlockQ8K], KPath) -> [f32; 4];
-/// A tiled product of a K-quant's rows interleaved sixteen at a time.
-type GemmX16<W> = unsafe fn(&[W], &[BlockQ8K], usize, &mut [f32], OutLayout);
+/// A tiled product of rows interleaved sixteen at a time against activations `A`.
+type GemmX16<W, A = BlockQ8K> = unsafe fn(&[W], &[A], usize, &mut [f32], OutLayout);
 
-/// The kernels of K-quant rows interleaved sixteen at a time.
+/// The kernels of rows interleaved sixteen at a time.
 #[derive(Clone, Copy)]
 struct InterleavedKernels {
     /// Sixteen interleaved Q4_K rows against one activation row along a (repacked) path.
@@ -44,6 +44,9 @@ struct InterleavedKernels {
     /// Sixteen interleaved Q6_K rows against one activation row along ggml's `vec_dot`.
     q6_k_dot: unsafe fn(&[BlockQ6Kx16], &[BlockQ8K]) -> [f32; INTERLEAVED_ROWS],
     q6_k_gemm: GemmX16<BlockQ6Kx16>,
+    /// Sixteen interleaved Q8_0 rows against one activation row along ggml's `vec_dot`.
+    q8_0_dot: unsafe fn(&[BlockQ8_0x16], &[BlockQ8_0]) -> [f32; INTERLEAVED_ROWS],
+    q8_0_gemm: GemmX16<BlockQ8_0x16, BlockQ8_0>,
 }
 
 /// One tier's kernels.
@@ -79,8 +82,8 @@ pub struct KernelTable {
     q4_k_x4: KDotX4<BlockQ4K>,
     q4_k_gemm: unsafe fn(&[BlockQ4K], &[BlockQ8K], usize, &mut [f32], OutLayout),
     q4_k_gemm_repacked: unsafe fn(&[BlockQ4K], &[BlockQ8K], usize, &mut [f32], OutLayout),
-    /// The kernels of Q4_K and Q6_K rows interleaved sixteen at a time, on the tiers whose loaders
-    /// hold them so (the others read such rows, which only a test hands them, through their own
+    /// The kernels of Q4_K, Q6_K and Q8_0 rows interleaved sixteen at a time, on the tiers whose
+    /// loaders hold them so (the others read such rows, which only a test hands them, through their own
     /// dots).
     interleaved: Option<InterleavedKernels>,
     q5_k: unsafe fn(&[BlockQ5K], &[BlockQ8K], KPath) -> f32,
@@ -209,6 +212,8 @@ static AVX512: KernelTable = KernelTable {
         q4_k_gemm: avx512::gemm_q4_k_x16_q8_k_repacked,
         q6_k_dot: avx512::vec_dot_q6_k_x16_q8_k,
         q6_k_gemm: avx512::gemm_q6_k_x16_q8_k,
+        q8_0_dot: avx512::vec_dot_q8_0_x16_q8_0,
+        q8_0_gemm: avx512::gemm_q8_0_x16_q8_0,
     }),
     q5_k: avx512::vec_dot_q5_k_q8_k,
     q5_k_x4: avx512::vec_dot_q5_k_q8_k_x4,
@@ -571,8 +576,8 @@ impl KernelTable {
         unsafe { (self.q4_k_gemm_repacked)(w, x, nb, out, layout) }
     }
 
-    /// Whether this tier's loader holds a Q4_K or Q6_K matrix of `rows` rows interleaved sixteen
-    /// at a time ([`BlockQ4Kx16`], [`BlockQ6Kx16`]).
+    /// Whether this tier's loader holds a Q4_K, Q6_K or Q8_0 matrix of `rows` rows interleaved
+    /// sixteen at a time ([`BlockQ4Kx16`], [`BlockQ6Kx16`], [`BlockQ8_0x16`]).
     pub fn interleaves(&self, rows: usize) -> bool {
         self.interleaved.is_some() && rows.is_multiple_of(INTERLEAVED_ROWS)
     }
@@ -685,6 +690,41 @@ impl KernelTable {
     ) {
         // SAFETY: as in `gemm_q8_0_q8_0`.
         unsafe { (self.q6_k_gemm)(w, x, nb, out, layout) }
+    }
+
+    /// Sixteen interleaved Q8_0 rows (one group of `w.len()` blocks) against one activation row;
+    /// equal to sixteen single-row calls on the rows.
+    pub fn vec_dot_q8_0_x16_q8_0(
+        &self,
+        w: &[BlockQ8_0x16],
+        y: &[BlockQ8_0],
+    ) -> [f32; INTERLEAVED_ROWS] {
+        if let Some(kernels) = self.interleaved {
+            // SAFETY: as in `vec_dot_f32`.
+            return unsafe { (kernels.q8_0_dot)(w, y) };
+        }
+        rows_of_group(w, |rows| self.vec_dot_q8_0_q8_0_x4(rows, y))
+    }
+
+    /// [`Self::gemm_q8_0_q8_0`] of interleaved rows (`w`: groups of `nb` blocks).
+    ///
+    /// # Panics
+    /// When `out` is too short for `layout`.
+    pub fn gemm_q8_0_x16_q8_0(
+        &self,
+        w: &[BlockQ8_0x16],
+        x: &[BlockQ8_0],
+        nb: usize,
+        out: &mut [f32],
+        layout: OutLayout,
+    ) {
+        if let Some(kernels) = self.interleaved {
+            // SAFETY: as in `gemm_q8_0_q8_0`.
+            return unsafe { (kernels.q8_0_gemm)(w, x, nb, out, layout) };
+        }
+        let mut rows = Vec::new();
+        quant::deinterleave(w, nb, &mut rows);
+        self.gemm_q8_0_q8_0(&rows, x, nb, out, layout);
     }
 
     /// Sixteen interleaved Q6_K rows (one group of `w.len()` super-blocks) against one activation

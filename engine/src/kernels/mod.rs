@@ -96,15 +96,16 @@ fn convert<'a>(
             scratch.bf16.extend(x.iter().map(|&v| bf16::from_f32(v)));
             Converted::Bf16(&scratch.bf16)
         }
-        WeightData::Q8_0(_) | WeightData::Q4_0(_) | WeightData::Q5_0(_) => {
-            Converted::Q8_0(quantize_rows(
-                x,
-                w.cols,
-                &mut scratch.q8_0,
-                quant::quantize_activations_q8_0,
-                parallel,
-            ))
-        }
+        WeightData::Q8_0(_)
+        | WeightData::Q8_0Interleaved(_)
+        | WeightData::Q4_0(_)
+        | WeightData::Q5_0(_) => Converted::Q8_0(quantize_rows(
+            x,
+            w.cols,
+            &mut scratch.q8_0,
+            quant::quantize_activations_q8_0,
+            parallel,
+        )),
         WeightData::Q4_1(_) | WeightData::Q5_1(_) => Converted::Q8_1(quantize_rows(
             x,
             w.cols,
@@ -221,6 +222,12 @@ fn rows_dot(
         }
         (WeightData::Q8_0(v), Converted::Q8_0(a)) => {
             blocks!(v, a, vec_dot_q8_0_q8_0, vec_dot_q8_0_q8_0_x4)
+        }
+        (WeightData::Q8_0Interleaved(v), Converted::Q8_0(a)) => {
+            let y = &a[t * b..(t + 1) * b];
+            groups_dot(v, b, first_row, out, |group| {
+                k.vec_dot_q8_0_x16_q8_0(group, y)
+            });
         }
         (WeightData::Q4_0(v), Converted::Q8_0(a)) if repacks(GgmlType::Q4_0, w.rows) => {
             blocks!(
@@ -371,7 +378,9 @@ fn row_step(w: &Weight) -> usize {
 /// Rows per entry of `units_per_row` blocks in `w`'s values: sixteen for interleaved rows, else one.
 fn rows_per_entry(w: &Weight) -> usize {
     match w.data {
-        WeightData::Q4KInterleaved(_) | WeightData::Q6KInterleaved(_) => INTERLEAVED_ROWS,
+        WeightData::Q4KInterleaved(_)
+        | WeightData::Q6KInterleaved(_)
+        | WeightData::Q8_0Interleaved(_) => INTERLEAVED_ROWS,
         _ => 1,
     }
 }
@@ -449,6 +458,7 @@ fn tiled_matmul(
     let path = KPath::for_token(w.kind().file_type(), w.rows, n_tokens, 0);
     match (&w.data, converted) {
         (WeightData::Q8_0(v), Converted::Q8_0(a)) => tiled!(v, a, gemm_q8_0_q8_0),
+        (WeightData::Q8_0Interleaved(v), Converted::Q8_0(a)) => tiled!(v, a, gemm_q8_0_x16_q8_0),
         (WeightData::Q4_0(v), Converted::Q8_0(a)) if repacks(GgmlType::Q4_0, w.rows) => {
             tiled!(v, a, gemm_q4_0_q8_0_repacked)
         }
@@ -733,7 +743,7 @@ mod tests {
         }
     }
 
-    /// Q4_K and Q6_K rows held interleaved sixteen at a time give every product, on every tier, in
+    /// Q4_K, Q6_K and Q8_0 rows held interleaved sixteen at a time give every product, on every tier, in
     /// every path (decode, a few tokens, the tiled prompt product split over rows or tokens, on a
     /// pool or a team), the bits of the same rows in the file's layout; and the embedding lookup
     /// its values.
@@ -747,6 +757,11 @@ mod tests {
         interleaved_rows_give_the_bits_of_the_file_layout(WeightType::Q6K);
     }
 
+    #[test]
+    fn interleaved_q8_0_rows_give_the_bits_of_the_file_layout() {
+        interleaved_rows_give_the_bits_of_the_file_layout(WeightType::Q8_0);
+    }
+
     fn interleaved_rows_give_the_bits_of_the_file_layout(kind: WeightType) {
         // 80 rows: five groups, which two threads cannot share evenly.
         let (rows, cols) = (80, 768);
@@ -754,7 +769,9 @@ mod tests {
         let interleaved = file.clone().interleaved();
         assert!(matches!(
             interleaved.data,
-            WeightData::Q4KInterleaved(_) | WeightData::Q6KInterleaved(_)
+            WeightData::Q4KInterleaved(_)
+                | WeightData::Q6KInterleaved(_)
+                | WeightData::Q8_0Interleaved(_)
         ));
         assert_eq!(interleaved.kind(), kind);
         assert_eq!(interleaved.byte_size(), file.byte_size());

@@ -1,27 +1,26 @@
-//! K-quant rows interleaved sixteen at a time: the layouts the AVX-512 kernels read a row per int32
-//! lane from, with no unpacking per call (as ggml's `block_q4_Kx8` does for eight rows on AVX2).
+//! Rows interleaved sixteen at a time: the layouts the AVX-512 kernels read a row per int32 lane
+//! from, with no unpacking per call (as ggml's `block_q4_Kx8` does for eight rows on AVX2).
 //!
-//! Each interleaved block holds super-block `i` of sixteen consecutive rows, byte for byte the same
-//! bits as their sixteen file blocks in another order, so a matrix takes the same memory either way:
-//! [`BlockQ4Kx16`] for Q4_K, [`BlockQ6Kx16`] for Q6_K.
+//! Each interleaved block holds block `i` of sixteen consecutive rows, byte for byte the same bits
+//! as their sixteen file blocks in another order, so a matrix takes the same memory either way:
+//! [`BlockQ4Kx16`] for Q4_K, [`BlockQ6Kx16`] for Q6_K, [`BlockQ8_0x16`] for Q8_0.
 
 use half::f16;
 
-use super::{BlockQ4K, BlockQ6K, QK_K};
+use super::{BlockQ4K, BlockQ6K, BlockQ8_0, QK, QK_K};
 
 /// Rows interleaved in one block.
 pub const INTERLEAVED_ROWS: usize = 16;
 
-/// A super-block of [`INTERLEAVED_ROWS`] rows of `Row`s, four bytes of a row to each four-byte
-/// word.
+/// A block of [`INTERLEAVED_ROWS`] rows of `Row`s, four bytes of a row to each four-byte word.
 pub trait InterleavedBlock: Copy + Default {
-    /// The file's super-block of one row.
+    /// The file's block of one row.
     type Row: Copy;
 
-    /// Super-block `i` of each of `rows` (sixteen rows of `nb` super-blocks, one after the other).
+    /// Block `i` of each of `rows` (sixteen rows of `nb` blocks, one after the other).
     fn gather(rows: &[Self::Row], nb: usize, i: usize) -> Self;
 
-    /// Row `r`'s super-block, as the file holds it.
+    /// Row `r`'s block, as the file holds it.
     fn row(&self, r: usize) -> Self::Row;
 }
 
@@ -156,7 +155,51 @@ impl InterleavedBlock for BlockQ6Kx16 {
     }
 }
 
-/// Appends to `out` the interleaved form of `rows`: whole groups of sixteen rows of `nb` super-blocks.
+/// Block `i` of sixteen Q8_0 rows: `qs[l]`, word `r`, holds values `4l..4l + 4` of row `r` (the
+/// bytes of their i8), the four values of ggml's lane `l`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
+pub struct BlockQ8_0x16 {
+    /// Each row's scale.
+    pub d: [f16; INTERLEAVED_ROWS],
+    /// The rows' values, four of a row to a word.
+    pub qs: [[u8; 4 * INTERLEAVED_ROWS]; QK / 4],
+}
+const _: () = assert!(size_of::<BlockQ8_0x16>() == INTERLEAVED_ROWS * size_of::<BlockQ8_0>());
+
+impl Default for BlockQ8_0x16 {
+    fn default() -> Self {
+        Self {
+            d: [f16::ZERO; INTERLEAVED_ROWS],
+            qs: [[0; 4 * INTERLEAVED_ROWS]; QK / 4],
+        }
+    }
+}
+
+impl InterleavedBlock for BlockQ8_0x16 {
+    type Row = BlockQ8_0;
+
+    fn gather(rows: &[BlockQ8_0], nb: usize, i: usize) -> Self {
+        let mut out = Self::default();
+        for r in 0..INTERLEAVED_ROWS {
+            let block = &rows[r * nb + i];
+            out.d[r] = block.d;
+            spread_words(&block.qs.map(|v| v as u8), &mut out.qs, r);
+        }
+        out
+    }
+
+    fn row(&self, r: usize) -> BlockQ8_0 {
+        let mut values = [0u8; QK];
+        gather_words(&self.qs, r, &mut values);
+        BlockQ8_0 {
+            d: self.d[r],
+            qs: values.map(|v| v as i8),
+        }
+    }
+}
+
+/// Appends to `out` the interleaved form of `rows`: whole groups of sixteen rows of `nb` blocks.
 pub fn interleave<B: InterleavedBlock>(rows: &[B::Row], nb: usize, out: &mut Vec<B>) {
     if nb == 0 {
         return;
@@ -176,7 +219,7 @@ pub struct Interleaver<B: InterleavedBlock> {
 }
 
 impl<B: InterleavedBlock> Interleaver<B> {
-    /// An interleaver of rows of `nb` super-blocks.
+    /// An interleaver of rows of `nb` blocks.
     pub fn new(nb: usize) -> Self {
         Self {
             nb,
@@ -210,8 +253,8 @@ impl<B: InterleavedBlock> Interleaver<B> {
     }
 }
 
-/// The rows of interleaved `groups` (groups of `nb` super-blocks) as the file holds them, a row's
-/// super-blocks one after the other.
+/// The rows of interleaved `groups` (groups of `nb` blocks) as the file holds them, a row's blocks
+/// one after the other.
 pub fn deinterleave<B: InterleavedBlock>(groups: &[B], nb: usize, out: &mut Vec<B::Row>) {
     out.clear();
     if nb == 0 {
@@ -265,11 +308,34 @@ mod tests {
         assert_eq!(back, rows);
     }
 
+    fn random_q8_0(n: usize, seed: u64) -> Vec<BlockQ8_0> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        (0..n)
+            .map(|_| BlockQ8_0 {
+                d: f16::from_f32(rng.random_range(-1.0..1.0)),
+                qs: std::array::from_fn(|_| rng.random()),
+            })
+            .collect()
+    }
+
     #[test]
     fn interleaving_keeps_every_row_and_takes_the_same_bytes() {
         let nb = 3;
         round_trip::<BlockQ4Kx16>(&random_q4_k(2 * INTERLEAVED_ROWS * nb, 5), nb);
         round_trip::<BlockQ6Kx16>(&random_q6_k(2 * INTERLEAVED_ROWS * nb, 6), nb);
+        round_trip::<BlockQ8_0x16>(&random_q8_0(2 * INTERLEAVED_ROWS * nb, 7), nb);
+    }
+
+    #[test]
+    fn a_q8_0_word_holds_four_values_of_one_row() {
+        let nb = 3;
+        let rows = random_q8_0(INTERLEAVED_ROWS * nb, 9);
+        let block = BlockQ8_0x16::gather(&rows, nb, 2);
+        let r = 7;
+        let source = &rows[r * nb + 2];
+        let values: Vec<u8> = source.qs[20..24].iter().map(|&v| v as u8).collect();
+        assert_eq!(block.qs[5][4 * r..4 * r + 4], values);
+        assert_eq!(block.d[r], source.d);
     }
 
     #[test]

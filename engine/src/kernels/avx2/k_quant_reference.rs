@@ -1,4 +1,4 @@
-//! Test-only references for the 5-bit and K-quant dots: seeded random blocks (activation sums
+//! Test-only references for the Q8_0, 5-bit and K-quant dots: seeded random blocks (activation sums
 //! consistent with their values) and exact dot products from [`crate::quant`]'s dequantizers, which
 //! every tier's kernels are checked against.
 
@@ -75,6 +75,23 @@ fn act_q8_0(rng: &mut StdRng, fill: Fill) -> BlockQ8_0 {
 fn q8_values(d: f16, qs: &[i8]) -> impl Iterator<Item = f64> {
     let d = f64::from(d.to_f32());
     qs.iter().map(move |&q| d * f64::from(q))
+}
+
+impl Reference for BlockQ8_0 {
+    type Act = BlockQ8_0;
+
+    fn block(rng: &mut StdRng, fill: Fill) -> Self {
+        act_q8_0(rng, fill)
+    }
+
+    fn act(rng: &mut StdRng, fill: Fill) -> BlockQ8_0 {
+        act_q8_0(rng, fill)
+    }
+
+    fn exact(&self, y: &BlockQ8_0) -> (f64, f64) {
+        let w: Vec<f32> = q8_values(self.d, &self.qs).map(|v| v as f32).collect();
+        dot_f64(&w, q8_values(y.d, &y.qs))
+    }
 }
 
 impl Reference for BlockQ5_0 {

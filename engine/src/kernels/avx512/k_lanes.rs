@@ -590,7 +590,12 @@ pub(crate) unsafe fn gemm_q4_k_x16_q8_k_repacked(
     out: &mut [f32],
     layout: OutLayout,
 ) {
-    gemm_groups::<BlockQ4K, _>((w, x, nb), (out, layout), pack_group_q4_k, Steps::RepackedGemm);
+    gemm_groups::<BlockQ4K, _>(
+        (w, x, nb),
+        (out, layout),
+        pack_group_q4_k,
+        Steps::RepackedGemm,
+    );
 }
 
 /// [`gemm_q6_k_q8_k`] of Q6_K rows interleaved sixteen at a time (`w`: groups of `nb` super-blocks),

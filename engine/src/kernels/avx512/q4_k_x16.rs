@@ -102,7 +102,7 @@ pub(super) fn nibbles(block: &BlockQ4Kx16, k: usize) -> (__m512i, __m512i) {
 
 /// Four activations as one word, for `vpdpbusd`'s broadcast.
 #[inline(always)]
-pub(super) fn quad(qs: &[i8; QK_K], first: usize) -> i32 {
+pub(super) fn quad<const N: usize>(qs: &[i8; N], first: usize) -> i32 {
     let (quads, _) = qs.as_chunks::<4>();
     i32::from_le_bytes(quads[first / 4].map(|v| v as u8))
 }

@@ -16,6 +16,7 @@ use std::arch::x86_64::*;
 use super::{
     load_f16x16, load_u8x64,
     q4_k_x16::{ZERO_BYTE, pick_bytes, quad},
+    q8_0_lanes::lane_totals,
 };
 use crate::{
     kernels::x86::prefetch_in_order,
@@ -142,11 +143,5 @@ pub(crate) unsafe fn vec_dot_q6_k_x16_q8_k(
             *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(lane), *acc);
         }
     }
-    // ggml's `hsum_float_8` of each row's lanes: the halves added, then pairs of the four.
-    let h: [__m512; 4] = std::array::from_fn(|l| _mm512_add_ps(acc[l + 4], acc[l]));
-    let sum = _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3]));
-    let mut out = [0f32; INTERLEAVED_ROWS];
-    // SAFETY: `out` has room for 16 f32; unaligned store.
-    unsafe { _mm512_storeu_ps(out.as_mut_ptr(), sum) };
-    out
+    lane_totals(&acc)
 }

@@ -21,14 +21,14 @@ use std::{arch::x86_64::*, cell::RefCell};
 
 use super::{
     k_lanes::{ROWS, transpose_16x16},
-    load_f32x16, load_i32x16, load_u32x16,
+    load_f16x16, load_f32x16, load_i32x16, load_u8x64, load_u32x16,
 };
 use crate::{
     kernels::{
         tiles::{OutLayout, product_shape, store_tile, tile_rows},
         x86::{f16_to_f32, load_i8x32},
     },
-    quant::{BlockQ8_0, QK},
+    quant::{BlockQ8_0, BlockQ8_0x16, QK},
 };
 
 /// Four-value quads per block: ggml's eight lanes.
@@ -78,6 +78,34 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
+/// Stores `x` (lane `r`: values `4l..4l + 4` of row `r`) as `p.x[l]`, with its correction.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+fn store_quad(p: &mut RowsQ8_0, l: usize, x: __m512i) {
+    let sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), x);
+    let start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<7>(sums));
+    // SAFETY: `p.x[l]` and `p.start[l]` are 64 writable bytes each; unaligned stores.
+    unsafe {
+        _mm512_storeu_si512(p.x[l].as_mut_ptr().cast(), x);
+        _mm512_storeu_si512(p.start[l].as_mut_ptr().cast(), start);
+    }
+}
+
+/// Unpacks a group of sixteen interleaved rows into `out`, a block each: its words are already a
+/// row per lane, so there is nothing to transpose.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn pack_group(group: &[BlockQ8_0x16], out: &mut Vec<RowsQ8_0>) {
+    out.clear();
+    out.resize(group.len(), RowsQ8_0::default());
+    for (block, p) in group.iter().zip(out.iter_mut()) {
+        for (l, words) in block.qs.iter().enumerate() {
+            store_quad(p, l, load_u8x64(words));
+        }
+        // SAFETY: `p.d` is 16 writable f32; unaligned store.
+        unsafe { _mm512_storeu_ps(p.d.as_mut_ptr(), load_f16x16(&block.d)) };
+    }
+}
+
 /// Unpacks a tile of rows (`nb` blocks each) into `out`, two blocks at a time: per row, the values
 /// of both in one vector, and a 16 x 16 word transpose spreads them a row per lane.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -85,7 +113,6 @@ fn pack_rows(rows: &[&[BlockQ8_0]; ROWS], out: &mut Vec<RowsQ8_0>) {
     let nb = rows.iter().map(|r| r.len()).min().unwrap_or(0);
     out.clear();
     out.resize(nb, RowsQ8_0::default());
-    let ones = _mm512_set1_epi8(1);
     for (pair, blocks) in out.chunks_mut(2).enumerate() {
         let (i, j) = (2 * pair, (2 * pair + 1).min(nb - 1));
         let values: [__m512i; ROWS] = std::array::from_fn(|r| {
@@ -95,13 +122,7 @@ fn pack_rows(rows: &[&[BlockQ8_0]; ROWS], out: &mut Vec<RowsQ8_0>) {
         let words = transpose_16x16(values);
         for (half, p) in blocks.iter_mut().enumerate() {
             for (l, &x) in words[QUADS * half..QUADS * (half + 1)].iter().enumerate() {
-                let sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, x);
-                let start = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<7>(sums));
-                // SAFETY: `p.x[l]` and `p.start[l]` are 64 writable bytes each; unaligned stores.
-                unsafe {
-                    _mm512_storeu_si512(p.x[l].as_mut_ptr().cast(), x);
-                    _mm512_storeu_si512(p.start[l].as_mut_ptr().cast(), start);
-                }
+                store_quad(p, l, x);
             }
             let block = i + half;
             for (r, row) in rows.iter().enumerate() {
@@ -153,7 +174,7 @@ fn add_chunk(rows: &[RowsQ8_0], tokens: [&[TokenQ8_0]; PAIR], sums: &mut [Lanes;
 /// `((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 #[inline]
-fn lane_totals(acc: &Lanes) -> [f32; ROWS] {
+pub(super) fn lane_totals(acc: &Lanes) -> [f32; ROWS] {
     let v: [__m512; 4] = std::array::from_fn(|i| _mm512_add_ps(acc[i], acc[i + 4]));
     let total = _mm512_add_ps(_mm512_add_ps(v[0], v[2]), _mm512_add_ps(v[1], v[3]));
     let mut out = [0f32; ROWS];
@@ -162,27 +183,23 @@ fn lane_totals(acc: &Lanes) -> [f32; ROWS] {
     out
 }
 
-/// Every row of `w` against every token of `x` (`nb` blocks each), into `out` as `layout` places them,
-/// with the bits of the single-row Q8_0 dot.
-///
-/// # Safety
-/// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512) features.
+/// Every tile of sixteen rows (`rows` of them, each unpacked by `pack_tile` from its first row)
+/// against every token of `x` (`nb` blocks each), into `out` as `layout` places them.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn gemm_q8_0_q8_0(
-    w: &[BlockQ8_0],
-    x: &[BlockQ8_0],
-    nb: usize,
-    out: &mut [f32],
-    layout: OutLayout,
+fn gemm(
+    (rows, x, nb): (usize, &[BlockQ8_0], usize),
+    (out, layout): (&mut [f32], OutLayout),
+    mut pack_tile: impl FnMut(usize, &mut Vec<RowsQ8_0>),
 ) {
-    let Some((rows, tokens)) = product_shape(w, x, nb) else {
+    let tokens = x.len().checked_div(nb).unwrap_or(0);
+    if rows == 0 || tokens == 0 {
         return;
-    };
+    }
     SCRATCH.with_borrow_mut(|s| {
         pack_tokens(x, nb, &mut s.tokens);
         let padded = tokens.next_multiple_of(PAIR);
         for first_row in (0..rows).step_by(ROWS) {
-            pack_rows(&tile_rows::<ROWS, _>(w, nb, first_row), &mut s.rows);
+            pack_tile(first_row, &mut s.rows);
             s.acc.clear();
             s.acc.resize(padded, [_mm512_setzero_ps(); QUADS]);
             for first in (0..nb).step_by(CHUNK) {
@@ -199,5 +216,45 @@ pub(crate) unsafe fn gemm_q8_0_q8_0(
                 store_tile::<ROWS, 1>(out, layout, (first_row, t), (real_rows, 1), values);
             }
         }
+    });
+}
+
+/// Every row of `w` against every token of `x` (`nb` blocks each), into `out` as `layout` places them,
+/// with the bits of the single-row Q8_0 dot.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn gemm_q8_0_q8_0(
+    w: &[BlockQ8_0],
+    x: &[BlockQ8_0],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    let Some((rows, _)) = product_shape(w, x, nb) else {
+        return;
+    };
+    gemm((rows, x, nb), (out, layout), |first_row, buf| {
+        pack_rows(&tile_rows::<ROWS, _>(w, nb, first_row), buf);
+    });
+}
+
+/// [`gemm_q8_0_q8_0`] of Q8_0 rows interleaved sixteen at a time (`w`: groups of `nb` blocks), with
+/// the same bits.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn gemm_q8_0_x16_q8_0(
+    w: &[BlockQ8_0x16],
+    x: &[BlockQ8_0],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    let rows = w.len().checked_div(nb).unwrap_or(0) * ROWS;
+    gemm((rows, x, nb), (out, layout), |first_row, buf| {
+        pack_group(&w[first_row / ROWS * nb..][..nb], buf);
     });
 }
