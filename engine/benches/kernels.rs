@@ -300,5 +300,44 @@ fn q8_0_decode(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, kernels, q4_k_decode, q6_k_decode, q8_0_decode);
+/// Q4_0 decode of Llama 3.1 8B's feed-forward down projection (4096 x 14336, 33 MB), one token on
+/// one thread along llama.cpp's repacked GEMV: the file's layout four rows a call (`file/x4`) and
+/// interleaved sixteen at a time (`interleaved/gemv`).
+fn q4_0_decode(c: &mut Criterion) {
+    let (rows, cols) = (4096, 14336);
+    let nb = cols / QK;
+    let mut w = vec![BlockQ4_0::default(); rows * nb];
+    quant::quantize_q4_0(&random(rows * cols, 9), &mut w);
+    let mut groups = Vec::new();
+    quant::interleave(&w, nb, &mut groups);
+    let mut y = vec![BlockQ8_0::default(); nb];
+    quant::quantize_activations_q8_0(&random(cols, 10), &mut y);
+    let mut out = vec![0f32; rows];
+    let mut g = group(c, "q4_0_decode", size_of_val(w.as_slice()));
+    for k in tables() {
+        let tier = k.tier().name();
+        g.bench_function(format!("4096x14336/{tier}/file/x4"), |b| {
+            b.iter(|| {
+                for four in w.chunks_exact(4 * nb) {
+                    let row = |r: usize| &four[r * nb..(r + 1) * nb];
+                    let rows = [row(0), row(1), row(2), row(3)];
+                    black_box(k.vec_dot_q4_0_q8_0_repacked_x4(rows, black_box(&y)));
+                }
+            })
+        });
+        g.bench_function(format!("4096x14336/{tier}/interleaved/gemv"), |b| {
+            b.iter(|| k.gemv_q4_0_x16_q8_0(&groups, black_box(&y), &mut out))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(
+    benches,
+    kernels,
+    q4_k_decode,
+    q6_k_decode,
+    q8_0_decode,
+    q4_0_decode
+);
 criterion_main!(benches);

@@ -7,8 +7,8 @@ use half::{bf16, f16};
 use crate::{
     heap, kernels,
     quant::{
-        self, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ4Kx16, BlockQ5_0, BlockQ5_1, BlockQ5K,
-        BlockQ6K, BlockQ6Kx16, BlockQ8_0, BlockQ8_0x16, GgmlType, INTERLEAVED_ROWS,
+        self, BlockQ4_0, BlockQ4_0x16, BlockQ4_1, BlockQ4K, BlockQ4Kx16, BlockQ5_0, BlockQ5_1,
+        BlockQ5K, BlockQ6K, BlockQ6Kx16, BlockQ8_0, BlockQ8_0x16, GgmlType, INTERLEAVED_ROWS,
         InterleavedBlock, Interleaver, QK, QK_K,
     },
 };
@@ -216,6 +216,9 @@ pub enum WeightData {
     Q8_0Interleaved(Vec<BlockQ8_0x16>),
     /// Q4_0 blocks.
     Q4_0(Vec<BlockQ4_0>),
+    /// Q4_0 blocks of sixteen rows at a time, interleaved ([`BlockQ4_0x16`]), grouped as
+    /// [`Self::Q4KInterleaved`]'s.
+    Q4_0Interleaved(Vec<BlockQ4_0x16>),
     /// Q4_1 blocks.
     Q4_1(Vec<BlockQ4_1>),
     /// Q5_0 blocks.
@@ -246,6 +249,7 @@ macro_rules! with_values {
             WeightData::Q8_0($v) => $body,
             WeightData::Q8_0Interleaved($v) => $body,
             WeightData::Q4_0($v) => $body,
+            WeightData::Q4_0Interleaved($v) => $body,
             WeightData::Q4_1($v) => $body,
             WeightData::Q5_0($v) => $body,
             WeightData::Q5_1($v) => $body,
@@ -374,7 +378,7 @@ impl WeightData {
             Self::F16(_) => WeightType::F16,
             Self::Bf16(_) => WeightType::Bf16,
             Self::Q8_0(_) | Self::Q8_0Interleaved(_) => WeightType::Q8_0,
-            Self::Q4_0(_) => WeightType::Q4_0,
+            Self::Q4_0(_) | Self::Q4_0Interleaved(_) => WeightType::Q4_0,
             Self::Q4_1(_) => WeightType::Q4_1,
             Self::Q5_0(_) => WeightType::Q5_0,
             Self::Q5_1(_) => WeightType::Q5_1,
@@ -414,6 +418,9 @@ impl WeightData {
             }
             Self::Q8_0Interleaved(groups) => {
                 interleaved_row(groups, (row, per_row), out, quant::dequantize_q8_0);
+            }
+            Self::Q4_0Interleaved(groups) => {
+                interleaved_row(groups, (row, per_row), out, quant::dequantize_q4_0);
             }
             Self::F32(v) => out.copy_from_slice(&v[units]),
             Self::F16(v) => out
@@ -462,6 +469,7 @@ pub struct WeightBuilder {
 
 /// The interleaver of a matrix held interleaved.
 enum Interleaving {
+    Q4_0(Interleaver<BlockQ4_0x16>),
     Q4K(Interleaver<BlockQ4Kx16>),
     Q6K(Interleaver<BlockQ6Kx16>),
     Q8_0(Interleaver<BlockQ8_0x16>),
@@ -478,6 +486,10 @@ impl WeightBuilder {
         let nb = cols / target.block_size();
         let interleaves = kernels::dispatch::table().interleaves(rows);
         let (data, interleaver) = match target {
+            WeightType::Q4_0 if interleaves => (
+                WeightData::Q4_0Interleaved(heap::huge_page_vec(groups)),
+                Some(Interleaving::Q4_0(Interleaver::new(nb))),
+            ),
             WeightType::Q4K if interleaves => (
                 WeightData::Q4KInterleaved(heap::huge_page_vec(groups)),
                 Some(Interleaving::Q4K(Interleaver::new(nb))),
@@ -521,6 +533,11 @@ impl WeightBuilder {
         };
         match (&mut self.data, &piece, &mut self.interleaver) {
             (
+                WeightData::Q4_0Interleaved(out),
+                WeightData::Q4_0(rows),
+                Some(Interleaving::Q4_0(interleaver)),
+            ) => interleaver.push(rows, out),
+            (
                 WeightData::Q4KInterleaved(out),
                 WeightData::Q4K(rows),
                 Some(Interleaving::Q4K(interleaver)),
@@ -544,6 +561,7 @@ impl WeightBuilder {
     pub fn finish(self) -> Weight {
         debug_assert_eq!(self.filled, self.rows);
         debug_assert!(self.interleaver.as_ref().is_none_or(|i| match i {
+            Interleaving::Q4_0(i) => i.is_done(),
             Interleaving::Q4K(i) => i.is_done(),
             Interleaving::Q6K(i) => i.is_done(),
             Interleaving::Q8_0(i) => i.is_done(),
@@ -568,8 +586,8 @@ impl Weight {
         }
     }
 
-    /// The matrix with its Q4_K, Q6_K or Q8_0 rows interleaved sixteen at a time ([`BlockQ4Kx16`],
-    /// [`BlockQ6Kx16`], [`BlockQ8_0x16`]), as the loader holds them for kernels that read them so;
+    /// The matrix with its Q4_0, Q4_K, Q6_K or Q8_0 rows interleaved sixteen at a time
+    /// ([`BlockQ4_0x16`], [`BlockQ4Kx16`], [`BlockQ6Kx16`], [`BlockQ8_0x16`]), as the loader holds them for kernels that read them so;
     /// other matrices, and those whose rows do not come in sixteens, as they are.
     pub fn interleaved(self) -> Self {
         fn groups<B: InterleavedBlock>(rows: &[B::Row], nb: usize) -> Vec<B> {
@@ -582,6 +600,7 @@ impl Weight {
         }
         let nb = self.units_per_row();
         let data = match self.data {
+            WeightData::Q4_0(rows) => WeightData::Q4_0Interleaved(groups(&rows, nb)),
             WeightData::Q4K(rows) => WeightData::Q4KInterleaved(groups(&rows, nb)),
             WeightData::Q6K(rows) => WeightData::Q6KInterleaved(groups(&rows, nb)),
             WeightData::Q8_0(rows) => WeightData::Q8_0Interleaved(groups(&rows, nb)),

@@ -46,6 +46,7 @@ macro_rules! tiled_products {
 mod k_lanes;
 mod q0_tiles;
 mod q4_0_lanes;
+mod q4_0_x16;
 mod q4_k_x16;
 mod q6_k_x16;
 mod q8_0_lanes;
@@ -57,7 +58,8 @@ pub(crate) use self::{
         gemm_q6_k_q8_k, gemm_q6_k_x16_q8_k,
     },
     q0_tiles::{gemm_q4_0_q8_0, gemm_q5_0_q8_0},
-    q4_0_lanes::gemm_q4_0_q8_0_repacked,
+    q4_0_lanes::{gemm_q4_0_q8_0_repacked, gemm_q4_0_x16_q8_0_repacked},
+    q4_0_x16::gemv_q4_0_x16_q8_0,
     q4_k_x16::vec_dot_q4_k_x16_q8_k,
     q6_k_x16::vec_dot_q6_k_x16_q8_k,
     q8_0_lanes::{gemm_q8_0_q8_0, gemm_q8_0_x16_q8_0},
@@ -1364,6 +1366,32 @@ mod tests {
             let got = unsafe { vec_dot_q8_0_x16_q8_0(&group, &y) };
             let want = rows.each_ref().map(|x| scalar::vec_dot_q8_0_q8_0(x, &y));
             assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{nb} blocks");
+        }
+    }
+
+    /// The decode product of interleaved Q4_0 rows gives the scalar repacked dots' bits on the
+    /// reference cases (random blocks, then the format's extremes), for a whole group and a part
+    /// of one.
+    #[test]
+    fn interleaved_q4_0_rows_match_the_scalar_repacked_dots() {
+        if !runs() {
+            return;
+        }
+        for (rows, y) in cases::<BlockQ4_0, { crate::quant::INTERLEAVED_ROWS }>() {
+            let nb = y.len();
+            let mut group = Vec::new();
+            crate::quant::interleave(&rows.concat(), nb, &mut group);
+            let want = rows
+                .each_ref()
+                .map(|x| scalar::vec_dot_q4_0_q8_0_repacked(x, &y));
+            for n in [16, 5] {
+                let mut got = vec![0f32; n];
+                // SAFETY: called only after `runs()`: the CPU has the tier's features.
+                unsafe { gemv_q4_0_x16_q8_0(&group, &y, &mut got) };
+                let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                let want: Vec<u32> = want[..n].iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "{nb} blocks, {n} rows");
+            }
         }
     }
 }

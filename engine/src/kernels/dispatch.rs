@@ -26,8 +26,9 @@ use super::{
 #[cfg(target_arch = "x86_64")]
 use super::{avx2, avx512};
 use crate::quant::{
-    self, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ4Kx16, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K,
-    BlockQ6Kx16, BlockQ8_0, BlockQ8_0x16, BlockQ8_1, BlockQ8K, INTERLEAVED_ROWS, InterleavedBlock,
+    self, BlockQ4_0, BlockQ4_0x16, BlockQ4_1, BlockQ4K, BlockQ4Kx16, BlockQ5_0, BlockQ5_1,
+    BlockQ5K, BlockQ6K, BlockQ6Kx16, BlockQ8_0, BlockQ8_0x16, BlockQ8_1, BlockQ8K,
+    INTERLEAVED_ROWS, InterleavedBlock,
 };
 
 /// A K-quant's four-row dot along a path.
@@ -38,6 +39,9 @@ type GemmX16<W, A = BlockQ8K> = unsafe fn(&[W], &[A], usize, &mut [f32], OutLayo
 /// The kernels of rows interleaved sixteen at a time.
 #[derive(Clone, Copy)]
 struct InterleavedKernels {
+    /// Interleaved Q4_0 groups against one activation row along the repacked GEMV.
+    q4_0_gemv: unsafe fn(&[BlockQ4_0x16], &[BlockQ8_0], &mut [f32]),
+    q4_0_gemm: GemmX16<BlockQ4_0x16, BlockQ8_0>,
     /// Sixteen interleaved Q4_K rows against one activation row along a (repacked) path.
     q4_k_dot: unsafe fn(&[BlockQ4Kx16], &[BlockQ8K], KPath) -> [f32; INTERLEAVED_ROWS],
     q4_k_gemm: GemmX16<BlockQ4Kx16>,
@@ -82,8 +86,8 @@ pub struct KernelTable {
     q4_k_x4: KDotX4<BlockQ4K>,
     q4_k_gemm: unsafe fn(&[BlockQ4K], &[BlockQ8K], usize, &mut [f32], OutLayout),
     q4_k_gemm_repacked: unsafe fn(&[BlockQ4K], &[BlockQ8K], usize, &mut [f32], OutLayout),
-    /// The kernels of Q4_K, Q6_K and Q8_0 rows interleaved sixteen at a time, on the tiers whose
-    /// loaders hold them so (the others read such rows, which only a test hands them, through their own
+    /// The kernels of Q4_0, Q4_K, Q6_K and Q8_0 rows interleaved sixteen at a time, on the tiers
+    /// whose loaders hold them so (the others read such rows, which only a test hands them, through their own
     /// dots).
     interleaved: Option<InterleavedKernels>,
     q5_k: unsafe fn(&[BlockQ5K], &[BlockQ8K], KPath) -> f32,
@@ -208,6 +212,8 @@ static AVX512: KernelTable = KernelTable {
     q4_k_gemm: avx512::gemm_q4_k_q8_k,
     q4_k_gemm_repacked: avx512::gemm_q4_k_q8_k_repacked,
     interleaved: Some(InterleavedKernels {
+        q4_0_gemv: avx512::gemv_q4_0_x16_q8_0,
+        q4_0_gemm: avx512::gemm_q4_0_x16_q8_0_repacked,
         q4_k_dot: avx512::vec_dot_q4_k_x16_q8_k,
         q4_k_gemm: avx512::gemm_q4_k_x16_q8_k_repacked,
         q6_k_dot: avx512::vec_dot_q6_k_x16_q8_k,
@@ -576,8 +582,9 @@ impl KernelTable {
         unsafe { (self.q4_k_gemm_repacked)(w, x, nb, out, layout) }
     }
 
-    /// Whether this tier's loader holds a Q4_K, Q6_K or Q8_0 matrix of `rows` rows interleaved
-    /// sixteen at a time ([`BlockQ4Kx16`], [`BlockQ6Kx16`], [`BlockQ8_0x16`]).
+    /// Whether this tier's loader holds a Q4_0, Q4_K, Q6_K or Q8_0 matrix of `rows` rows
+    /// interleaved sixteen at a time ([`BlockQ4_0x16`], [`BlockQ4Kx16`], [`BlockQ6Kx16`],
+    /// [`BlockQ8_0x16`]).
     pub fn interleaves(&self, rows: usize) -> bool {
         self.interleaved.is_some() && rows.is_multiple_of(INTERLEAVED_ROWS)
     }
@@ -690,6 +697,42 @@ impl KernelTable {
     ) {
         // SAFETY: as in `gemm_q8_0_q8_0`.
         unsafe { (self.q6_k_gemm)(w, x, nb, out, layout) }
+    }
+
+    /// `out[r]` = row `r` of the interleaved Q4_0 groups `w` (of `y.len()` blocks each) against
+    /// `y`, at most sixteen per group; equal to single-row repacked dots on the rows.
+    pub fn gemv_q4_0_x16_q8_0(&self, w: &[BlockQ4_0x16], y: &[BlockQ8_0], out: &mut [f32]) {
+        if let Some(kernels) = self.interleaved {
+            // SAFETY: as in `vec_dot_f32`.
+            return unsafe { (kernels.q4_0_gemv)(w, y, out) };
+        }
+        let nb = y.len();
+        let mut rows = Vec::new();
+        quant::deinterleave(w, nb, &mut rows);
+        for (o, row) in out.iter_mut().zip(rows.chunks_exact(nb.max(1))) {
+            *o = self.vec_dot_q4_0_q8_0_repacked(row, y);
+        }
+    }
+
+    /// [`Self::gemm_q4_0_q8_0_repacked`] of interleaved rows (`w`: groups of `nb` blocks).
+    ///
+    /// # Panics
+    /// When `out` is too short for `layout`.
+    pub fn gemm_q4_0_x16_q8_0_repacked(
+        &self,
+        w: &[BlockQ4_0x16],
+        x: &[BlockQ8_0],
+        nb: usize,
+        out: &mut [f32],
+        layout: OutLayout,
+    ) {
+        if let Some(kernels) = self.interleaved {
+            // SAFETY: as in `gemm_q8_0_q8_0`.
+            return unsafe { (kernels.q4_0_gemm)(w, x, nb, out, layout) };
+        }
+        let mut rows = Vec::new();
+        quant::deinterleave(w, nb, &mut rows);
+        self.gemm_q4_0_q8_0_repacked(&rows, x, nb, out, layout);
     }
 
     /// Sixteen interleaved Q8_0 rows (one group of `w.len()` blocks) against one activation row;

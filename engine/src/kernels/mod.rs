@@ -99,6 +99,7 @@ fn convert<'a>(
         WeightData::Q8_0(_)
         | WeightData::Q8_0Interleaved(_)
         | WeightData::Q4_0(_)
+        | WeightData::Q4_0Interleaved(_)
         | WeightData::Q5_0(_) => Converted::Q8_0(quantize_rows(
             x,
             w.cols,
@@ -240,6 +241,14 @@ fn rows_dot(
         (WeightData::Q4_0(v), Converted::Q8_0(a)) => {
             blocks!(v, a, vec_dot_q4_0_q8_0, vec_dot_q4_0_q8_0_x4)
         }
+        (WeightData::Q4_0Interleaved(v), Converted::Q8_0(a)) => {
+            // Whole groups only: the callers cut interleaved matrices at multiples of sixteen rows.
+            debug_assert!(first_row.is_multiple_of(INTERLEAVED_ROWS));
+            let y = &a[t * b..(t + 1) * b];
+            let first = first_row / INTERLEAVED_ROWS * b;
+            let groups = out.len().div_ceil(INTERLEAVED_ROWS);
+            k.gemv_q4_0_x16_q8_0(&v[first..first + groups * b], y, out);
+        }
         (WeightData::Q4_1(v), Converted::Q8_1(a)) => {
             blocks!(v, a, vec_dot_q4_1_q8_1, vec_dot_q4_1_q8_1_x4)
         }
@@ -378,7 +387,8 @@ fn row_step(w: &Weight) -> usize {
 /// Rows per entry of `units_per_row` blocks in `w`'s values: sixteen for interleaved rows, else one.
 fn rows_per_entry(w: &Weight) -> usize {
     match w.data {
-        WeightData::Q4KInterleaved(_)
+        WeightData::Q4_0Interleaved(_)
+        | WeightData::Q4KInterleaved(_)
         | WeightData::Q6KInterleaved(_)
         | WeightData::Q8_0Interleaved(_) => INTERLEAVED_ROWS,
         _ => 1,
@@ -463,6 +473,9 @@ fn tiled_matmul(
             tiled!(v, a, gemm_q4_0_q8_0_repacked)
         }
         (WeightData::Q4_0(v), Converted::Q8_0(a)) => tiled!(v, a, gemm_q4_0_q8_0),
+        (WeightData::Q4_0Interleaved(v), Converted::Q8_0(a)) => {
+            tiled!(v, a, gemm_q4_0_x16_q8_0_repacked)
+        }
         (WeightData::Q4_1(v), Converted::Q8_1(a)) => tiled!(v, a, gemm_q4_1_q8_1),
         (WeightData::Q5_0(v), Converted::Q8_0(a)) => tiled!(v, a, gemm_q5_0_q8_0),
         (WeightData::Q5_1(v), Converted::Q8_1(a)) => tiled!(v, a, gemm_q5_1_q8_1),
@@ -743,7 +756,7 @@ mod tests {
         }
     }
 
-    /// Q4_K, Q6_K and Q8_0 rows held interleaved sixteen at a time give every product, on every tier, in
+    /// Q4_0, Q4_K, Q6_K and Q8_0 rows held interleaved sixteen at a time give every product, on every tier, in
     /// every path (decode, a few tokens, the tiled prompt product split over rows or tokens, on a
     /// pool or a team), the bits of the same rows in the file's layout; and the embedding lookup
     /// its values.
@@ -758,6 +771,11 @@ mod tests {
     }
 
     #[test]
+    fn interleaved_q4_0_rows_give_the_bits_of_the_file_layout() {
+        interleaved_rows_give_the_bits_of_the_file_layout(WeightType::Q4_0);
+    }
+
+    #[test]
     fn interleaved_q8_0_rows_give_the_bits_of_the_file_layout() {
         interleaved_rows_give_the_bits_of_the_file_layout(WeightType::Q8_0);
     }
@@ -769,7 +787,8 @@ mod tests {
         let interleaved = file.clone().interleaved();
         assert!(matches!(
             interleaved.data,
-            WeightData::Q4KInterleaved(_)
+            WeightData::Q4_0Interleaved(_)
+                | WeightData::Q4KInterleaved(_)
                 | WeightData::Q6KInterleaved(_)
                 | WeightData::Q8_0Interleaved(_)
         ));

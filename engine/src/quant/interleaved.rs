@@ -3,11 +3,12 @@
 //!
 //! Each interleaved block holds block `i` of sixteen consecutive rows, byte for byte the same bits
 //! as their sixteen file blocks in another order, so a matrix takes the same memory either way:
-//! [`BlockQ4Kx16`] for Q4_K, [`BlockQ6Kx16`] for Q6_K, [`BlockQ8_0x16`] for Q8_0.
+//! [`BlockQ4_0x16`] for Q4_0, [`BlockQ4Kx16`] for Q4_K, [`BlockQ6Kx16`] for Q6_K, [`BlockQ8_0x16`]
+//! for Q8_0.
 
 use half::f16;
 
-use super::{BlockQ4K, BlockQ6K, BlockQ8_0, QK, QK_K};
+use super::{BlockQ4_0, BlockQ4K, BlockQ6K, BlockQ8_0, QK, QK_K};
 
 /// Rows interleaved in one block.
 pub const INTERLEAVED_ROWS: usize = 16;
@@ -199,6 +200,50 @@ impl InterleavedBlock for BlockQ8_0x16 {
     }
 }
 
+/// Block `i` of sixteen Q4_0 rows: `qs[k]`, word `r`, holds bytes `4k..4k + 4` of row `r`, that is
+/// values `4k..4k + 4` (low nibbles) and `16 + 4k..+4` (high nibbles).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(C)]
+pub struct BlockQ4_0x16 {
+    /// Each row's scale.
+    pub d: [f16; INTERLEAVED_ROWS],
+    /// The rows' nibbles, four bytes of a row to a word.
+    pub qs: [[u8; 4 * INTERLEAVED_ROWS]; QK / 8],
+}
+const _: () = assert!(size_of::<BlockQ4_0x16>() == INTERLEAVED_ROWS * size_of::<BlockQ4_0>());
+
+impl Default for BlockQ4_0x16 {
+    fn default() -> Self {
+        Self {
+            d: [f16::ZERO; INTERLEAVED_ROWS],
+            qs: [[0; 4 * INTERLEAVED_ROWS]; QK / 8],
+        }
+    }
+}
+
+impl InterleavedBlock for BlockQ4_0x16 {
+    type Row = BlockQ4_0;
+
+    fn gather(rows: &[BlockQ4_0], nb: usize, i: usize) -> Self {
+        let mut out = Self::default();
+        for r in 0..INTERLEAVED_ROWS {
+            let block = &rows[r * nb + i];
+            out.d[r] = block.d;
+            spread_words(&block.qs, &mut out.qs, r);
+        }
+        out
+    }
+
+    fn row(&self, r: usize) -> BlockQ4_0 {
+        let mut block = BlockQ4_0 {
+            d: self.d[r],
+            ..BlockQ4_0::default()
+        };
+        gather_words(&self.qs, r, &mut block.qs);
+        block
+    }
+}
+
 /// Appends to `out` the interleaved form of `rows`: whole groups of sixteen rows of `nb` blocks.
 pub fn interleave<B: InterleavedBlock>(rows: &[B::Row], nb: usize, out: &mut Vec<B>) {
     if nb == 0 {
@@ -318,9 +363,20 @@ mod tests {
             .collect()
     }
 
+    fn random_q4_0(n: usize, seed: u64) -> Vec<BlockQ4_0> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        (0..n)
+            .map(|_| BlockQ4_0 {
+                d: f16::from_f32(rng.random_range(-1.0..1.0)),
+                qs: std::array::from_fn(|_| rng.random()),
+            })
+            .collect()
+    }
+
     #[test]
     fn interleaving_keeps_every_row_and_takes_the_same_bytes() {
         let nb = 3;
+        round_trip::<BlockQ4_0x16>(&random_q4_0(2 * INTERLEAVED_ROWS * nb, 4), nb);
         round_trip::<BlockQ4Kx16>(&random_q4_k(2 * INTERLEAVED_ROWS * nb, 5), nb);
         round_trip::<BlockQ6Kx16>(&random_q6_k(2 * INTERLEAVED_ROWS * nb, 6), nb);
         round_trip::<BlockQ8_0x16>(&random_q8_0(2 * INTERLEAVED_ROWS * nb, 7), nb);

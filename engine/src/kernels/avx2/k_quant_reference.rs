@@ -1,4 +1,4 @@
-//! Test-only references for the Q8_0, 5-bit and K-quant dots: seeded random blocks (activation sums
+//! Test-only references for the Q8_0, Q4_0, 5-bit and K-quant dots: seeded random blocks (activation sums
 //! consistent with their values) and exact dot products from [`crate::quant`]'s dequantizers, which
 //! every tier's kernels are checked against.
 
@@ -7,8 +7,8 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 
 use crate::kernels::k_numerics::KPath;
 use crate::quant::{
-    self, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8_1, BlockQ8K,
-    GgmlType, QK, QK_K,
+    self, BlockQ4_0, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8_1,
+    BlockQ8K, GgmlType, QK, QK_K,
 };
 
 /// Block counts every kernel is checked at: one, odd counts, and rows longer than any unrolling.
@@ -90,6 +90,27 @@ impl Reference for BlockQ8_0 {
 
     fn exact(&self, y: &BlockQ8_0) -> (f64, f64) {
         let w: Vec<f32> = q8_values(self.d, &self.qs).map(|v| v as f32).collect();
+        dot_f64(&w, q8_values(y.d, &y.qs))
+    }
+}
+
+impl Reference for BlockQ4_0 {
+    type Act = BlockQ8_0;
+
+    fn block(rng: &mut StdRng, fill: Fill) -> Self {
+        Self {
+            d: scale(rng),
+            qs: fill.bytes(rng),
+        }
+    }
+
+    fn act(rng: &mut StdRng, fill: Fill) -> BlockQ8_0 {
+        act_q8_0(rng, fill)
+    }
+
+    fn exact(&self, y: &BlockQ8_0) -> (f64, f64) {
+        let mut w = [0f32; QK];
+        quant::dequantize_q4_0(std::slice::from_ref(self), &mut w);
         dot_f64(&w, q8_values(y.d, &y.qs))
     }
 }

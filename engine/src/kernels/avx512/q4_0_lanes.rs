@@ -12,14 +12,14 @@ use std::{arch::x86_64::*, cell::RefCell};
 
 use super::{
     k_lanes::{ROWS, tile_results},
-    load_f32x16, load_u32x16,
+    load_f16x16, load_f32x16, load_u8x64, load_u32x16,
 };
 use crate::{
     kernels::{
-        tiles::{OutLayout, gemm_by_tiles, pack_quads, pack_token_tiles},
+        tiles::{OutLayout, gemm_by_packed_tiles, gemm_by_tiles, pack_quads, pack_token_tiles},
         x86::f16_to_f32,
     },
-    quant::{BlockQ4_0, BlockQ8_0, QK},
+    quant::{BlockQ4_0, BlockQ4_0x16, BlockQ8_0, QK},
 };
 
 /// Tokens per tile.
@@ -79,6 +79,28 @@ fn pack_rows(rows: &[&[BlockQ4_0]; ROWS], out: &mut Vec<RowsQ4_0>) {
     }
 }
 
+/// Unpacks a group of sixteen interleaved rows into `out`, a block each: their words are already a
+/// row per lane, so each is split into its nibbles, no transpose.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn pack_group(group: &[BlockQ4_0x16], out: &mut Vec<RowsQ4_0>) {
+    let low4 = _mm512_set1_epi8(0x0f);
+    out.clear();
+    out.resize(group.len(), RowsQ4_0::default());
+    for (block, p) in group.iter().zip(out.iter_mut()) {
+        for (k, words) in block.qs.iter().enumerate() {
+            let v = load_u8x64(words);
+            let high = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low4);
+            // SAFETY: `p.q[k]` and `p.q[k + 4]` are 64 writable bytes each; unaligned stores.
+            unsafe {
+                _mm512_storeu_si512(p.q[k].as_mut_ptr().cast(), _mm512_and_si512(v, low4));
+                _mm512_storeu_si512(p.q[k + QUADS / 2].as_mut_ptr().cast(), high);
+            }
+        }
+        // SAFETY: `p.d` is 16 writable f32; unaligned store.
+        unsafe { _mm512_storeu_ps(p.d.as_mut_ptr(), load_f16x16(&block.d)) };
+    }
+}
+
 /// Unpacks `x` (tokens of `nb` blocks) into `out`, `nb` entries per tile of tokens; the last tile is
 /// padded with zero tokens.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -133,6 +155,32 @@ pub(crate) unsafe fn gemm_q4_0_q8_0_repacked(
             (&mut s.tokens, &mut s.rows),
             |x, nb, out| pack_tokens(x, nb, out),
             |tile, out| pack_rows(tile, out),
+            |rows, tokens| dot_tile(rows, tokens),
+        );
+    });
+}
+
+/// [`gemm_q4_0_q8_0_repacked`] of Q4_0 rows interleaved sixteen at a time (`w`: groups of `nb`
+/// blocks), with the same bits.
+///
+/// # Safety
+/// The CPU must support the [`KernelTier::Avx512`](crate::kernels::cpu::KernelTier::Avx512) features.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn gemm_q4_0_x16_q8_0_repacked(
+    w: &[BlockQ4_0x16],
+    x: &[BlockQ8_0],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    let rows = w.len().checked_div(nb).unwrap_or(0) * ROWS;
+    SCRATCH.with_borrow_mut(|s| {
+        gemm_by_packed_tiles(
+            (rows, x, nb),
+            (out, layout),
+            (&mut s.tokens, &mut s.rows),
+            |x, nb, out| pack_tokens(x, nb, out),
+            |first_row, buf| pack_group(&w[first_row / ROWS * nb..][..nb], buf),
             |rows, tokens| dot_tile(rows, tokens),
         );
     });
