@@ -153,6 +153,31 @@ pub(crate) fn gemm_by_tiles<const R: usize, const C: usize, W, A, T, U>(
     );
 }
 
+/// Every tile of the product of rows interleaved `R` at a time (`groups`: each group's `nb` blocks
+/// one after the other) by `x`, into `out` as `layout` places them: [`gemm_by_packed_tiles`], each
+/// group handed to `pack_group`.
+#[inline(always)]
+pub(crate) fn gemm_by_groups<const R: usize, const C: usize, G, A, T, U>(
+    (groups, x, nb): (&[G], &[A], usize),
+    (out, layout): (&mut [f32], OutLayout),
+    bufs: (&mut Vec<T>, &mut Vec<U>),
+    pack_tokens: impl FnOnce(&[A], usize, &mut Vec<T>),
+    mut pack_group: impl FnMut(&[G], &mut Vec<U>),
+    dot: impl FnMut(&[U], &[T]) -> [[f32; C]; R],
+) {
+    let rows = groups.len().checked_div(nb).unwrap_or(0) * R;
+    let pack_tile =
+        |first_row: usize, buf: &mut Vec<U>| pack_group(&groups[first_row / R * nb..][..nb], buf);
+    gemm_by_packed_tiles(
+        (rows, x, nb),
+        (out, layout),
+        bufs,
+        pack_tokens,
+        pack_tile,
+        dot,
+    );
+}
+
 /// Every tile of the product of `rows` weight rows by `x` (tokens of `nb` blocks), into `out` as
 /// `layout` places them: the tokens packed once by `pack_tokens` (`nb` entries per tile of `C`
 /// tokens, the last tile padded), the tile of `R` rows from each `first_row` once by `pack_tile`,

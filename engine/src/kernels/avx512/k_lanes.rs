@@ -21,7 +21,7 @@ use super::{
 use crate::{
     kernels::{
         tiles::{
-            OutLayout, gemm_by_packed_tiles, gemm_by_tiles, i16_pair, pack_quads, pack_token_tiles,
+            OutLayout, gemm_by_groups, gemm_by_tiles, i16_pair, pack_quads, pack_token_tiles,
             q8k_pair_sums,
         },
         x86::{self, f16_to_f32},
@@ -546,15 +546,14 @@ fn gemm_groups<W: LaneBlock, G>(
     pack_group: unsafe fn(&[G], &mut Vec<RowsLanes>),
     steps: Steps,
 ) {
-    let rows = w.len().checked_div(nb).unwrap_or(0) * ROWS;
     SCRATCH.with_borrow_mut(|s| {
-        gemm_by_packed_tiles(
-            (rows, x, nb),
+        gemm_by_groups(
+            (w, x, nb),
             (out, layout),
             (&mut s.tokens, &mut s.rows),
             pack_tokens,
             // SAFETY: this function's target features are the tier's.
-            |first_row, buf| unsafe { pack_group(&w[first_row / ROWS * nb..][..nb], buf) },
+            |group, buf| unsafe { pack_group(group, buf) },
             |rows, tokens| dot_tile::<W>(rows, tokens, steps),
         );
     });

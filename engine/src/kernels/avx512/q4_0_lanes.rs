@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     kernels::{
-        tiles::{OutLayout, gemm_by_packed_tiles, gemm_by_tiles, pack_quads, pack_token_tiles},
+        tiles::{OutLayout, gemm_by_groups, gemm_by_tiles, pack_quads, pack_token_tiles},
         x86::f16_to_f32,
     },
     quant::{BlockQ4_0, BlockQ4_0x16, BlockQ8_0, QK},
@@ -173,14 +173,13 @@ pub(crate) unsafe fn gemm_q4_0_x16_q8_0_repacked(
     out: &mut [f32],
     layout: OutLayout,
 ) {
-    let rows = w.len().checked_div(nb).unwrap_or(0) * ROWS;
     SCRATCH.with_borrow_mut(|s| {
-        gemm_by_packed_tiles(
-            (rows, x, nb),
+        gemm_by_groups(
+            (w, x, nb),
             (out, layout),
             (&mut s.tokens, &mut s.rows),
             |x, nb, out| pack_tokens(x, nb, out),
-            |first_row, buf| pack_group(&w[first_row / ROWS * nb..][..nb], buf),
+            |group, buf| pack_group(group, buf),
             |rows, tokens| dot_tile(rows, tokens),
         );
     });
