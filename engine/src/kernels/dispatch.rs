@@ -620,8 +620,7 @@ impl KernelTable {
             // SAFETY: as in `gemm_q8_0_q8_0`.
             return unsafe { (kernels.q4_k_gemm)(w, x, nb, out, layout) };
         }
-        let mut rows = Vec::new();
-        quant::deinterleave(w, nb, &mut rows);
+        let rows = quant::deinterleave(w, nb);
         self.gemm_q4_k_q8_k_repacked(&rows, x, nb, out, layout);
     }
 
@@ -707,8 +706,7 @@ impl KernelTable {
             return unsafe { (kernels.q4_0_gemv)(w, y, out) };
         }
         let nb = y.len();
-        let mut rows = Vec::new();
-        quant::deinterleave(w, nb, &mut rows);
+        let rows = quant::deinterleave(w, nb);
         for (o, row) in out.iter_mut().zip(rows.chunks_exact(nb.max(1))) {
             *o = self.vec_dot_q4_0_q8_0_repacked(row, y);
         }
@@ -730,8 +728,7 @@ impl KernelTable {
             // SAFETY: as in `gemm_q8_0_q8_0`.
             return unsafe { (kernels.q4_0_gemm)(w, x, nb, out, layout) };
         }
-        let mut rows = Vec::new();
-        quant::deinterleave(w, nb, &mut rows);
+        let rows = quant::deinterleave(w, nb);
         self.gemm_q4_0_q8_0_repacked(&rows, x, nb, out, layout);
     }
 
@@ -765,8 +762,7 @@ impl KernelTable {
             // SAFETY: as in `gemm_q8_0_q8_0`.
             return unsafe { (kernels.q8_0_gemm)(w, x, nb, out, layout) };
         }
-        let mut rows = Vec::new();
-        quant::deinterleave(w, nb, &mut rows);
+        let rows = quant::deinterleave(w, nb);
         self.gemm_q8_0_q8_0(&rows, x, nb, out, layout);
     }
 
@@ -800,8 +796,7 @@ impl KernelTable {
             // SAFETY: as in `gemm_q8_0_q8_0`.
             return unsafe { (kernels.q6_k_gemm)(w, x, nb, out, layout) };
         }
-        let mut rows = Vec::new();
-        quant::deinterleave(w, nb, &mut rows);
+        let rows = quant::deinterleave(w, nb);
         self.gemm_q6_k_q8_k(&rows, x, nb, out, layout);
     }
 }
@@ -813,8 +808,7 @@ fn rows_of_group<B: InterleavedBlock>(
     dot_x4: impl Fn([&[B::Row]; 4]) -> [f32; 4],
 ) -> [f32; INTERLEAVED_ROWS] {
     let nb = w.len();
-    let mut rows = Vec::new();
-    quant::deinterleave(w, nb, &mut rows);
+    let rows = quant::deinterleave(w, nb);
     let row = |r: usize| &rows[r * nb..(r + 1) * nb];
     let mut out = [0f32; INTERLEAVED_ROWS];
     for (r, quad) in out.chunks_exact_mut(4).enumerate() {

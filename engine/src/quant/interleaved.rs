@@ -300,16 +300,16 @@ impl<B: InterleavedBlock> Interleaver<B> {
 
 /// The rows of interleaved `groups` (groups of `nb` blocks) as the file holds them, a row's blocks
 /// one after the other.
-pub fn deinterleave<B: InterleavedBlock>(groups: &[B], nb: usize, out: &mut Vec<B::Row>) {
-    out.clear();
+pub fn deinterleave<B: InterleavedBlock>(groups: &[B], nb: usize) -> Vec<B::Row> {
     if nb == 0 {
-        return;
+        return Vec::new();
     }
-    for group in groups.chunks_exact(nb) {
-        for r in 0..INTERLEAVED_ROWS {
-            out.extend(group.iter().map(|block| block.row(r)));
-        }
-    }
+    groups
+        .chunks_exact(nb)
+        .flat_map(|group| {
+            (0..INTERLEAVED_ROWS).flat_map(move |r| group.iter().map(move |b| b.row(r)))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -348,9 +348,7 @@ mod tests {
         let mut groups = Vec::<B>::new();
         interleave(rows, nb, &mut groups);
         assert_eq!(size_of_val(groups.as_slice()), size_of_val(rows));
-        let mut back = Vec::new();
-        deinterleave(&groups, nb, &mut back);
-        assert_eq!(back, rows);
+        assert_eq!(deinterleave(&groups, nb), rows);
     }
 
     fn random_q8_0(n: usize, seed: u64) -> Vec<BlockQ8_0> {
