@@ -1421,8 +1421,11 @@ async fn predictions_are_scored_and_corrected_online() {
     let gw = Gateway::start(&toml, Some(store.clone() as Arc<dyn Sink>)).await;
     let c = client();
     const N: usize = 15;
+    let mut sent = Vec::with_capacity(N);
     for i in 0..N {
+        let before = chrono::Utc::now();
         let (status, route, _) = send(&c, &gw.base, "lax", &chat(&format!("s{i}"), true)).await;
+        sent.push((before, chrono::Utc::now()));
         assert_eq!(status, StatusCode::OK);
         assert!(route.starts_with("pool=cpu;"), "{route}");
     }
@@ -1441,6 +1444,16 @@ async fn predictions_are_scored_and_corrected_online() {
         first.predicted_ttft_ms, first.raw_predicted_ttft_ms,
         "nothing learned yet"
     );
+    // A row is stamped when its request was routed: its observed latency later, the answer was back.
+    for (r, (before, after)) in rows.iter().zip(&sent) {
+        let answered = r.decided_at
+            + chrono::Duration::microseconds((r.observed_latency_ms.unwrap() * 1e3) as i64);
+        assert!(
+            *before <= r.decided_at && answered <= *after,
+            "sent {before}, decided {}, answered {answered}, back {after}",
+            r.decided_at
+        );
+    }
     for r in &rows {
         assert!(r.observed_ttft_ms.is_some_and(|t| t >= 200.0), "{r:?}");
         let others = r

@@ -13,7 +13,7 @@ use axum::{
     http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use serde_json::Value;
 use strata_planner::route::PoolKind;
@@ -158,6 +158,7 @@ pub(crate) async fn forward(
     let config = &table.config;
     let mut attempts = Attempts::default();
     for attempt in 0..config.retry_attempts {
+        let decided_at = Utc::now();
         let choice = match state.select(table, &req, &attempts.tried) {
             Ok(c) => c,
             Err(e) if attempts.last_error.is_none() => return rejected(state, table, &req, e),
@@ -193,7 +194,7 @@ pub(crate) async fn forward(
             }
         };
         endpoint.health.on_success();
-        let done = done(&req, &choice, endpoint, arrived);
+        let done = done(&req, &choice, endpoint, (arrived, decided_at));
         let route = route_header(pool, &done.endpoint, &done.reason, &choice.targets, attempt);
         let out = match answer {
             Answer::Stream { head, first, rest } => {
@@ -262,8 +263,14 @@ async fn send(
     Ok(Answer::Whole { head, body })
 }
 
-/// What the accounting of `req`, answered by `endpoint` as `choice` decided, needs.
-fn done(req: &Prepared, choice: &Choice, endpoint: Arc<Endpoint>, arrived: Instant) -> Done {
+/// What the accounting of `req`, answered by `endpoint` as `choice` decided at `decided_at` (the
+/// request having arrived at `arrived`), needs.
+fn done(
+    req: &Prepared,
+    choice: &Choice,
+    endpoint: Arc<Endpoint>,
+    (arrived, decided_at): (Instant, DateTime<Utc>),
+) -> Done {
     Done {
         id: req.id.clone(),
         class: req.class,
@@ -275,6 +282,7 @@ fn done(req: &Prepared, choice: &Choice, endpoint: Arc<Endpoint>, arrived: Insta
         planned_output: req.output_tokens,
         others: choice.others.clone(),
         arrived,
+        decided_at,
         prompt_estimate: req.prompt_tokens,
     }
 }

@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use strata_controller::store::{LIVE_TRAFFIC, NewGatewayDecision, PoolPrediction};
 use strata_planner::route::Prediction;
 
@@ -45,6 +45,8 @@ pub(crate) struct Done {
     pub(crate) others: Vec<(usize, Prediction)>,
     /// When the request arrived.
     pub(crate) arrived: Instant,
+    /// When the attempt that answered was routed.
+    pub(crate) decided_at: DateTime<Utc>,
     /// Prompt tokens as estimated before sending.
     pub(crate) prompt_estimate: u32,
 }
@@ -98,7 +100,7 @@ pub(crate) fn account(state: &GatewayState, table: &Table, done: &Done, seen: Se
     let cost = pool.config.price.cost(prompt + output);
     state.accounting.push(Record {
         decision: NewGatewayDecision {
-            decided_at: Utc::now(),
+            decided_at: done.decided_at,
             request_id: done.id.clone(),
             sla_class: class.name.clone(),
             pool: pool.config.name.clone(),
