@@ -4,6 +4,10 @@
 //! too long), for the service model's own prediction (`raw`) and for the one routing used after the
 //! endpoint's online correction (`corrected`). A row counts where both its prediction and its
 //! observation are there and the observation is above 0 (a TTFT is observed on streamed answers only).
+//!
+//! The end-to-end errors are also split by what no prediction made at routing time can know: whether
+//! later requests reached the same endpoint while the request ran (on a CPU engine each later prompt
+//! stalls the requests decoding there for its prefill).
 
 use std::collections::BTreeMap;
 
@@ -57,6 +61,16 @@ pub struct LatencyErrors {
     pub corrected: Option<ErrorSummary>,
 }
 
+/// The corrected end-to-end errors of a pool's requests, split by whether a later request was routed
+/// to the same endpoint before they ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LaterArrivals {
+    /// Requests no later request met.
+    pub none: Option<ErrorSummary>,
+    /// Requests that later ones met.
+    pub some: Option<ErrorSummary>,
+}
+
 /// The prediction errors of one pool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PoolErrors {
@@ -66,6 +80,9 @@ pub struct PoolErrors {
     pub ttft: LatencyErrors,
     /// End to end.
     pub e2e: LatencyErrors,
+    /// The corrected end-to-end errors by later arrivals (absent from reports made before the split).
+    #[serde(default)]
+    pub e2e_by_later: LaterArrivals,
 }
 
 /// The prediction errors of `rows`, per pool in name order; pools with no scored request are left out.
@@ -92,9 +109,39 @@ pub fn pool_errors(rows: &[GatewayDecisionRow]) -> Vec<PoolErrors> {
                     r.observed_latency_ms,
                 )
             }),
+            e2e_by_later: by_later_arrivals(&rows),
         })
         .filter(|p| p.ttft.corrected.is_some() || p.e2e.corrected.is_some())
         .collect()
+}
+
+/// The corrected end-to-end errors of `rows` (one pool's), split by [`met_later`].
+fn by_later_arrivals(rows: &[&GatewayDecisionRow]) -> LaterArrivals {
+    let pairs = |met: bool| {
+        ErrorSummary::of(
+            rows.iter()
+                .filter(|r| met_later(r, rows) == met)
+                .filter_map(|r| Some((r.predicted_latency_ms?, r.observed_latency_ms?))),
+        )
+    };
+    LaterArrivals {
+        none: pairs(false),
+        some: pairs(true),
+    }
+}
+
+/// Whether any of `rows` was routed to `row`'s endpoint after `row` and before it ended.
+fn met_later(row: &GatewayDecisionRow, rows: &[&GatewayDecisionRow]) -> bool {
+    let Some(latency) = row.observed_latency_ms else {
+        return false;
+    };
+    let end = row.decided_at + chrono::Duration::microseconds((latency * 1e3) as i64);
+    rows.iter().any(|other| {
+        other.endpoint == row.endpoint
+            && other.id != row.id
+            && other.decided_at > row.decided_at
+            && other.decided_at < end
+    })
 }
 
 /// (raw, corrected, observed) of one latency of a row.
@@ -167,5 +214,34 @@ mod tests {
         assert!((corrected.mape - (0.1 + 0.1 + 0.2) / 3.0).abs() < 1e-12);
         assert!((corrected.p90 - 0.2).abs() < 1e-12);
         assert!(ErrorSummary::of([(1.0, 0.0)]).is_none());
+    }
+
+    /// A request routed while another ran on its endpoint is a later arrival for that one only; a
+    /// request on another endpoint, or routed after the end, is none.
+    #[test]
+    fn end_to_end_errors_are_split_by_later_arrivals_on_the_same_endpoint() {
+        let t0 = Utc::now();
+        let at =
+            |id: i64, endpoint: &str, s: f64, predicted: f64, observed: f64| GatewayDecisionRow {
+                id: GatewayDecisionId(id),
+                decided_at: t0 + chrono::Duration::milliseconds((s * 1e3) as i64),
+                endpoint: endpoint.into(),
+                predicted_latency_ms: Some(predicted),
+                observed_latency_ms: Some(observed),
+                ..row("cpu", 100.0, 100.0, Some(100.0))
+            };
+        let rows = [
+            at(1, "a", 0.0, 500.0, 1000.0),
+            at(2, "b", 0.2, 900.0, 1000.0),
+            at(3, "a", 0.5, 1000.0, 1000.0),
+            at(4, "a", 5.0, 1100.0, 1000.0),
+        ];
+        let split = pool_errors(&rows)[0].e2e_by_later;
+        let met = split.some.expect("the first request met the third");
+        assert_eq!(met.requests, 1);
+        assert!((met.mape - 0.5).abs() < 1e-12 && (met.bias + 0.5).abs() < 1e-12);
+        let alone = split.none.expect("the others met none");
+        assert_eq!(alone.requests, 3);
+        assert!((alone.mape - (0.1 + 0.0 + 0.1) / 3.0).abs() < 1e-12);
     }
 }

@@ -213,6 +213,18 @@ fn gateway_prediction_lines(out: &mut String, g: &GatewayPredictions) {
                 pct(e.corrected, |s| s.p90)
             );
         }
+        if let (Some(none), Some(some)) = (p.e2e_by_later.none, p.e2e_by_later.some) {
+            let _ = writeln!(
+                out,
+                "  {:<10} E2E  corrected, by later requests on the endpoint while it ran: none {} (MAPE {:.1}%), some {} (MAPE {:.1}%, bias {:+.1}%)",
+                p.pool,
+                none.requests,
+                none.mape * 100.0,
+                some.requests,
+                some.mape * 100.0,
+                some.bias * 100.0
+            );
+        }
     }
 }
 
