@@ -11,6 +11,8 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
+
 use serde::{Deserialize, Serialize};
 
 use crate::store::GatewayDecisionRow;
@@ -115,33 +117,37 @@ pub fn pool_errors(rows: &[GatewayDecisionRow]) -> Vec<PoolErrors> {
         .collect()
 }
 
-/// The corrected end-to-end errors of `rows` (one pool's), split by [`met_later`].
+/// The corrected end-to-end errors of `rows` (one pool's), split by whether a later request was
+/// routed to the same endpoint before each ended: the first one routed after it on its endpoint
+/// tells, so each endpoint's rows are sorted once and each row looks up one neighbour.
 fn by_later_arrivals(rows: &[&GatewayDecisionRow]) -> LaterArrivals {
-    let pairs = |met: bool| {
-        ErrorSummary::of(
-            rows.iter()
-                .filter(|r| met_later(r, rows) == met)
-                .filter_map(|r| Some((r.predicted_latency_ms?, r.observed_latency_ms?))),
-        )
-    };
-    LaterArrivals {
-        none: pairs(false),
-        some: pairs(true),
+    let mut by_endpoint: BTreeMap<&str, Vec<DateTime<Utc>>> = BTreeMap::new();
+    for r in rows {
+        by_endpoint
+            .entry(r.endpoint.as_str())
+            .or_default()
+            .push(r.decided_at);
     }
-}
-
-/// Whether any of `rows` was routed to `row`'s endpoint after `row` and before it ended.
-fn met_later(row: &GatewayDecisionRow, rows: &[&GatewayDecisionRow]) -> bool {
-    let Some(latency) = row.observed_latency_ms else {
-        return false;
+    by_endpoint.values_mut().for_each(|times| times.sort());
+    let met_later = |r: &GatewayDecisionRow| {
+        let Some(latency) = r.observed_latency_ms else {
+            return false;
+        };
+        let end = r.decided_at + chrono::Duration::microseconds((latency * 1e3) as i64);
+        let times = &by_endpoint[r.endpoint.as_str()];
+        let next = times.partition_point(|&t| t <= r.decided_at);
+        times.get(next).is_some_and(|&t| t < end)
     };
-    let end = row.decided_at + chrono::Duration::microseconds((latency * 1e3) as i64);
-    rows.iter().any(|other| {
-        other.endpoint == row.endpoint
-            && other.id != row.id
-            && other.decided_at > row.decided_at
-            && other.decided_at < end
-    })
+    let (mut none, mut some) = (Vec::new(), Vec::new());
+    for r in rows {
+        if let (Some(p), Some(o)) = (r.predicted_latency_ms, r.observed_latency_ms) {
+            if met_later(r) { &mut some } else { &mut none }.push((p, o));
+        }
+    }
+    LaterArrivals {
+        none: ErrorSummary::of(none),
+        some: ErrorSummary::of(some),
+    }
 }
 
 /// (raw, corrected, observed) of one latency of a row.
