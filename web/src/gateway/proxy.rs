@@ -194,7 +194,7 @@ pub(crate) async fn forward(
             }
         };
         endpoint.health.on_success();
-        let done = done(&req, &choice, endpoint, (arrived, decided_at));
+        let done = done(&req, &choice, endpoint, arrived, decided_at);
         let route = route_header(pool, &done.endpoint, &done.reason, &choice.targets, attempt);
         let out = match answer {
             Answer::Stream { head, first, rest } => {
@@ -269,7 +269,8 @@ fn done(
     req: &Prepared,
     choice: &Choice,
     endpoint: Arc<Endpoint>,
-    (arrived, decided_at): (Instant, DateTime<Utc>),
+    arrived: Instant,
+    decided_at: DateTime<Utc>,
 ) -> Done {
     Done {
         id: req.id.clone(),
