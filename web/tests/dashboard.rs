@@ -482,6 +482,7 @@ async fn plans_pilots_and_gateway_pages_and_api() {
             "pilot:smol-support",
             "id=\"predictions-table\"",
             "<td>20.0%</td><td>10.0%</td>",
+            "E2E, no later arrival</td><td>24</td><td>—</td><td>10.0%</td>",
             "id=\"calibration-chart\"",
             "observed = predicted",
         ],
@@ -504,6 +505,10 @@ async fn plans_pilots_and_gateway_pages_and_api() {
         "{cpu}"
     );
     assert!(close(&cpu["ttft"]["raw"]["mape"], 0.06 / 0.21), "{cpu}");
+    // The seeded CPU requests come 10 s apart and end within 4 s: no later one met any of them.
+    assert_eq!(cpu["e2e_by_later"]["none"]["requests"], 24, "{cpu}");
+    assert!(close(&cpu["e2e_by_later"]["none"]["mape"], 0.1), "{cpu}");
+    assert!(cpu["e2e_by_later"]["some"].is_null(), "{cpu}");
     assert_eq!(json["calibration"].as_array().unwrap().len(), 48);
     assert_eq!(json["requests"], 48);
     assert_eq!(json["spend"]["today_usd"], 4.5);

@@ -155,7 +155,10 @@ pub(crate) fn document() -> Value {
                     "predictions": {"type": "array", "items": {"type": "object", "properties": {
                         "pool": {"type": "string"},
                         "ttft": {"$ref": "#/components/schemas/LatencyErrors"},
-                        "e2e": {"$ref": "#/components/schemas/LatencyErrors"}}}},
+                        "e2e": {"$ref": "#/components/schemas/LatencyErrors"},
+                        "e2e_by_later": {"type": "object", "description": "Corrected E2E errors of the requests no later request to the same endpoint met (none) and of those it met (some).", "properties": {
+                            "none": {"$ref": "#/components/schemas/ErrorSummary"},
+                            "some": {"$ref": "#/components/schemas/ErrorSummary"}}}}}},
                     "calibration": {"type": "array", "items": {"type": "object", "properties": {
                         "pool": {"type": "string"}, "raw_predicted_ms": {"type": ["number", "null"]},
                         "predicted_ms": {"type": "number"}, "observed_ms": {"type": "number"}}}},

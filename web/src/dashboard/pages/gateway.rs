@@ -60,18 +60,17 @@ type PredictionCells = (
     String,
 );
 
-/// The rows of the prediction table: each pool's TTFT and E2E errors.
+/// The rows of the prediction table: each pool's TTFT and E2E errors, then its corrected E2E errors
+/// split by whether later requests routed to the same endpoint met the request (they share its
+/// steps, and no routing-time prediction knows them).
 fn prediction_cells(pools: &[PoolErrors]) -> Vec<PredictionCells> {
     let share = |s: Option<ErrorSummary>, f: fn(ErrorSummary) -> f64| fmt::percent(s.map(f), 1);
-    pools
-        .iter()
-        .flat_map(|p| [("TTFT", p.ttft), ("E2E", p.e2e)].map(|(name, e)| (p, name, e)))
-        .filter(|(_, _, e)| e.corrected.is_some())
-        .map(|(p, name, e): (&PoolErrors, &'static str, LatencyErrors)| {
+    let row = |pool: &PoolErrors, name: &'static str, e: LatencyErrors| {
+        e.corrected.map(|c| {
             (
-                p.pool.clone(),
+                pool.pool.clone(),
                 name,
-                e.corrected.map_or(0, |c| c.requests),
+                c.requests,
                 share(e.raw, |s| s.mape),
                 share(e.corrected, |s| s.mape),
                 share(e.raw, |s| s.p90),
@@ -79,8 +78,28 @@ fn prediction_cells(pools: &[PoolErrors]) -> Vec<PredictionCells> {
                 share(e.corrected, |s| s.bias),
             )
         })
+    };
+    let corrected_only = |corrected| LatencyErrors {
+        raw: None,
+        corrected,
+    };
+    pools
+        .iter()
+        .flat_map(|p| {
+            [
+                row(p, "TTFT", p.ttft),
+                row(p, "E2E", p.e2e),
+                row(p, LATER_NONE, corrected_only(p.e2e_by_later.none)),
+                row(p, LATER_SOME, corrected_only(p.e2e_by_later.some)),
+            ]
+        })
+        .flatten()
         .collect()
 }
+
+/// The latency names of the later-arrival split's rows (the page's script writes the same).
+const LATER_NONE: &str = "E2E, no later arrival";
+const LATER_SOME: &str = "E2E, met later arrivals";
 
 /// `GET /gateway`: requests by pool and class, SLA attainment, spend against budget, breakers.
 pub(crate) async fn gateway(
