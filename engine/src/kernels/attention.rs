@@ -165,9 +165,10 @@ pub fn attend_reference<T: CacheValue>(
 pub(crate) struct Scratch {
     /// Scaled query rows, `rows x head_dim`.
     queries: Vec<f32>,
-    /// One block of keys, transposed: `head_dim x KEY_BLOCK` (the f32 cache's path).
+    /// One block of keys, transposed: `head_dim x KEY_BLOCK` (the f32 cache's path, and the flash
+    /// path's for heads of whole [`FLASH_STEP`]s).
     keys_t: Vec<f32>,
-    /// One block of keys as rows: `KEY_BLOCK x head_dim` (the flash path).
+    /// One block of keys as rows: `KEY_BLOCK x head_dim` (the flash path's for other heads).
     keys: Vec<f32>,
     /// One block of values: `KEY_BLOCK x head_dim`.
     values: Vec<f32>,
@@ -314,7 +315,7 @@ unsafe fn blocked<T: CacheValue, R: HalfRounding, const HD: usize>(
     s.max.resize(rows, f32::NEG_INFINITY);
     s.sum.clear();
     s.sum.resize(rows, 0.0);
-    if T::FLASH_F16 {
+    if T::FLASH_F16 && !flash_transposed::<HD>() {
         s.keys.resize(KEY_BLOCK * HD, 0.0);
     } else {
         s.keys_t.resize(HD * KEY_BLOCK, 0.0);
@@ -366,8 +367,8 @@ unsafe fn blocked<T: CacheValue, R: HalfRounding, const HD: usize>(
     }
 }
 
-/// Widens positions `start..start + n` into the scratch: values as rows, keys as rows for the flash
-/// path and transposed for the other.
+/// Widens positions `start..start + n` into the scratch: values as rows, keys transposed (as rows
+/// for the flash path of a head that is not a multiple of [`FLASH_STEP`]).
 #[inline(always)]
 fn load_block<T: CacheValue, const HD: usize>(
     kv: &CachedHead<'_, T>,
@@ -378,7 +379,7 @@ fn load_block<T: CacheValue, const HD: usize>(
     for k in 0..n {
         let o = (kv.offset)(start + k);
         T::widen(&kv.values[o..o + HD], &mut s.values[k * HD..(k + 1) * HD]);
-        if T::FLASH_F16 {
+        if T::FLASH_F16 && !flash_transposed::<HD>() {
             T::widen(&kv.keys[o..o + HD], &mut s.keys[k * HD..(k + 1) * HD]);
             continue;
         }
@@ -473,10 +474,28 @@ fn flash_score<const HD: usize>(query: &[f32; HD], key: &[f32]) -> f32 {
     sum as f32
 }
 
-/// One query row's flash scores against the visible keys of a block (rows of `HD`); the others are
-/// left at zero and never read.
+/// Whether the flash path holds a block's keys transposed, and scores [`KEY_CHUNK`] keys at once
+/// ([`flash_scores_transposed`]): for heads of whole [`FLASH_STEP`]s, whose scores have no part
+/// summed in f64.
+const fn flash_transposed<const HD: usize>() -> bool {
+    HD.is_multiple_of(FLASH_STEP)
+}
+
+/// One query row's flash scores against the visible keys of a block (in the scratch's layout for
+/// `HD`: transposed or rows); the others are left at zero, or hold what their chunk's arithmetic gave,
+/// and are never read.
 #[inline(always)]
-fn flash_scores<const HD: usize>(
+fn flash_scores<const HD: usize>(query: &[f32; HD], s: &FlashBlock<'_>) -> [f32; KEY_BLOCK] {
+    if flash_transposed::<HD>() {
+        flash_scores_transposed::<HD>(query, s.keys_t, s.visible)
+    } else {
+        flash_scores_by_key::<HD>(query, s.keys, s.visible)
+    }
+}
+
+/// [`flash_scores`] a key at a time, over keys held as rows of `HD`.
+#[inline(always)]
+fn flash_scores_by_key<const HD: usize>(
     query: &[f32; HD],
     keys: &[f32],
     visible: Visible,
@@ -490,6 +509,56 @@ fn flash_scores<const HD: usize>(
         .skip(visible.from)
     {
         *score = flash_score::<HD>(query, key);
+    }
+    scores
+}
+
+/// [`flash_scores`] of [`KEY_CHUNK`] keys at once, over keys transposed (`HD x KEY_BLOCK`), with the
+/// bits of [`flash_score`] for each: the same fused multiply-adds into the same accumulator lanes and
+/// the same tree of additions, taken for each key in its own vector lane instead of across a vector.
+/// Every product of an f16 query value and an f16 key value is exact in f32, so a lane's first fused
+/// multiply-add is its product, whichever form forms it.
+#[inline(always)]
+fn flash_scores_transposed<const HD: usize>(
+    query: &[f32; HD],
+    keys_t: &[f32],
+    visible: Visible,
+) -> [f32; KEY_BLOCK] {
+    let mut scores = [0f32; KEY_BLOCK];
+    let Visible { from, live } = visible;
+    for (chunk, out) in scores.chunks_exact_mut(KEY_CHUNK).enumerate() {
+        let first = chunk * KEY_CHUNK;
+        if first + KEY_CHUNK <= from || first >= live {
+            continue;
+        }
+        // `lanes[l][c]`: lane `l` of key `first + c`'s dot, its four accumulators added.
+        let mut lanes = [[0f32; KEY_CHUNK]; FLASH_LANES];
+        for (l, lane) in lanes.iter_mut().enumerate() {
+            let mut acc = [[0f32; KEY_CHUNK]; FLASH_ACCUMULATORS];
+            for step in 0..HD / FLASH_STEP {
+                for (j, a) in acc.iter_mut().enumerate() {
+                    let d = step * FLASH_STEP + j * FLASH_LANES + l;
+                    let q = query[d];
+                    let Some(keys) = keys_t[d * KEY_BLOCK + first..].first_chunk::<KEY_CHUNK>()
+                    else {
+                        return scores;
+                    };
+                    for (a, &k) in a.iter_mut().zip(keys) {
+                        *a = k.mul_add(q, *a);
+                    }
+                }
+            }
+            for (c, v) in lane.iter_mut().enumerate() {
+                *v = (acc[0][c] + acc[2][c]) + (acc[1][c] + acc[3][c]);
+            }
+        }
+        let eighths: [[f32; KEY_CHUNK]; 8] =
+            std::array::from_fn(|i| std::array::from_fn(|c| lanes[i + 8][c] + lanes[i][c]));
+        let quarters: [[f32; KEY_CHUNK]; 4] =
+            std::array::from_fn(|i| std::array::from_fn(|c| eighths[i + 4][c] + eighths[i][c]));
+        for (c, o) in out.iter_mut().enumerate() {
+            *o = (quarters[0][c] + quarters[2][c]) + (quarters[1][c] + quarters[3][c]);
+        }
     }
     scores
 }
@@ -517,6 +586,7 @@ unsafe fn token_flash<R: HalfRounding, const HD: usize>(
     for first in rows.step_by(step) {
         let block = FlashBlock {
             keys: &s.keys,
+            keys_t: &s.keys_t,
             values: &s.values,
             scale,
             visible: keys,
@@ -592,8 +662,10 @@ impl SoftmaxSteps {
 
 /// One block of widened keys and values, as flash attention's rows see it.
 struct FlashBlock<'a> {
-    /// Widened keys as rows.
+    /// Widened keys as rows (heads that are not a multiple of [`FLASH_STEP`]).
     keys: &'a [f32],
+    /// Widened keys transposed (heads of whole [`FLASH_STEP`]s).
+    keys_t: &'a [f32],
     values: &'a [f32],
     scale: f32,
     /// Keys visible to the rows.
@@ -626,7 +698,7 @@ unsafe fn rows_flash<R: HalfRounding, const HD: usize, const G: usize>(
     let mut steps = [SoftmaxSteps::default(); G];
     let mut sums = [[0f32; HD]; G];
     for g in 0..G {
-        let scores = flash_scores::<HD>(&queries[g], block.keys, block.visible);
+        let scores = flash_scores::<HD>(&queries[g], block);
         steps[g] = SoftmaxSteps::new(&scores, block.scale, max[g], block.visible);
         sums[g] = acc[g];
     }
@@ -949,6 +1021,47 @@ mod tests {
                     "{what}: the portable kernel's bits over an f16 cache"
                 );
             }
+        }
+    }
+
+    /// The flash scores of keys held transposed, sixteen at a time, have the bits of the scores taken
+    /// a key at a time, for every head size that takes that path and every visible range.
+    #[test]
+    fn transposed_flash_scores_have_the_bits_of_the_scores_by_key() {
+        fn check<const HD: usize>(rng: &mut StdRng) {
+            let half = |v: f32| f16::from_f32(v).to_f32();
+            let query: [f32; HD] = std::array::from_fn(|_| half(rng.random_range(-3.0..3.0)));
+            let keys: Vec<f32> = (0..KEY_BLOCK * HD)
+                .map(|_| half(rng.random_range(-3.0..3.0)))
+                .collect();
+            let mut keys_t = vec![0f32; HD * KEY_BLOCK];
+            for (k, key) in keys.chunks_exact(HD).enumerate() {
+                for (d, &v) in key.iter().enumerate() {
+                    keys_t[d * KEY_BLOCK + k] = v;
+                }
+            }
+            for (from, live) in [(0, KEY_BLOCK), (0, 1), (5, 37), (16, 32), (63, KEY_BLOCK)] {
+                let visible = Visible { from, live };
+                let by_key = flash_scores_by_key::<HD>(&query, &keys, visible);
+                let transposed = flash_scores_transposed::<HD>(&query, &keys_t, visible);
+                for k in from..live {
+                    assert_eq!(
+                        transposed[k].to_bits(),
+                        by_key[k].to_bits(),
+                        "head {HD}, key {k} of {from}..{live}: {} against {}",
+                        transposed[k],
+                        by_key[k]
+                    );
+                }
+            }
+        }
+        let mut rng = StdRng::seed_from_u64(11);
+        assert!(flash_transposed::<64>() && flash_transposed::<256>());
+        assert!(!flash_transposed::<32>() && !flash_transposed::<48>());
+        for _ in 0..20 {
+            check::<64>(&mut rng);
+            check::<128>(&mut rng);
+            check::<256>(&mut rng);
         }
     }
 
