@@ -384,9 +384,15 @@ fn load_block<T: CacheValue, const HD: usize>(
             continue;
         }
         T::widen(&kv.keys[o..o + HD], &mut s.key);
-        for (d, &v) in s.key.iter().enumerate() {
-            s.keys_t[d * KEY_BLOCK + k] = v;
-        }
+        put_transposed(&s.key, k, &mut s.keys_t);
+    }
+}
+
+/// Writes `key` as column `k` of a block of keys held transposed (`head_dim x KEY_BLOCK`).
+#[inline(always)]
+fn put_transposed(key: &[f32], k: usize, keys_t: &mut [f32]) {
+    for (d, &v) in key.iter().enumerate() {
+        keys_t[d * KEY_BLOCK + k] = v;
     }
 }
 
@@ -485,11 +491,11 @@ const fn flash_transposed<const HD: usize>() -> bool {
 /// `HD`: transposed or rows); the others are left at zero, or hold what their chunk's arithmetic gave,
 /// and are never read.
 #[inline(always)]
-fn flash_scores<const HD: usize>(query: &[f32; HD], s: &FlashBlock<'_>) -> [f32; KEY_BLOCK] {
+fn flash_scores<const HD: usize>(query: &[f32; HD], block: &FlashBlock<'_>) -> [f32; KEY_BLOCK] {
     if flash_transposed::<HD>() {
-        flash_scores_transposed::<HD>(query, s.keys_t, s.visible)
+        flash_scores_transposed::<HD>(query, block.keys_t, block.visible)
     } else {
-        flash_scores_by_key::<HD>(query, s.keys, s.visible)
+        flash_scores_by_key::<HD>(query, block.keys, block.visible)
     }
 }
 
@@ -1036,9 +1042,7 @@ mod tests {
                 .collect();
             let mut keys_t = vec![0f32; HD * KEY_BLOCK];
             for (k, key) in keys.chunks_exact(HD).enumerate() {
-                for (d, &v) in key.iter().enumerate() {
-                    keys_t[d * KEY_BLOCK + k] = v;
-                }
+                put_transposed(key, k, &mut keys_t);
             }
             for (from, live) in [(0, KEY_BLOCK), (0, 1), (5, 37), (16, 32), (63, KEY_BLOCK)] {
                 let visible = Visible { from, live };
