@@ -19,14 +19,15 @@ use super::{
     q8_0_lanes::lane_totals,
 };
 use crate::{
-    kernels::x86::prefetch_in_order,
+    kernels::x86::prefetch_l2_in_order,
     quant::{BlockQ6Kx16, BlockQ8K, INTERLEAVED_ROWS, QK_K},
 };
 
 /// ggml's int32 lanes per row.
 const LANES: usize = 8;
 
-/// Super-blocks ahead of the one being read whose lines the dot asks for (see the Q4_K kernel's).
+/// Super-blocks ahead of the one being read whose lines the dot asks for into the second-level cache
+/// (see the Q4_K kernel's).
 const PREFETCH_BLOCKS: usize = 2;
 
 /// Lane `r`: row `r`'s scale `s` as an i16 in both halves, for `vpdpwssd` of a quad's two pair sums.
@@ -79,7 +80,7 @@ pub(super) fn values(block: &BlockQ6Kx16, m: usize) -> [__m512i; 4] {
 #[inline]
 fn lane_sums(block: &BlockQ6Kx16, y: &BlockQ8K, ahead: *const BlockQ6Kx16) -> [__m512i; LANES] {
     let ahead = ahead as *const i8;
-    let line = |offset: usize| prefetch_in_order(ahead.wrapping_add(offset));
+    let line = |offset: usize| prefetch_l2_in_order(ahead.wrapping_add(offset));
     let words = block.scales.each_ref().map(|w| load_u8x64(w));
     for (w, _) in block.scales.iter().enumerate() {
         line(std::mem::offset_of!(BlockQ6Kx16, scales) + 64 * w);
