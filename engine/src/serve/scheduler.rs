@@ -180,6 +180,14 @@ impl Scheduler {
                     times.record_gap(gap.as_secs_f64());
                 }
             }
+            tracing::trace!(
+                decoding,
+                prompt_tokens,
+                prompts = slots.len() - decoding,
+                seconds,
+                gap_s = gap.map_or(0.0, |g| g.as_secs_f64()),
+                "step"
+            );
             self.deliver(done);
             // The gap to the next step starts here, its events' delivery included.
             self.step_ended = (!self.running.is_empty()).then_some(ended);
