@@ -56,6 +56,10 @@ pub(crate) struct PilotArgs {
     /// Seconds of traffic to replay (overrides `pilot.replay_s`).
     #[arg(long, value_name = "S")]
     replay_s: Option<f64>,
+    /// Offer the replay this share of the chosen config's measured capacity (0.65 is 65%) in place of
+    /// the plan's busiest hour (overrides `pilot.replay_load`).
+    #[arg(long, value_name = "SHARE")]
+    replay_load: Option<f64>,
     /// Seed (overrides `pilot.seed`).
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
@@ -79,6 +83,9 @@ impl PilotArgs {
         let mut spec = spec.unwrap_or_default();
         if let Some(s) = self.replay_s {
             spec.replay_s = s;
+        }
+        if let Some(share) = self.replay_load {
+            spec.replay_load = Some(share);
         }
         if let Some(seed) = self.seed {
             spec.seed = seed;

@@ -15,8 +15,8 @@ use crate::{
 /// How close the replay gateway's per-request predictions came during the replay.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GatewayPredictions {
-    /// The replay's offered load over the chosen config's capacity (its capacity search's highest
-    /// rate meeting the SLA); `None` when that search was reused from the store.
+    /// The replay's offered load over the chosen config's capacity on this host (its capacity
+    /// search's highest rate meeting the SLA, this run's or the latest stored); `None` when none is.
     pub load_over_capacity: Option<f64>,
     /// Requests the gateway recorded during the replay.
     pub requests: usize,

@@ -232,6 +232,7 @@ async fn evaluate(pilot: &Pilot<'_>, on_step: &mut impl FnMut(Step)) -> Result<P
         .collect();
     let mut configs = Vec::new();
     let mut paces = BTreeMap::new();
+    let mut capacities = BTreeMap::new();
     let sweep = profiling_sweep(pilot);
     for settings in &candidates {
         let outcome = profile::run_config(
@@ -246,6 +247,9 @@ async fn evaluate(pilot: &Pilot<'_>, on_step: &mut impl FnMut(Step)) -> Result<P
         .await?;
         if let Some(run) = outcome.runs.iter().find(|r| r.shape == PACE_SHAPE) {
             paces.insert(settings.to_string(), run.report.output_tokens_per_s);
+        }
+        if let Some(capacity) = outcome.known_capacity_rps().filter(|c| *c > 0.0) {
+            capacities.insert(profile_id(pilot, settings), capacity);
         }
         configs.push(ConfigResult {
             config: settings.to_string(),
@@ -293,12 +297,9 @@ async fn evaluate(pilot: &Pilot<'_>, on_step: &mut impl FnMut(Step)) -> Result<P
             ..SimOptions::default()
         },
     )?;
-    let mut replay = replay::replay(pilot, &plan, &input.profiles, &paces, on_step).await?;
-    let capacity = configs
-        .iter()
-        .find(|c| c.profile_id == plan.chosen.config)
-        .and_then(|c| c.capacity_rps)
-        .filter(|c| *c > 0.0);
+    let capacity = capacities.get(&plan.chosen.config).copied();
+    let mut replay =
+        replay::replay(pilot, &plan, &input.profiles, &paces, capacity, on_step).await?;
     if let Some(g) = replay.gateway_predictions.as_mut() {
         g.load_over_capacity = capacity.map(|c| replay.load.rate_rps / c);
     }

@@ -36,17 +36,28 @@ use crate::{
 /// serve that prompt from them.
 const PACE_SEED: u64 = 0xface;
 
-/// Replays the plan's busiest hour per instance through a real gateway and engine, and compares.
+/// Replays the plan's busiest hour per instance (or `pilot.replay_load` of the chosen config's
+/// `capacity_rps` on this host) through a real gateway and engine, and compares.
 pub(super) async fn replay(
     pilot: &Pilot<'_>,
     plan: &Plan,
     profiles: &[ConfigProfile],
     profiled_paces: &BTreeMap<String, f64>,
+    capacity_rps: Option<f64>,
     on_step: &mut impl FnMut(Step),
 ) -> Result<ReplayReport> {
     let spec = pilot.spec;
     let with_gpu = pilot.gpu_endpoint.is_some();
-    let load = decide::replay_load(plan, with_gpu);
+    let mut load = decide::replay_load(plan, with_gpu);
+    if let Some(share) = spec.replay_load {
+        let capacity = capacity_rps.ok_or_else(|| {
+            PilotError::Spec(format!(
+                "pilot.replay_load: no capacity of {} is measured on this host to take a share of",
+                plan.chosen.config
+            ))
+        })?;
+        load = load.at_capacity_share(capacity, share);
+    }
     let trace = decide::replay_trace(pilot.workload, &load, spec.replay_s, spec.seed);
     // The prediction on `steps` in place of the chosen profile's step model (none: as profiled), over
     // `spread` (none: one simulation).

@@ -96,13 +96,22 @@ impl PilotReport {
             );
         }
         if let Some(replay) = self.replay.as_ref().filter(|r| r.requests > 0) {
+            let offered = replay.load.capacity_share.map_or_else(
+                || format!("plan hour {}", replay.load.hour),
+                |share| {
+                    format!(
+                        "{:.0}% of the capacity, plan hour {}'s mix",
+                        share * 100.0,
+                        replay.load.hour
+                    )
+                },
+            );
             let _ = writeln!(
                 out,
-                "\nreplay: {} requests over {:.0} s at {:.2} req/s (plan hour {}, one host of {}), {} errors",
+                "\nreplay: {} requests over {:.0} s at {:.2} req/s ({offered}, one host of {}), {} errors",
                 replay.requests,
                 replay.duration_s,
                 replay.load.rate_rps,
-                replay.load.hour,
                 replay.config,
                 replay.errors
             );

@@ -34,6 +34,15 @@ pub struct ConfigOutcome {
     pub runs: Vec<RunOutcome>,
     /// The capacity found, when searched.
     pub capacity_rps: Option<f64>,
+    /// The latest capacity stored for this host, when the search was not run.
+    pub stored_capacity_rps: Option<f64>,
+}
+
+impl ConfigOutcome {
+    /// The config's capacity on this host: this run's search, else the latest stored.
+    pub fn known_capacity_rps(&self) -> Option<f64> {
+        self.capacity_rps.or(self.stored_capacity_rps)
+    }
 }
 
 /// Profiles one config of `sweep`: reuses shapes this host and engine version already measured
@@ -64,18 +73,20 @@ pub async fn run_config(
             _ => pending.push(shape),
         }
     }
-    let wants_capacity = sweep.capacity.is_some()
-        && (force
-            || ctx
-                .store
-                .list_capacity_results_for_config(config.id)
-                .await?
-                .iter()
-                .all(|c| c.hardware_id != ctx.hardware.id));
+    // Newest first: the first of this host's is its latest.
+    let stored_capacity_rps = ctx
+        .store
+        .list_capacity_results_for_config(config.id)
+        .await?
+        .iter()
+        .find(|c| c.hardware_id == ctx.hardware.id)
+        .map(|c| c.max_requests_per_s);
+    let wants_capacity = sweep.capacity.is_some() && (force || stored_capacity_rps.is_none());
     if pending.is_empty() && !wants_capacity {
         return Ok(ConfigOutcome {
             runs,
             capacity_rps: None,
+            stored_capacity_rps,
         });
     }
     progress(Progress::Starting);
@@ -108,5 +119,9 @@ pub async fn run_config(
             .await?;
         capacity_rps = Some(capacity.max_rps);
     }
-    Ok(ConfigOutcome { runs, capacity_rps })
+    Ok(ConfigOutcome {
+        runs,
+        capacity_rps,
+        stored_capacity_rps: stored_capacity_rps.filter(|_| capacity_rps.is_none()),
+    })
 }

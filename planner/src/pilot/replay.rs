@@ -23,6 +23,21 @@ pub struct ReplayLoad {
     pub class_shares: Vec<f64>,
     /// True when requests the router sends to GPU are part of the sample (a GPU endpoint is there).
     pub includes_gpu_traffic: bool,
+    /// When the rate is set as a share of the host's measured capacity (`pilot.replay_load`) in place
+    /// of the plan hour's: that share.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_share: Option<f64>,
+}
+
+impl ReplayLoad {
+    /// The same class mix offered at `share` of `capacity_rps`, requests/s of one host.
+    pub fn at_capacity_share(self, capacity_rps: f64, share: f64) -> ReplayLoad {
+        ReplayLoad {
+            rate_rps: r6(capacity_rps * share),
+            capacity_share: Some(share),
+            ..self
+        }
+    }
 }
 
 /// The replay's load: the plan's busiest hour per CPU instance, carried back to one measured host
@@ -59,6 +74,7 @@ pub fn replay_load(plan: &Plan, with_gpu: bool) -> ReplayLoad {
             rate_rps: 0.0,
             class_shares: Vec::new(),
             includes_gpu_traffic: with_gpu,
+            capacity_share: None,
         };
     };
     let rates = per_host(hour);
@@ -71,6 +87,7 @@ pub fn replay_load(plan: &Plan, with_gpu: bool) -> ReplayLoad {
             .map(|r| if total > 0.0 { r / total } else { 0.0 })
             .collect(),
         includes_gpu_traffic: with_gpu,
+        capacity_share: None,
     }
 }
 

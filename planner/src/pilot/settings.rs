@@ -36,6 +36,11 @@ pub struct PilotSpec {
     /// Seconds of traffic replayed through the gateway.
     #[serde(default = "default_replay_s")]
     pub replay_s: f64,
+    /// Offer the replay this share of the chosen config's measured capacity, in place of the plan's
+    /// busiest hour per host (the same class mix): to check the predictions on a loaded host when the
+    /// workload's own traffic would leave it mostly idle [default: the busiest hour].
+    #[serde(default)]
+    pub replay_load: Option<f64>,
     /// Share of a class's requests that must meet its SLA for the class to migrate.
     #[serde(default = "default_attainment")]
     pub attainment_target: f64,
@@ -46,6 +51,9 @@ pub struct PilotSpec {
     #[serde(default = "default_seed")]
     pub seed: u64,
 }
+
+/// Highest `replay_load`: beyond twice its capacity a host only queues.
+const MAX_REPLAY_LOAD: f64 = 2.0;
 
 fn default_weights() -> Vec<String> {
     vec!["q8_0".into(), "q4_1".into()]
@@ -85,6 +93,7 @@ impl Default for PilotSpec {
             tasks: Vec::new(),
             probe_requests: default_probe_requests(),
             replay_s: default_replay_s(),
+            replay_load: None,
             attainment_target: default_attainment(),
             min_cpu_share: default_min_cpu_share(),
             seed: default_seed(),
@@ -121,6 +130,16 @@ impl PilotSpec {
         }
         if !(self.replay_s.is_finite() && self.replay_s >= 1.0) {
             return bad("pilot.replay_s", "must be at least 1 second");
+        }
+        if let Some(share) = self.replay_load
+            && !(share.is_finite() && share > 0.0 && share <= MAX_REPLAY_LOAD)
+        {
+            return bad(
+                "pilot.replay_load",
+                &format!(
+                    "must be above 0 and at most {MAX_REPLAY_LOAD} (a share of the capacity: 0.65 is 65%)"
+                ),
+            );
         }
         for (field, share) in [
             ("pilot.attainment_target", self.attainment_target),

@@ -475,6 +475,21 @@ fn the_pilot_table_parses_with_defaults_and_checks_values() {
     };
     let err = bad.validate("w").expect_err("out of range").to_string();
     assert!(err.contains("pilot.attainment_target"), "{err}");
+    for share in [0.0, -0.5, 2.5, f64::NAN] {
+        let bad = PilotSpec {
+            replay_load: Some(share),
+            ..spec.clone()
+        };
+        let err = bad.validate("w").expect_err("out of range").to_string();
+        assert!(err.contains("pilot.replay_load"), "{share}: {err}");
+    }
+    let loaded = WORKLOAD.replace("replay_s = 30", "replay_s = 30\nreplay_load = 0.65");
+    let loaded = crate::workload::WorkloadFile::from_toml_str(&loaded)
+        .expect("parses")
+        .pilot
+        .expect("pilot");
+    assert_eq!(loaded.replay_load, Some(0.65));
+    loaded.validate("w").expect("valid");
     let typo = WORKLOAD.replace("replay_s", "replay_seconds");
     let err = crate::workload::WorkloadFile::from_toml_str(&typo)
         .expect_err("unknown key")
@@ -507,6 +522,23 @@ fn the_replay_samples_the_busiest_hour_and_the_simulator_predicts_it() {
     }
     assert_eq!(relative_error(1.1, 1.0), Some(0.1));
     assert_eq!(relative_error(1.0, 0.0), None);
+}
+
+/// A replay offered a share of the host's capacity keeps the busiest hour's class mix and samples
+/// arrivals at that share of the capacity.
+#[test]
+fn a_replay_at_a_share_of_capacity_keeps_the_mix_at_that_rate() {
+    let (p, w, _) = planned();
+    let busiest = replay_load(&p, false);
+    assert_eq!(busiest.capacity_share, None);
+    let loaded = busiest.clone().at_capacity_share(4.0, 0.65);
+    assert_eq!(loaded.capacity_share, Some(0.65));
+    assert!((loaded.rate_rps - 2.6).abs() < 1e-9, "{loaded:?}");
+    assert_eq!(loaded.class_shares, busiest.class_shares);
+    assert_eq!(loaded.hour, busiest.hour);
+    let trace = replay_trace(&w, &loaded, 600.0, 7);
+    let rate = trace.len() as f64 / 600.0;
+    assert!((rate / 2.6 - 1.0).abs() < 0.1, "{rate}");
 }
 
 /// Time measured outside the engine's steps moves the replay's prediction as it should: a request

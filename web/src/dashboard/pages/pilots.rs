@@ -228,10 +228,16 @@ fn pilot_detail_cells(d: &PilotReport) -> PilotDetailCells {
         plan_id: plan.map_or_else(|| fmt::MISSING.to_owned(), |p| p.id.to_string()),
         replay: d.replay.as_ref().map(|r| PilotReplayCells {
             headline: format!(
-                "{} requests over {} s at {} req/s on one host of {}{}, {} errors",
+                "{} requests over {} s at {} req/s{} on one host of {}{}, {} errors",
                 r.requests,
                 fmt::num(r.duration_s, 0),
                 fmt::num(r.load.rate_rps, 2),
+                r.load
+                    .capacity_share
+                    .map_or_else(String::new, |share| format!(
+                        " ({}% of its capacity)",
+                        fmt::num(share * 100.0, 0)
+                    )),
                 r.config,
                 if r.with_gpu {
                     " with the GPU endpoint"
