@@ -407,8 +407,6 @@ fn a_pilot_on_a_busy_host_says_so_and_predicts_the_time_outside_the_steps() {
             &[
                 "--workload",
                 workload.to_str().expect("utf-8"),
-                "--replay-load",
-                "0.5",
                 "--json",
                 "--exit-zero",
             ],
@@ -425,27 +423,6 @@ fn a_pilot_on_a_busy_host_says_so_and_predicts_the_time_outside_the_steps() {
         "busy host: {}\ncalibration: {}\nobserved against calibrated: {}\nas profiled: {}",
         replay["host_load"], replay["calibration"], replay["all"], replay["all_as_profiled"]
     );
-
-    // Offered half the chosen config's capacity, measured in this run, in place of the plan's hour.
-    let offered = &replay["load"];
-    assert_eq!(offered["capacity_share"].as_f64(), Some(0.5), "{offered}");
-    let chosen = report["plan"]["config"]
-        .as_str()
-        .expect("the plan's config");
-    let capacity = report["configs"]
-        .as_array()
-        .expect("configs")
-        .iter()
-        .find(|c| c["profile_id"] == chosen)
-        .and_then(|c| c["capacity_rps"].as_f64())
-        .expect("the chosen config's capacity");
-    let rate = offered["rate_rps"].as_f64().expect("a rate");
-    assert!(
-        (rate - 0.5 * capacity).abs() < 1e-3,
-        "{rate} against {capacity}"
-    );
-    let over = replay["gateway_predictions"]["load_over_capacity"].as_f64();
-    assert!(over.is_some_and(|o| (o - 0.5).abs() < 1e-3), "{replay}");
 
     let load = &replay["host_load"];
     assert_eq!(load["shared"], true, "{load}");
