@@ -248,12 +248,13 @@ async fn evaluate(pilot: &Pilot<'_>, on_step: &mut impl FnMut(Step)) -> Result<P
         if let Some(run) = outcome.runs.iter().find(|r| r.shape == PACE_SHAPE) {
             paces.insert(settings.to_string(), run.report.output_tokens_per_s);
         }
+        let id = profile_id(pilot, settings);
         if let Some(capacity) = outcome.known_capacity_rps().filter(|c| *c > 0.0) {
-            capacities.insert(profile_id(pilot, settings), capacity);
+            capacities.insert(id.clone(), capacity);
         }
         configs.push(ConfigResult {
             config: settings.to_string(),
-            profile_id: profile_id(pilot, settings),
+            profile_id: id,
             capacity_rps: outcome.capacity_rps,
             reused: outcome.runs.iter().all(|r| r.reused) && outcome.capacity_rps.is_none(),
             step_model: None,

@@ -34,7 +34,7 @@ pub struct ConfigOutcome {
     pub runs: Vec<RunOutcome>,
     /// The capacity found, when searched.
     pub capacity_rps: Option<f64>,
-    /// The latest capacity stored for this host, when the search was not run.
+    /// The latest capacity stored for this host before this run.
     pub stored_capacity_rps: Option<f64>,
 }
 
@@ -122,6 +122,6 @@ pub async fn run_config(
     Ok(ConfigOutcome {
         runs,
         capacity_rps,
-        stored_capacity_rps: stored_capacity_rps.filter(|_| capacity_rps.is_none()),
+        stored_capacity_rps,
     })
 }
