@@ -484,7 +484,7 @@ impl WeightBuilder {
         let units = rows * cols / target.block_size();
         let groups = units / INTERLEAVED_ROWS;
         let nb = cols / target.block_size();
-        let interleaves = kernels::dispatch::table().interleaves(rows);
+        let interleaves = kernels::dispatch::table().interleaves(target, rows);
         let (data, interleaver) = match target {
             WeightType::Q4_0 if interleaves => (
                 WeightData::Q4_0Interleaved(heap::huge_page_vec(groups)),

@@ -36,10 +36,17 @@
 
 mod k_lanes;
 mod q4_0_lanes;
+mod q4_k_x16;
+mod q6_k_x16;
 
 pub(crate) use self::{
-    k_lanes::{gemm_q4_k_q8_k, gemm_q4_k_q8_k_repacked, gemm_q5_k_q8_k, gemm_q6_k_q8_k},
+    k_lanes::{
+        gemm_q4_k_q8_k, gemm_q4_k_q8_k_repacked, gemm_q4_k_x16_q8_k_repacked, gemm_q5_k_q8_k,
+        gemm_q6_k_q8_k, gemm_q6_k_x16_q8_k,
+    },
     q4_0_lanes::gemm_q4_0_q8_0_repacked,
+    q4_k_x16::vec_dot_q4_k_x16_q8_k,
+    q6_k_x16::vec_dot_q6_k_x16_q8_k,
 };
 
 use std::{arch::x86_64::*, cell::RefCell};
@@ -1292,7 +1299,7 @@ pub(super) mod k_quant_reference;
 #[cfg(test)]
 mod tests {
     use super::{
-        k_quant_reference::{ALL_PATHS, UNPACKED_PATHS, check_against_scalar},
+        k_quant_reference::{ALL_PATHS, UNPACKED_PATHS, cases, check_against_scalar},
         *,
     };
     use crate::kernels::cpu::{CpuFeatures, KernelTier};
@@ -1376,6 +1383,52 @@ mod tests {
                 vec_dot_q6_k_q8_k_x4,
                 UNPACKED_PATHS
             );
+        }
+    }
+
+    /// The dots of sixteen interleaved Q4_K rows, along both repacked paths, give the scalar
+    /// single-row dots' bits on the reference cases (random blocks, then the format's extremes).
+    #[test]
+    fn interleaved_q4_k_dots_match_the_scalar_dots_of_their_rows() {
+        if !runs() {
+            return;
+        }
+        for (rows, y) in cases::<BlockQ4K, { crate::quant::INTERLEAVED_ROWS }>() {
+            let nb = y.len();
+            let mut group = Vec::new();
+            crate::quant::interleave(&rows.concat(), nb, &mut group);
+            for path in [KPath::RepackedGemv, KPath::RepackedGemm] {
+                // SAFETY: called only after `runs()`: the CPU has the tier's features.
+                let got = unsafe { vec_dot_q4_k_x16_q8_k(&group, &y, path) };
+                let want = rows
+                    .each_ref()
+                    .map(|x| scalar::vec_dot_q4_k_q8_k(x, &y, path));
+                assert_eq!(
+                    got.map(f32::to_bits),
+                    want.map(f32::to_bits),
+                    "{nb} blocks, {path:?}"
+                );
+            }
+        }
+    }
+
+    /// The dots of sixteen interleaved Q6_K rows give the scalar single-row dots' bits along
+    /// ggml's `vec_dot` on the reference cases (random blocks, then the format's extremes).
+    #[test]
+    fn interleaved_q6_k_dots_match_the_scalar_dots_of_their_rows() {
+        if !runs() {
+            return;
+        }
+        for (rows, y) in cases::<BlockQ6K, { crate::quant::INTERLEAVED_ROWS }>() {
+            let nb = y.len();
+            let mut group = Vec::new();
+            crate::quant::interleave(&rows.concat(), nb, &mut group);
+            // SAFETY: called only after `runs()`: the CPU has the tier's features.
+            let got = unsafe { vec_dot_q6_k_x16_q8_k(&group, &y) };
+            let want = rows
+                .each_ref()
+                .map(|x| scalar::vec_dot_q6_k_q8_k(x, &y, KPath::VecDot));
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{nb} blocks");
         }
     }
 

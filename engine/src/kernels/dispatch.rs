@@ -25,10 +25,13 @@ use super::{
 };
 #[cfg(target_arch = "x86_64")]
 use super::{avx2, avx512};
-use crate::quant::{
-    self, BlockQ4_0, BlockQ4_0x16, BlockQ4_1, BlockQ4K, BlockQ4Kx16, BlockQ5_0, BlockQ5_1,
-    BlockQ5K, BlockQ6K, BlockQ6Kx16, BlockQ8_0, BlockQ8_0x16, BlockQ8_1, BlockQ8K,
-    INTERLEAVED_ROWS, InterleavedBlock,
+use crate::{
+    quant::{
+        self, BlockQ4_0, BlockQ4_0x16, BlockQ4_1, BlockQ4K, BlockQ4Kx16, BlockQ5_0, BlockQ5_1,
+        BlockQ5K, BlockQ6K, BlockQ6Kx16, BlockQ8_0, BlockQ8_0x16, BlockQ8_1, BlockQ8K,
+        INTERLEAVED_ROWS, InterleavedBlock,
+    },
+    weights::WeightType,
 };
 
 /// A K-quant's four-row dot along a path.
@@ -36,22 +39,55 @@ type KDotX4<W> = unsafe fn([&[W]; 4], &[BlockQ8K], KPath) -> [f32; 4];
 /// A tiled product of rows interleaved sixteen at a time against activations `A`.
 type GemmX16<W, A = BlockQ8K> = unsafe fn(&[W], &[A], usize, &mut [f32], OutLayout);
 
-/// The kernels of rows interleaved sixteen at a time.
+/// One type's kernels of rows interleaved sixteen at a time: a group against one activation row
+/// (decode, and the few-token products) and the tiled product.
+#[derive(Clone, Copy)]
+struct Interleaved<Dot, Gemm> {
+    dot: Dot,
+    gemm: Gemm,
+}
+
+/// The kernels of rows interleaved sixteen at a time, for the types a tier has them for: the loader
+/// interleaves a matrix only then.
 #[derive(Clone, Copy)]
 struct InterleavedKernels {
     /// Interleaved Q4_0 groups against one activation row along the repacked GEMV.
-    q4_0_gemv: unsafe fn(&[BlockQ4_0x16], &[BlockQ8_0], &mut [f32]),
-    q4_0_gemm: GemmX16<BlockQ4_0x16, BlockQ8_0>,
+    q4_0: Option<
+        Interleaved<
+            unsafe fn(&[BlockQ4_0x16], &[BlockQ8_0], &mut [f32]),
+            GemmX16<BlockQ4_0x16, BlockQ8_0>,
+        >,
+    >,
     /// Sixteen interleaved Q4_K rows against one activation row along a (repacked) path.
-    q4_k_dot: unsafe fn(&[BlockQ4Kx16], &[BlockQ8K], KPath) -> [f32; INTERLEAVED_ROWS],
-    q4_k_gemm: GemmX16<BlockQ4Kx16>,
+    q4_k: Option<
+        Interleaved<
+            unsafe fn(&[BlockQ4Kx16], &[BlockQ8K], KPath) -> [f32; INTERLEAVED_ROWS],
+            GemmX16<BlockQ4Kx16>,
+        >,
+    >,
     /// Sixteen interleaved Q6_K rows against one activation row along ggml's `vec_dot`.
-    q6_k_dot: unsafe fn(&[BlockQ6Kx16], &[BlockQ8K]) -> [f32; INTERLEAVED_ROWS],
-    q6_k_gemm: GemmX16<BlockQ6Kx16>,
+    q6_k: Option<
+        Interleaved<
+            unsafe fn(&[BlockQ6Kx16], &[BlockQ8K]) -> [f32; INTERLEAVED_ROWS],
+            GemmX16<BlockQ6Kx16>,
+        >,
+    >,
     /// Sixteen interleaved Q8_0 rows against one activation row along ggml's `vec_dot`.
-    q8_0_dot: unsafe fn(&[BlockQ8_0x16], &[BlockQ8_0]) -> [f32; INTERLEAVED_ROWS],
-    q8_0_gemm: GemmX16<BlockQ8_0x16, BlockQ8_0>,
+    q8_0: Option<
+        Interleaved<
+            unsafe fn(&[BlockQ8_0x16], &[BlockQ8_0]) -> [f32; INTERLEAVED_ROWS],
+            GemmX16<BlockQ8_0x16, BlockQ8_0>,
+        >,
+    >,
 }
+
+/// No interleaved kernels: the loader holds every matrix as the file does.
+const NOT_INTERLEAVED: InterleavedKernels = InterleavedKernels {
+    q4_0: None,
+    q4_k: None,
+    q6_k: None,
+    q8_0: None,
+};
 
 /// One tier's kernels.
 ///
@@ -86,10 +122,10 @@ pub struct KernelTable {
     q4_k_x4: KDotX4<BlockQ4K>,
     q4_k_gemm: unsafe fn(&[BlockQ4K], &[BlockQ8K], usize, &mut [f32], OutLayout),
     q4_k_gemm_repacked: unsafe fn(&[BlockQ4K], &[BlockQ8K], usize, &mut [f32], OutLayout),
-    /// The kernels of Q4_0, Q4_K, Q6_K and Q8_0 rows interleaved sixteen at a time, on the tiers
-    /// whose loaders hold them so (the others read such rows, which only a test hands them, through their own
+    /// The kernels of rows interleaved sixteen at a time, for the types whose matrices this tier's
+    /// loader holds so (the others read such rows, which only a test hands them, through their own
     /// dots).
-    interleaved: Option<InterleavedKernels>,
+    interleaved: InterleavedKernels,
     q5_k: unsafe fn(&[BlockQ5K], &[BlockQ8K], KPath) -> f32,
     q5_k_x4: KDotX4<BlockQ5K>,
     q5_k_gemm: unsafe fn(&[BlockQ5K], &[BlockQ8K], usize, &mut [f32], OutLayout),
@@ -129,7 +165,7 @@ static SCALAR: KernelTable = KernelTable {
     q4_k_x4: scalar::vec_dot_q4_k_q8_k_x4,
     q4_k_gemm: scalar::gemm_q4_k_q8_k,
     q4_k_gemm_repacked: scalar::gemm_q4_k_q8_k_repacked,
-    interleaved: None,
+    interleaved: NOT_INTERLEAVED,
     q5_k: scalar::vec_dot_q5_k_q8_k,
     q5_k_x4: scalar::vec_dot_q5_k_q8_k_x4,
     q5_k_gemm: scalar::gemm_q5_k_q8_k,
@@ -170,7 +206,17 @@ static AVX2: KernelTable = KernelTable {
     q4_k_x4: avx2::vec_dot_q4_k_q8_k_x4,
     q4_k_gemm: avx2::gemm_q4_k_q8_k,
     q4_k_gemm_repacked: avx2::gemm_q4_k_q8_k_repacked,
-    interleaved: None,
+    interleaved: InterleavedKernels {
+        q4_k: Some(Interleaved {
+            dot: avx2::vec_dot_q4_k_x16_q8_k,
+            gemm: avx2::gemm_q4_k_x16_q8_k_repacked,
+        }),
+        q6_k: Some(Interleaved {
+            dot: avx2::vec_dot_q6_k_x16_q8_k,
+            gemm: avx2::gemm_q6_k_x16_q8_k,
+        }),
+        ..NOT_INTERLEAVED
+    },
     q5_k: avx2::vec_dot_q5_k_q8_k,
     q5_k_x4: avx2::vec_dot_q5_k_q8_k_x4,
     q5_k_gemm: avx2::gemm_q5_k_q8_k,
@@ -211,16 +257,24 @@ static AVX512: KernelTable = KernelTable {
     q4_k_x4: avx512::vec_dot_q4_k_q8_k_x4,
     q4_k_gemm: avx512::gemm_q4_k_q8_k,
     q4_k_gemm_repacked: avx512::gemm_q4_k_q8_k_repacked,
-    interleaved: Some(InterleavedKernels {
-        q4_0_gemv: avx512::gemv_q4_0_x16_q8_0,
-        q4_0_gemm: avx512::gemm_q4_0_x16_q8_0_repacked,
-        q4_k_dot: avx512::vec_dot_q4_k_x16_q8_k,
-        q4_k_gemm: avx512::gemm_q4_k_x16_q8_k_repacked,
-        q6_k_dot: avx512::vec_dot_q6_k_x16_q8_k,
-        q6_k_gemm: avx512::gemm_q6_k_x16_q8_k,
-        q8_0_dot: avx512::vec_dot_q8_0_x16_q8_0,
-        q8_0_gemm: avx512::gemm_q8_0_x16_q8_0,
-    }),
+    interleaved: InterleavedKernels {
+        q4_0: Some(Interleaved {
+            dot: avx512::gemv_q4_0_x16_q8_0,
+            gemm: avx512::gemm_q4_0_x16_q8_0_repacked,
+        }),
+        q4_k: Some(Interleaved {
+            dot: avx512::vec_dot_q4_k_x16_q8_k,
+            gemm: avx512::gemm_q4_k_x16_q8_k_repacked,
+        }),
+        q6_k: Some(Interleaved {
+            dot: avx512::vec_dot_q6_k_x16_q8_k,
+            gemm: avx512::gemm_q6_k_x16_q8_k,
+        }),
+        q8_0: Some(Interleaved {
+            dot: avx512::vec_dot_q8_0_x16_q8_0,
+            gemm: avx512::gemm_q8_0_x16_q8_0,
+        }),
+    },
     q5_k: avx512::vec_dot_q5_k_q8_k,
     q5_k_x4: avx512::vec_dot_q5_k_q8_k_x4,
     q5_k_gemm: avx512::gemm_q5_k_q8_k,
@@ -582,11 +636,19 @@ impl KernelTable {
         unsafe { (self.q4_k_gemm_repacked)(w, x, nb, out, layout) }
     }
 
-    /// Whether this tier's loader holds a Q4_0, Q4_K, Q6_K or Q8_0 matrix of `rows` rows
-    /// interleaved sixteen at a time ([`BlockQ4_0x16`], [`BlockQ4Kx16`], [`BlockQ6Kx16`],
-    /// [`BlockQ8_0x16`]).
-    pub fn interleaves(&self, rows: usize) -> bool {
-        self.interleaved.is_some() && rows.is_multiple_of(INTERLEAVED_ROWS)
+    /// Whether this tier's loader holds a matrix of `kind` and `rows` rows interleaved sixteen at a
+    /// time ([`BlockQ4_0x16`], [`BlockQ4Kx16`], [`BlockQ6Kx16`], [`BlockQ8_0x16`]): where the tier
+    /// has that type's interleaved kernels and the rows come in sixteens.
+    pub fn interleaves(&self, kind: WeightType, rows: usize) -> bool {
+        let k = &self.interleaved;
+        let has_kernels = match kind {
+            WeightType::Q4_0 => k.q4_0.is_some(),
+            WeightType::Q4K => k.q4_k.is_some(),
+            WeightType::Q6K => k.q6_k.is_some(),
+            WeightType::Q8_0 => k.q8_0.is_some(),
+            _ => false,
+        };
+        has_kernels && rows.is_multiple_of(INTERLEAVED_ROWS)
     }
 
     /// Sixteen interleaved Q4_K rows (one group of `w.len()` super-blocks) against one activation
@@ -597,9 +659,9 @@ impl KernelTable {
         y: &[BlockQ8K],
         path: KPath,
     ) -> [f32; INTERLEAVED_ROWS] {
-        if let Some(kernels) = self.interleaved {
+        if let Some(kernels) = self.interleaved.q4_k {
             // SAFETY: as in `vec_dot_f32`.
-            return unsafe { (kernels.q4_k_dot)(w, y, path) };
+            return unsafe { (kernels.dot)(w, y, path) };
         }
         rows_of_group(w, |rows| self.vec_dot_q4_k_q8_k_x4(rows, y, path))
     }
@@ -616,9 +678,9 @@ impl KernelTable {
         out: &mut [f32],
         layout: OutLayout,
     ) {
-        if let Some(kernels) = self.interleaved {
+        if let Some(kernels) = self.interleaved.q4_k {
             // SAFETY: as in `gemm_q8_0_q8_0`.
-            return unsafe { (kernels.q4_k_gemm)(w, x, nb, out, layout) };
+            return unsafe { (kernels.gemm)(w, x, nb, out, layout) };
         }
         let rows = quant::deinterleave(w, nb);
         self.gemm_q4_k_q8_k_repacked(&rows, x, nb, out, layout);
@@ -701,9 +763,9 @@ impl KernelTable {
     /// `out[r]` = row `r` of the interleaved Q4_0 groups `w` (of `y.len()` blocks each) against
     /// `y`, at most sixteen per group; equal to single-row repacked dots on the rows.
     pub fn gemv_q4_0_x16_q8_0(&self, w: &[BlockQ4_0x16], y: &[BlockQ8_0], out: &mut [f32]) {
-        if let Some(kernels) = self.interleaved {
+        if let Some(kernels) = self.interleaved.q4_0 {
             // SAFETY: as in `vec_dot_f32`.
-            return unsafe { (kernels.q4_0_gemv)(w, y, out) };
+            return unsafe { (kernels.dot)(w, y, out) };
         }
         let nb = y.len();
         let rows = quant::deinterleave(w, nb);
@@ -724,9 +786,9 @@ impl KernelTable {
         out: &mut [f32],
         layout: OutLayout,
     ) {
-        if let Some(kernels) = self.interleaved {
+        if let Some(kernels) = self.interleaved.q4_0 {
             // SAFETY: as in `gemm_q8_0_q8_0`.
-            return unsafe { (kernels.q4_0_gemm)(w, x, nb, out, layout) };
+            return unsafe { (kernels.gemm)(w, x, nb, out, layout) };
         }
         let rows = quant::deinterleave(w, nb);
         self.gemm_q4_0_q8_0_repacked(&rows, x, nb, out, layout);
@@ -739,9 +801,9 @@ impl KernelTable {
         w: &[BlockQ8_0x16],
         y: &[BlockQ8_0],
     ) -> [f32; INTERLEAVED_ROWS] {
-        if let Some(kernels) = self.interleaved {
+        if let Some(kernels) = self.interleaved.q8_0 {
             // SAFETY: as in `vec_dot_f32`.
-            return unsafe { (kernels.q8_0_dot)(w, y) };
+            return unsafe { (kernels.dot)(w, y) };
         }
         rows_of_group(w, |rows| self.vec_dot_q8_0_q8_0_x4(rows, y))
     }
@@ -758,9 +820,9 @@ impl KernelTable {
         out: &mut [f32],
         layout: OutLayout,
     ) {
-        if let Some(kernels) = self.interleaved {
+        if let Some(kernels) = self.interleaved.q8_0 {
             // SAFETY: as in `gemm_q8_0_q8_0`.
-            return unsafe { (kernels.q8_0_gemm)(w, x, nb, out, layout) };
+            return unsafe { (kernels.gemm)(w, x, nb, out, layout) };
         }
         let rows = quant::deinterleave(w, nb);
         self.gemm_q8_0_q8_0(&rows, x, nb, out, layout);
@@ -773,9 +835,9 @@ impl KernelTable {
         w: &[BlockQ6Kx16],
         y: &[BlockQ8K],
     ) -> [f32; INTERLEAVED_ROWS] {
-        if let Some(kernels) = self.interleaved {
+        if let Some(kernels) = self.interleaved.q6_k {
             // SAFETY: as in `vec_dot_f32`.
-            return unsafe { (kernels.q6_k_dot)(w, y) };
+            return unsafe { (kernels.dot)(w, y) };
         }
         rows_of_group(w, |rows| self.vec_dot_q6_k_q8_k_x4(rows, y, KPath::VecDot))
     }
@@ -792,9 +854,9 @@ impl KernelTable {
         out: &mut [f32],
         layout: OutLayout,
     ) {
-        if let Some(kernels) = self.interleaved {
+        if let Some(kernels) = self.interleaved.q6_k {
             // SAFETY: as in `gemm_q8_0_q8_0`.
-            return unsafe { (kernels.q6_k_gemm)(w, x, nb, out, layout) };
+            return unsafe { (kernels.gemm)(w, x, nb, out, layout) };
         }
         let rows = quant::deinterleave(w, nb);
         self.gemm_q6_k_q8_k(&rows, x, nb, out, layout);

@@ -16,10 +16,16 @@ use std::{arch::x86_64::*, cell::RefCell};
 use super::{lane_results, load_f32x8, load_u8x32, load_u32x8};
 use crate::{
     kernels::{
-        tiles::{OutLayout, gemm_by_tiles, i16_pair, pack_quads, pack_token_tiles, q8k_pair_sums},
+        tiles::{
+            OutLayout, gemm_by_packed_tiles, gemm_by_tiles, i16_pair, pack_quads, pack_token_tiles,
+            q8k_pair_sums,
+        },
         x86::{self, f16_to_f32},
     },
-    quant::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K},
+    quant::{
+        BlockQ4K, BlockQ4Kx16, BlockQ5K, BlockQ6K, BlockQ6Kx16, BlockQ8K, INTERLEAVED_ROWS,
+        InterleavedBlock, QK_K,
+    },
 };
 
 /// Weight rows per tile: one per int32 lane of a vector.
@@ -331,6 +337,27 @@ fn pack_rows<W: LaneBlock>(rows: &[&[W]; ROWS], out: &mut Vec<RowsLanes>) {
     }
 }
 
+/// Unpacks half `h` of a group of rows interleaved sixteen at a time (`group`: its super-blocks), a
+/// tile of eight rows, into `out`: each row's super-block as the file holds it, then as
+/// [`pack_rows`] unpacks it.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn pack_half<W: LaneBlock, G: InterleavedBlock<Row = W>>(
+    group: &[G],
+    h: usize,
+    out: &mut Vec<RowsLanes>,
+) {
+    out.clear();
+    out.resize(group.len(), RowsLanes::default());
+    let mut values: TileValues = [[[0; 32]; CHUNKS]; ROWS];
+    for (block, p) in group.iter().zip(out.iter_mut()) {
+        for (r, values) in values.iter_mut().enumerate() {
+            // SAFETY: this function's target features are the tier's.
+            unsafe { block.row(ROWS * h + r).unpack(values, p, r) };
+        }
+        spread_values(&values, p);
+    }
+}
+
 /// Unpacks `x` (tokens of `nb` super-blocks) into `out`, `nb` entries per tile of tokens; the last
 /// tile is padded with zero tokens.
 fn pack_tokens(x: &[BlockQ8K], nb: usize, out: &mut Vec<TokensLanes>) {
@@ -505,6 +532,63 @@ fn gemm<W: LaneBlock>(
             |rows, tokens| dot_tile::<W>(rows, tokens, steps),
         );
     });
+}
+
+/// [`gemm`] of rows interleaved sixteen at a time (`w`: groups of `nb` super-blocks of `W`'s rows),
+/// each half of a group a tile.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn gemm_groups<W: LaneBlock, G: InterleavedBlock<Row = W>>(
+    (w, x, nb): (&[G], &[BlockQ8K], usize),
+    (out, layout): (&mut [f32], OutLayout),
+    steps: Steps,
+) {
+    const { assert!(INTERLEAVED_ROWS == 2 * ROWS) };
+    let rows = w.len().checked_div(nb).unwrap_or(0) * INTERLEAVED_ROWS;
+    SCRATCH.with_borrow_mut(|s| {
+        gemm_by_packed_tiles(
+            (rows, x, nb),
+            (out, layout),
+            (&mut s.tokens, &mut s.rows),
+            pack_tokens,
+            |first_row, buf| {
+                let group = &w[first_row / INTERLEAVED_ROWS * nb..][..nb];
+                pack_half(group, first_row % INTERLEAVED_ROWS / ROWS, buf)
+            },
+            |rows, tokens| dot_tile::<W>(rows, tokens, steps),
+        );
+    });
+}
+
+/// [`gemm_q4_k_q8_k_repacked`] of Q4_K rows interleaved sixteen at a time (`w`: groups of `nb`
+/// super-blocks), with the same bits.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_q4_k_x16_q8_k_repacked(
+    w: &[BlockQ4Kx16],
+    x: &[BlockQ8K],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    gemm_groups((w, x, nb), (out, layout), Steps::RepackedGemm);
+}
+
+/// [`gemm_q6_k_q8_k`] of Q6_K rows interleaved sixteen at a time (`w`: groups of `nb` super-blocks),
+/// with the same bits.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn gemm_q6_k_x16_q8_k(
+    w: &[BlockQ6Kx16],
+    x: &[BlockQ8K],
+    nb: usize,
+    out: &mut [f32],
+    layout: OutLayout,
+) {
+    gemm_groups((w, x, nb), (out, layout), Steps::Tiled);
 }
 
 /// Q4_K rows of `w` against the tokens of `x` (`nb` super-blocks each) along llama.cpp's repacked
