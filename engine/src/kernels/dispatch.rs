@@ -47,38 +47,38 @@ struct Interleaved<Dot, Gemm> {
     gemm: Gemm,
 }
 
+/// Interleaved Q4_0 groups against one activation row along the repacked GEMV, and their tiles.
+type Q4_0x16Kernels = Interleaved<
+    unsafe fn(&[BlockQ4_0x16], &[BlockQ8_0], &mut [f32]),
+    GemmX16<BlockQ4_0x16, BlockQ8_0>,
+>;
+/// Sixteen interleaved Q4_K rows against one activation row along a (repacked) path, and their
+/// tiles.
+type Q4Kx16Kernels = Interleaved<
+    unsafe fn(&[BlockQ4Kx16], &[BlockQ8K], KPath) -> [f32; INTERLEAVED_ROWS],
+    GemmX16<BlockQ4Kx16>,
+>;
+/// Sixteen interleaved Q6_K rows against one activation row along ggml's `vec_dot`, and their
+/// tiles.
+type Q6Kx16Kernels = Interleaved<
+    unsafe fn(&[BlockQ6Kx16], &[BlockQ8K]) -> [f32; INTERLEAVED_ROWS],
+    GemmX16<BlockQ6Kx16>,
+>;
+/// Sixteen interleaved Q8_0 rows against one activation row along ggml's `vec_dot`, and their
+/// tiles.
+type Q8_0x16Kernels = Interleaved<
+    unsafe fn(&[BlockQ8_0x16], &[BlockQ8_0]) -> [f32; INTERLEAVED_ROWS],
+    GemmX16<BlockQ8_0x16, BlockQ8_0>,
+>;
+
 /// The kernels of rows interleaved sixteen at a time, for the types a tier has them for: the loader
 /// interleaves a matrix only then.
 #[derive(Clone, Copy)]
 struct InterleavedKernels {
-    /// Interleaved Q4_0 groups against one activation row along the repacked GEMV.
-    q4_0: Option<
-        Interleaved<
-            unsafe fn(&[BlockQ4_0x16], &[BlockQ8_0], &mut [f32]),
-            GemmX16<BlockQ4_0x16, BlockQ8_0>,
-        >,
-    >,
-    /// Sixteen interleaved Q4_K rows against one activation row along a (repacked) path.
-    q4_k: Option<
-        Interleaved<
-            unsafe fn(&[BlockQ4Kx16], &[BlockQ8K], KPath) -> [f32; INTERLEAVED_ROWS],
-            GemmX16<BlockQ4Kx16>,
-        >,
-    >,
-    /// Sixteen interleaved Q6_K rows against one activation row along ggml's `vec_dot`.
-    q6_k: Option<
-        Interleaved<
-            unsafe fn(&[BlockQ6Kx16], &[BlockQ8K]) -> [f32; INTERLEAVED_ROWS],
-            GemmX16<BlockQ6Kx16>,
-        >,
-    >,
-    /// Sixteen interleaved Q8_0 rows against one activation row along ggml's `vec_dot`.
-    q8_0: Option<
-        Interleaved<
-            unsafe fn(&[BlockQ8_0x16], &[BlockQ8_0]) -> [f32; INTERLEAVED_ROWS],
-            GemmX16<BlockQ8_0x16, BlockQ8_0>,
-        >,
-    >,
+    q4_0: Option<Q4_0x16Kernels>,
+    q4_k: Option<Q4Kx16Kernels>,
+    q6_k: Option<Q6Kx16Kernels>,
+    q8_0: Option<Q8_0x16Kernels>,
 }
 
 /// No interleaved kernels: the loader holds every matrix as the file does.

@@ -104,6 +104,14 @@ pub(super) fn hsum_float_8(x: __m256) -> f32 {
     _mm_cvtss_f32(res)
 }
 
+/// Activations `first..first + 4` (`first` a multiple of four) as one little-endian word, to
+/// broadcast to every lane of a kernel that holds a row per lane.
+#[inline(always)]
+pub(super) fn quad<const N: usize>(qs: &[i8; N], first: usize) -> i32 {
+    let (quads, _) = qs.as_chunks::<4>();
+    i32::from_le_bytes(quads[first / 4].map(|v| v as u8))
+}
+
 /// The length every row and the activations are cut to: the shortest (all equal in correct use).
 #[inline(always)]
 pub(super) fn common_len<T, U>(rows: &[&[T]], y: &[U]) -> usize {

@@ -1,5 +1,6 @@
-//! Rows interleaved sixteen at a time: the layouts the AVX-512 kernels read a row per int32 lane
-//! from, with no unpacking per call (as ggml's `block_q4_Kx8` does for eight rows on AVX2).
+//! Rows interleaved sixteen at a time: the layouts the SIMD tiers' kernels read a row per int32
+//! lane from (AVX-512: sixteen rows a vector; AVX2: each half of a group, eight rows, a vector), with
+//! no unpacking per call (as ggml's `block_q4_Kx8` does for eight rows on AVX2).
 //!
 //! Each interleaved block holds block `i` of sixteen consecutive rows, byte for byte the same bits
 //! as their sixteen file blocks in another order, so a matrix takes the same memory either way:

@@ -16,7 +16,7 @@ use std::arch::x86_64::*;
 use crate::{
     kernels::{
         k_numerics::KPath,
-        x86::{self, prefetch_in_order},
+        x86::{self, prefetch_in_order, quad},
     },
     quant::{BlockQ4Kx16, BlockQ8K, INTERLEAVED_ROWS, QK_K},
 };
@@ -61,13 +61,6 @@ pub(super) fn pick_bytes(v: __m256i, picks: [u8; 4]) -> __m256i {
     );
     let picks = _mm256_set1_epi32(i32::from_le_bytes(picks));
     _mm256_shuffle_epi8(v, _mm256_add_epi8(picks, word_starts))
-}
-
-/// Four activations as one word, to broadcast to every lane.
-#[inline(always)]
-pub(super) fn quad<const N: usize>(qs: &[i8; N], first: usize) -> i32 {
-    let (quads, _) = qs.as_chunks::<4>();
-    i32::from_le_bytes(quads[first / 4].map(|v| v as u8))
 }
 
 /// The scales and minimums of half a group's rows, a row per lane.

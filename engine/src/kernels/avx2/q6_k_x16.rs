@@ -13,9 +13,9 @@
 
 use std::arch::x86_64::*;
 
-use super::q4_k_x16::{ZERO_BYTE, load_f16x8, load_half, pick_bytes, quad};
+use super::q4_k_x16::{ZERO_BYTE, load_f16x8, load_half, pick_bytes};
 use crate::{
-    kernels::x86::prefetch_l2_in_order,
+    kernels::x86::{prefetch_l2_in_order, quad},
     quant::{BlockQ6Kx16, BlockQ8K, INTERLEAVED_ROWS, QK_K},
 };
 

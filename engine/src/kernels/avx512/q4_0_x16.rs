@@ -10,9 +10,9 @@
 
 use std::{arch::x86_64::*, cell::RefCell};
 
-use super::{load_f16x16, load_u8x64, q4_k_x16::quad};
+use super::{load_f16x16, load_u8x64};
 use crate::{
-    kernels::x86::{f16_to_f32, prefetch_in_order},
+    kernels::x86::{f16_to_f32, prefetch_in_order, quad},
     quant::{BlockQ4_0x16, BlockQ8_0, INTERLEAVED_ROWS},
 };
 

@@ -15,7 +15,7 @@ use super::{load_f16x16, load_u8x64};
 use crate::{
     kernels::{
         k_numerics::KPath,
-        x86::{self, prefetch_in_order},
+        x86::{self, prefetch_in_order, quad},
     },
     quant::{BlockQ4Kx16, BlockQ8K, INTERLEAVED_ROWS, QK_K},
 };
@@ -98,13 +98,6 @@ pub(super) fn nibbles(block: &BlockQ4Kx16, k: usize) -> (__m512i, __m512i) {
         _mm512_and_si512(v, four),
         _mm512_and_si512(_mm512_srli_epi16::<4>(v), four),
     )
-}
-
-/// Four activations as one word, for `vpdpbusd`'s broadcast.
-#[inline(always)]
-pub(super) fn quad<const N: usize>(qs: &[i8; N], first: usize) -> i32 {
-    let (quads, _) = qs.as_chunks::<4>();
-    i32::from_le_bytes(quads[first / 4].map(|v| v as u8))
 }
 
 /// Per sub-block `s`, lane `r`: the exact sum of row `r`'s products with `qs` over sub-block `s`,

@@ -15,11 +15,11 @@ use std::arch::x86_64::*;
 
 use super::{
     load_f16x16, load_u8x64,
-    q4_k_x16::{ZERO_BYTE, pick_bytes, quad},
+    q4_k_x16::{ZERO_BYTE, pick_bytes},
     q8_0_lanes::lane_totals,
 };
 use crate::{
-    kernels::x86::prefetch_l2_in_order,
+    kernels::x86::{prefetch_l2_in_order, quad},
     quant::{BlockQ6Kx16, BlockQ8K, INTERLEAVED_ROWS, QK_K},
 };
 

@@ -10,9 +10,9 @@
 
 use std::arch::x86_64::*;
 
-use super::{load_f16x16, load_u8x64, q4_k_x16::quad, q8_0_lanes::lane_totals};
+use super::{load_f16x16, load_u8x64, q8_0_lanes::lane_totals};
 use crate::{
-    kernels::x86::{self, f16_to_f32, load_i8x32, prefetch_in_order},
+    kernels::x86::{self, f16_to_f32, load_i8x32, prefetch_in_order, quad},
     quant::{BlockQ8_0, BlockQ8_0x16, INTERLEAVED_ROWS, QK},
 };
 
