@@ -1299,7 +1299,7 @@ pub(super) mod k_quant_reference;
 #[cfg(test)]
 mod tests {
     use super::{
-        k_quant_reference::{ALL_PATHS, UNPACKED_PATHS, cases, check_against_scalar},
+        k_quant_reference::{ALL_PATHS, UNPACKED_PATHS, check_against_scalar, check_interleaved},
         *,
     };
     use crate::kernels::cpu::{CpuFeatures, KernelTier};
@@ -1393,22 +1393,13 @@ mod tests {
         if !runs() {
             return;
         }
-        for (rows, y) in cases::<BlockQ4K, { crate::quant::INTERLEAVED_ROWS }>() {
-            let nb = y.len();
-            let mut group = Vec::new();
-            crate::quant::interleave(&rows.concat(), nb, &mut group);
-            for path in [KPath::RepackedGemv, KPath::RepackedGemm] {
+        for path in [KPath::RepackedGemv, KPath::RepackedGemm] {
+            check_interleaved(
+                &format!("Q4_K {path:?}"),
                 // SAFETY: called only after `runs()`: the CPU has the tier's features.
-                let got = unsafe { vec_dot_q4_k_x16_q8_k(&group, &y, path) };
-                let want = rows
-                    .each_ref()
-                    .map(|x| scalar::vec_dot_q4_k_q8_k(x, &y, path));
-                assert_eq!(
-                    got.map(f32::to_bits),
-                    want.map(f32::to_bits),
-                    "{nb} blocks, {path:?}"
-                );
-            }
+                |w, y| unsafe { vec_dot_q4_k_x16_q8_k(w, y, path) },
+                |x, y| scalar::vec_dot_q4_k_q8_k(x, y, path),
+            );
         }
     }
 
@@ -1419,17 +1410,12 @@ mod tests {
         if !runs() {
             return;
         }
-        for (rows, y) in cases::<BlockQ6K, { crate::quant::INTERLEAVED_ROWS }>() {
-            let nb = y.len();
-            let mut group = Vec::new();
-            crate::quant::interleave(&rows.concat(), nb, &mut group);
+        check_interleaved(
+            "Q6_K",
             // SAFETY: called only after `runs()`: the CPU has the tier's features.
-            let got = unsafe { vec_dot_q6_k_x16_q8_k(&group, &y) };
-            let want = rows
-                .each_ref()
-                .map(|x| scalar::vec_dot_q6_k_q8_k(x, &y, KPath::VecDot));
-            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{nb} blocks");
-        }
+            |w, y| unsafe { vec_dot_q6_k_x16_q8_k(w, y) },
+            |x, y| scalar::vec_dot_q6_k_q8_k(x, y, KPath::VecDot),
+        );
     }
 
     #[test]

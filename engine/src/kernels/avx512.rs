@@ -1204,8 +1204,8 @@ mod tests {
         avx2::{
             self,
             k_quant_reference::{
-                ALL_PATHS, UNPACKED_PATHS, cases, check_against_scalar, check_kernels,
-                check_same_bits,
+                ALL_PATHS, UNPACKED_PATHS, cases, check_against_scalar, check_interleaved,
+                check_kernels, check_same_bits,
             },
         },
         cpu::{CpuFeatures, KernelTier},
@@ -1312,22 +1312,13 @@ mod tests {
         if !runs() {
             return;
         }
-        for (rows, y) in cases::<BlockQ4K, { crate::quant::INTERLEAVED_ROWS }>() {
-            let nb = y.len();
-            let mut group = Vec::new();
-            crate::quant::interleave(&rows.concat(), nb, &mut group);
-            for path in [KPath::RepackedGemv, KPath::RepackedGemm] {
+        for path in [KPath::RepackedGemv, KPath::RepackedGemm] {
+            check_interleaved(
+                &format!("Q4_K {path:?}"),
                 // SAFETY: called only after `runs()`: the CPU has the tier's features.
-                let got = unsafe { vec_dot_q4_k_x16_q8_k(&group, &y, path) };
-                let want = rows
-                    .each_ref()
-                    .map(|x| scalar::vec_dot_q4_k_q8_k(x, &y, path));
-                assert_eq!(
-                    got.map(f32::to_bits),
-                    want.map(f32::to_bits),
-                    "{nb} blocks, {path:?}"
-                );
-            }
+                |w, y| unsafe { vec_dot_q4_k_x16_q8_k(w, y, path) },
+                |x, y| scalar::vec_dot_q4_k_q8_k(x, y, path),
+            );
         }
     }
 
@@ -1338,17 +1329,12 @@ mod tests {
         if !runs() {
             return;
         }
-        for (rows, y) in cases::<BlockQ6K, { crate::quant::INTERLEAVED_ROWS }>() {
-            let nb = y.len();
-            let mut group = Vec::new();
-            crate::quant::interleave(&rows.concat(), nb, &mut group);
+        check_interleaved(
+            "Q6_K",
             // SAFETY: called only after `runs()`: the CPU has the tier's features.
-            let got = unsafe { vec_dot_q6_k_x16_q8_k(&group, &y) };
-            let want = rows
-                .each_ref()
-                .map(|x| scalar::vec_dot_q6_k_q8_k(x, &y, KPath::VecDot));
-            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{nb} blocks");
-        }
+            |w, y| unsafe { vec_dot_q6_k_x16_q8_k(w, y) },
+            |x, y| scalar::vec_dot_q6_k_q8_k(x, y, KPath::VecDot),
+        );
     }
 
     /// The dots of sixteen interleaved Q8_0 rows give the scalar single-row dots' bits on the
@@ -1358,15 +1344,12 @@ mod tests {
         if !runs() {
             return;
         }
-        for (rows, y) in cases::<BlockQ8_0, { crate::quant::INTERLEAVED_ROWS }>() {
-            let nb = y.len();
-            let mut group = Vec::new();
-            crate::quant::interleave(&rows.concat(), nb, &mut group);
+        check_interleaved(
+            "Q8_0",
             // SAFETY: called only after `runs()`: the CPU has the tier's features.
-            let got = unsafe { vec_dot_q8_0_x16_q8_0(&group, &y) };
-            let want = rows.each_ref().map(|x| scalar::vec_dot_q8_0_q8_0(x, &y));
-            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{nb} blocks");
-        }
+            |w, y| unsafe { vec_dot_q8_0_x16_q8_0(w, y) },
+            scalar::vec_dot_q8_0_q8_0,
+        );
     }
 
     /// The decode product of interleaved Q4_0 rows gives the scalar repacked dots' bits on the

@@ -8,7 +8,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use crate::kernels::k_numerics::KPath;
 use crate::quant::{
     self, BlockQ4_0, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K, BlockQ6K, BlockQ8_0, BlockQ8_1,
-    BlockQ8K, GgmlType, QK, QK_K,
+    BlockQ8K, GgmlType, INTERLEAVED_ROWS, InterleavedBlock, QK, QK_K,
 };
 
 /// Block counts every kernel is checked at: one, odd counts, and rows longer than any unrolling.
@@ -362,5 +362,29 @@ pub(crate) fn check_same_bits<W: Reference>(
                 y.len()
             );
         }
+    }
+}
+
+/// Checks a tier's dot of sixteen interleaved rows: on every case of [`cases`], the bits of `scalar`
+/// on each row as the file holds it.
+pub(crate) fn check_interleaved<B>(
+    name: &str,
+    dot: impl Fn(&[B], &[<B::Row as Reference>::Act]) -> [f32; INTERLEAVED_ROWS],
+    scalar: impl Fn(&[B::Row], &[<B::Row as Reference>::Act]) -> f32,
+) where
+    B: InterleavedBlock,
+    B::Row: Reference,
+{
+    for (rows, y) in cases::<B::Row, INTERLEAVED_ROWS>() {
+        let nb = y.len();
+        let mut group = Vec::new();
+        quant::interleave(&rows.concat(), nb, &mut group);
+        let got = dot(&group, &y);
+        let want = rows.each_ref().map(|x| scalar(x, &y));
+        assert_eq!(
+            got.map(f32::to_bits),
+            want.map(f32::to_bits),
+            "{name}, {nb} blocks"
+        );
     }
 }
