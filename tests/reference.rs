@@ -215,9 +215,22 @@ fn f16_path_reproduces_the_f16_reference() {
     quantized_path_reproduces(WeightType::F16, "F16");
 }
 
+/// llama-perplexity's defaults: batches of 2048 tokens, run in micro-batches of 512.
+const PERPLEXITY_BATCH: usize = 2048;
+const PERPLEXITY_MICRO_BATCH: usize = 512;
+
+/// The tokens of one chunk that llama-perplexity evaluates together at its defaults: a batch holds
+/// `2048 / context` chunks, each a sequence of its own, and its micro-batches take an equal share
+/// of every sequence (32 tokens at `-c 128`). The share matters for the bits: llama.cpp attends
+/// over an f16 cache in its tiled form from 64 tokens of a sequence on, key by key below that.
+fn perplexity_step(context: usize) -> usize {
+    let sequences = (PERPLEXITY_BATCH / context).max(1);
+    (PERPLEXITY_MICRO_BATCH / sequences).clamp(1, context)
+}
+
 /// llama-perplexity with `-c 128`: consecutive 128-token chunks, each from an empty cache and, when
-/// the tokenizer adds a BOS, with its first token replaced by BOS, scored on the predictions made
-/// from the second half of the chunk.
+/// the tokenizer adds a BOS, with its first token replaced by BOS, fed in the steps llama.cpp feeds
+/// them ([`perplexity_step`]) and scored on the predictions made from the second half of the chunk.
 fn perplexity(model: &LoadedModel, tokens: &[u32], context: usize) -> f64 {
     let first = context / 2;
     let bos = model.tokenizer.bos().filter(|_| model.tokenizer.adds_bos());
@@ -229,10 +242,14 @@ fn perplexity(model: &LoadedModel, tokens: &[u32], context: usize) -> f64 {
             chunk[0] = bos;
         }
         let mut cache = model.model.new_cache(context);
-        let logits = model
-            .model
-            .forward(&chunk, &mut cache, Logits::All)
-            .expect("forward");
+        let mut logits = Vec::with_capacity(context * vocab);
+        for step in chunk.chunks(perplexity_step(context)) {
+            let step_logits = model
+                .model
+                .forward(step, &mut cache, Logits::All)
+                .expect("forward");
+            logits.extend_from_slice(&step_logits);
+        }
         for j in first..context - 1 {
             let logprobs = log_softmax(&logits[j * vocab..(j + 1) * vocab]);
             nll -= logprobs[chunk[j + 1] as usize];

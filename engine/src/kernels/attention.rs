@@ -11,9 +11,12 @@
 //! in f32. A query row's result therefore has the same bits whichever tokens and heads share its call:
 //! batching and chunked prefill do not change it.
 //!
-//! Over an f16 cache the fast form is llama.cpp's CPU flash attention instead, step for step: the
-//! query rounded to f16, each score summed as ggml's AVX-512 f16 dot sums it, the softmax updated key
-//! by key, and the weighted values kept in f16. Its bits are llama.cpp's on every tier.
+//! Over an f16 cache the fast form is llama.cpp's CPU flash attention instead, step for step, in the
+//! form llama.cpp picks by the size of the batch. Below [`TILED_MIN_TOKENS`] query tokens of a
+//! sequence's forward call: the query rounded to f16, each score summed as ggml's AVX-512 f16 dot sums
+//! it, the softmax updated key by key, and the weighted values kept in f16. From there on, its tiled
+//! form, f32 throughout (the `tiled` module). Either gives llama.cpp's AVX-512 bits on every tier, and a row's
+//! bits do not depend on which rows share its call.
 //!
 //! A sliding-window layer's query at position `p` sees only positions `p'` with `p - p' < window`
 //! (llama.cpp's standard sliding window); the kernel skips the blocks before a call's first visible
@@ -24,6 +27,13 @@
 use std::cell::RefCell;
 
 use half::{f16, slice::HalfFloatSliceExt};
+
+mod tiled;
+
+pub use tiled::TILED_MIN_TOKENS;
+#[cfg(target_arch = "x86_64")]
+use tiled::{Avx2Lanes, Avx512Lanes};
+use tiled::{Lanes, PortableLanes};
 
 /// Key positions per block of the fast kernel.
 pub const KEY_BLOCK: usize = 64;
@@ -78,6 +88,10 @@ pub struct GroupQueries<'a> {
     /// Positions a query sees in a sliding-window layer (itself and the `window - 1` before it);
     /// `None` for global attention.
     pub window: Option<usize>,
+    /// Whether the sequence's forward call feeds [`TILED_MIN_TOKENS`] tokens or more: over an f16
+    /// cache llama.cpp then takes its tiled flash attention, and so does the fast kernel
+    /// (the `tiled` module).
+    pub tiled: bool,
 }
 
 impl GroupQueries<'_> {
@@ -168,7 +182,8 @@ pub(crate) struct Scratch {
     /// One block of keys, transposed: `head_dim x KEY_BLOCK` (the f32 cache's path, and the flash
     /// path's for heads of whole [`FLASH_STEP`]s).
     keys_t: Vec<f32>,
-    /// One block of keys as rows: `KEY_BLOCK x head_dim` (the flash path's for other heads).
+    /// One block of keys as rows: `KEY_BLOCK x head_dim` (the flash path's for other heads, and the
+    /// tiled form's).
     keys: Vec<f32>,
     /// One block of values: `KEY_BLOCK x head_dim`.
     values: Vec<f32>,
@@ -264,9 +279,9 @@ impl HalfRounding for Avx512Rounding {
 /// where it fuses. Either way a cache type gives the same bits on every tier.
 ///
 /// # Safety
-/// The CPU must support what `R` uses.
+/// The CPU must support what `R` and `L` use.
 #[inline(always)]
-pub(crate) unsafe fn attend_fast<T: CacheValue, R: HalfRounding>(
+pub(crate) unsafe fn attend_fast<T: CacheValue, R: HalfRounding, L: Lanes>(
     queries: &GroupQueries<'_>,
     kv: &CachedHead<'_, T>,
     out: &mut [f32],
@@ -275,25 +290,30 @@ pub(crate) unsafe fn attend_fast<T: CacheValue, R: HalfRounding>(
     // SAFETY: passed on from the caller.
     unsafe {
         match queries.head_dim {
-            16 => blocked::<T, R, 16>(queries, kv, out, scratch),
-            32 => blocked::<T, R, 32>(queries, kv, out, scratch),
-            64 => blocked::<T, R, 64>(queries, kv, out, scratch),
-            128 => blocked::<T, R, 128>(queries, kv, out, scratch),
-            256 => blocked::<T, R, 256>(queries, kv, out, scratch),
+            16 => blocked::<T, R, L, 16>(queries, kv, out, scratch),
+            32 => blocked::<T, R, L, 32>(queries, kv, out, scratch),
+            64 => blocked::<T, R, L, 64>(queries, kv, out, scratch),
+            128 => blocked::<T, R, L, 128>(queries, kv, out, scratch),
+            256 => blocked::<T, R, L, 256>(queries, kv, out, scratch),
             _ => attend_reference(queries, kv, out),
         }
     }
 }
 
 /// # Safety
-/// The CPU must support what `R` uses.
+/// The CPU must support what `R` and `L` use.
 #[inline(always)]
-unsafe fn blocked<T: CacheValue, R: HalfRounding, const HD: usize>(
+unsafe fn blocked<T: CacheValue, R: HalfRounding, L: Lanes, const HD: usize>(
     queries: &GroupQueries<'_>,
     kv: &CachedHead<'_, T>,
     out: &mut [f32],
     s: &mut Scratch,
 ) {
+    if T::FLASH_F16 && queries.tiled {
+        // SAFETY: passed on from the caller.
+        unsafe { tiled::attend::<T, L, HD>(queries, kv, out, s) };
+        return;
+    }
     let rows = queries.rows();
     s.queries.resize(rows * HD, 0.0);
     for r in 0..rows {
@@ -315,7 +335,7 @@ unsafe fn blocked<T: CacheValue, R: HalfRounding, const HD: usize>(
     s.max.resize(rows, f32::NEG_INFINITY);
     s.sum.clear();
     s.sum.resize(rows, 0.0);
-    if T::FLASH_F16 && !flash_transposed::<HD>() {
+    if KeyLayout::key_by_key::<T, HD>() == KeyLayout::Rows {
         s.keys.resize(KEY_BLOCK * HD, 0.0);
     } else {
         s.keys_t.resize(HD * KEY_BLOCK, 0.0);
@@ -328,7 +348,7 @@ unsafe fn blocked<T: CacheValue, R: HalfRounding, const HD: usize>(
     let first_block = queries.first_visible(0) / KEY_BLOCK * KEY_BLOCK;
     for start in (first_block..total).step_by(KEY_BLOCK) {
         let n = (total - start).min(KEY_BLOCK);
-        load_block::<T, HD>(kv, start, n, s);
+        load_block::<T, HD>(kv, (start, n), KeyLayout::key_by_key::<T, HD>(), s);
         for t in 0..queries.tokens {
             let visible = queries.visible(t);
             let first = queries.first_visible(t);
@@ -367,19 +387,39 @@ unsafe fn blocked<T: CacheValue, R: HalfRounding, const HD: usize>(
     }
 }
 
-/// Widens positions `start..start + n` into the scratch: values as rows, keys transposed (as rows
-/// for the flash path of a head that is not a multiple of [`FLASH_STEP`]).
+/// How a loaded block holds its keys in the scratch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyLayout {
+    /// `KEY_BLOCK x head_dim`, in [`Scratch::keys`].
+    Rows,
+    /// `head_dim x KEY_BLOCK`, in [`Scratch::keys_t`].
+    Transposed,
+}
+
+impl KeyLayout {
+    /// The layout of the key-by-key kernels: transposed, but as rows for the flash path of a head
+    /// that is not a multiple of [`FLASH_STEP`].
+    const fn key_by_key<T: CacheValue, const HD: usize>() -> Self {
+        if T::FLASH_F16 && !flash_transposed::<HD>() {
+            Self::Rows
+        } else {
+            Self::Transposed
+        }
+    }
+}
+
+/// Widens positions `start..start + n` into the scratch: values as rows, keys in `layout`.
 #[inline(always)]
 fn load_block<T: CacheValue, const HD: usize>(
     kv: &CachedHead<'_, T>,
-    start: usize,
-    n: usize,
+    (start, n): (usize, usize),
+    layout: KeyLayout,
     s: &mut Scratch,
 ) {
     for k in 0..n {
         let o = (kv.offset)(start + k);
         T::widen(&kv.values[o..o + HD], &mut s.values[k * HD..(k + 1) * HD]);
-        if T::FLASH_F16 && !flash_transposed::<HD>() {
+        if layout == KeyLayout::Rows {
             T::widen(&kv.keys[o..o + HD], &mut s.keys[k * HD..(k + 1) * HD]);
             continue;
         }
@@ -836,7 +876,7 @@ pub(crate) fn attend_f16_portable(
     scratch: &mut Scratch,
 ) {
     // SAFETY: software rounding has no requirements.
-    unsafe { attend_fast::<f16, SoftwareRounding>(q, kv, out, scratch) };
+    unsafe { attend_fast::<f16, SoftwareRounding, PortableLanes>(q, kv, out, scratch) };
 }
 
 /// The fast kernel on the baseline instruction set.
@@ -847,12 +887,12 @@ pub(crate) fn attend_f32_portable(
     scratch: &mut Scratch,
 ) {
     // SAFETY: the f32 cache rounds nothing.
-    unsafe { attend_fast::<f32, SoftwareRounding>(q, kv, out, scratch) };
+    unsafe { attend_fast::<f32, SoftwareRounding, PortableLanes>(q, kv, out, scratch) };
 }
 
 /// The fast kernel for one cache type compiled with a SIMD tier's instruction set.
 macro_rules! simd_tier {
-    ($name:ident, $value:ty, $rounding:ty, $features:literal, $doc:literal) => {
+    ($name:ident, $value:ty, $rounding:ty, $lanes:ty, $features:literal, $doc:literal) => {
         #[doc = $doc]
         ///
         /// # Safety
@@ -866,7 +906,7 @@ macro_rules! simd_tier {
             scratch: &mut Scratch,
         ) {
             // SAFETY: the rounding's instructions are among the features the caller guarantees.
-            unsafe { attend_fast::<$value, $rounding>(q, kv, out, scratch) };
+            unsafe { attend_fast::<$value, $rounding, $lanes>(q, kv, out, scratch) };
         }
     };
 }
@@ -875,6 +915,7 @@ simd_tier!(
     attend_f16_avx2,
     f16,
     F16cRounding,
+    Avx2Lanes,
     "avx2,fma,f16c",
     "The fast kernel for AVX2 and FMA."
 );
@@ -882,6 +923,7 @@ simd_tier!(
     attend_f32_avx2,
     f32,
     F16cRounding,
+    Avx2Lanes,
     "avx2,fma,f16c",
     "The fast kernel for AVX2 and FMA."
 );
@@ -889,6 +931,7 @@ simd_tier!(
     attend_f16_avx512,
     f16,
     Avx512Rounding,
+    Avx512Lanes,
     "avx512f,avx512bw,avx512vl,avx2,fma,f16c",
     "The fast kernel for AVX-512."
 );
@@ -896,6 +939,7 @@ simd_tier!(
     attend_f32_avx512,
     f32,
     Avx512Rounding,
+    Avx512Lanes,
     "avx512f,avx512bw,avx512vl,avx2,fma,f16c",
     "The fast kernel for AVX-512."
 );
@@ -969,10 +1013,24 @@ mod tests {
             (48, 3, 6, 30, Some(7)),
         ];
         for (seed, &(hd, heads, tokens, first_pos, window)) in shapes.iter().enumerate() {
+            for tiled in [false, true] {
+                check_every_tier(seed as u64, (hd, heads, tokens, first_pos), window, tiled);
+            }
+        }
+    }
+
+    /// One shape of [`every_tier_matches_the_reference_and_the_portable_bits`].
+    fn check_every_tier(
+        seed: u64,
+        (hd, heads, tokens, first_pos): (usize, usize, usize, usize),
+        window: Option<usize>,
+        tiled: bool,
+    ) {
+        {
             let stride = heads * hd + 8;
             let positions = first_pos + tokens;
             let kv_width = 2 * hd;
-            let c = case(seed as u64, tokens, stride, positions, kv_width);
+            let c = case(seed, tokens, stride, positions, kv_width);
             let offset = |j: usize| c.order[j] * c.kv_width + hd;
             let queries = GroupQueries {
                 q: &c.q,
@@ -983,6 +1041,7 @@ mod tests {
                 first_pos,
                 scale: 1.0 / (hd as f32).sqrt(),
                 window,
+                tiled,
             };
             let keys16: Vec<f16> = c.keys.iter().map(|&v| f16::from_f32(v)).collect();
             let values16: Vec<f16> = c.values.iter().map(|&v| f16::from_f32(v)).collect();
@@ -1007,7 +1066,8 @@ mod tests {
             for tier in cpu::available_tiers() {
                 let table = KernelTable::for_tier(tier).expect("available tier");
                 let what = format!(
-                    "{tier:?} head {hd}, {tokens} tokens from {first_pos}, window {window:?}"
+                    "{tier:?} head {hd}, {tokens} tokens from {first_pos}, window {window:?}, \
+                     tiled {tiled}"
                 );
                 let mut got = vec![0f32; tokens * stride];
                 table.attend_f32(&queries, &head32, &mut got);
@@ -1017,10 +1077,12 @@ mod tests {
                     portable.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                     "{what}: the portable kernel's bits"
                 );
-                // The f16 sums of values follow llama.cpp, a few parts in 10^4 from the exact result.
+                // The f16 sums of values follow llama.cpp, a few parts in 10^4 from the exact result;
+                // its tiled form sums in f32.
                 let mut got = vec![0f32; tokens * stride];
                 table.attend_f16(&queries, &head16, &mut got);
-                close(&got, &want16, 3e-3, &format!("{what}, f16 cache"));
+                let tolerance = if tiled { 2e-5 } else { 3e-3 };
+                close(&got, &want16, tolerance, &format!("{what}, f16 cache"));
                 assert_eq!(
                     got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                     portable16.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
@@ -1090,6 +1152,7 @@ mod tests {
             first_pos,
             scale: 0.125,
             window: None,
+            tiled: false,
         };
         rows_alone_match_the_block(&block, &[0, 13, 19], |q, out| {
             with_scratch(|s| attend_f32_portable(q, &head, out, s))
@@ -1120,10 +1183,13 @@ mod tests {
             first_pos,
             scale: 0.125,
             window: Some(window),
+            tiled: false,
         };
-        rows_alone_match_the_block(&block, &[0, 21, 39], |q, out| {
-            with_scratch(|s| attend_f16_portable(q, &head, out, s))
-        });
+        for tiled in [false, true] {
+            rows_alone_match_the_block(&GroupQueries { tiled, ..block }, &[0, 21, 39], |q, out| {
+                with_scratch(|s| attend_f16_portable(q, &head, out, s))
+            });
+        }
     }
 
     /// Asserts that each of `rows` of `block`, attended alone by `attend`, has the bits it has when
@@ -1151,7 +1217,8 @@ mod tests {
                     .iter()
                     .map(|v| v.to_bits())
                     .collect::<Vec<_>>(),
-                "token {t}"
+                "token {t}, tiled {}",
+                block.tiled
             );
         }
     }
@@ -1184,6 +1251,7 @@ mod tests {
                 first_pos,
                 scale: 0.125,
                 window: Some(window),
+                tiled: false,
             };
             for t in 0..tokens {
                 // The same row as a global query over its window's positions, renumbered from 0.
@@ -1233,14 +1301,17 @@ mod tests {
                         values: &values16,
                         offset: &offset,
                     };
-                    let mut got = vec![0f32; tokens * stride];
-                    table.attend_f16(&windowed, &head16, &mut got);
-                    close(
-                        &got[t * stride..(t + 1) * stride],
-                        &want16,
-                        3e-3,
-                        &format!("{what}, f16 cache"),
-                    );
+                    for tiled in [false, true] {
+                        let windowed = GroupQueries { tiled, ..windowed };
+                        let mut got = vec![0f32; tokens * stride];
+                        table.attend_f16(&windowed, &head16, &mut got);
+                        close(
+                            &got[t * stride..(t + 1) * stride],
+                            &want16,
+                            3e-3,
+                            &format!("{what}, f16 cache, tiled {tiled}"),
+                        );
+                    }
                 }
             }
         }

@@ -317,6 +317,7 @@ impl Llama {
                 tokens: &tokens[range],
                 at: &ws.at,
                 layouts: &layouts,
+                call_tokens: &[tokens.len()],
                 logit_rows: &ws.logit_rows,
             };
             // One pass writes its logits straight to `out`; several add theirs one after another.
@@ -385,10 +386,12 @@ impl Llama {
         if tokens.is_empty() {
             return Ok(vec![None; batch.len()]);
         }
+        let call_tokens: Vec<usize> = batch.iter().map(|seq| seq.tokens.len()).collect();
         let pass = Pass {
             tokens: &tokens,
             at: &ws.at,
             layouts: &layouts,
+            call_tokens: &call_tokens,
             logit_rows: &ws.logit_rows,
         };
         let kv_dim = kv.kv_dim;

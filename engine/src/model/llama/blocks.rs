@@ -14,7 +14,7 @@ use super::{
 use crate::{
     kernels::{
         self,
-        attention::{CachedHead, GroupQueries},
+        attention::{CachedHead, GroupQueries, TILED_MIN_TOKENS},
     },
     model::kv::KvStorage,
     team::Split,
@@ -180,6 +180,7 @@ impl Llama {
                 first_pos: start.pos,
                 scale,
                 window: inputs.window,
+                tiled: inputs.pass.call_tokens[start.seq] >= TILED_MIN_TOKENS,
             };
             let head = CachedHead {
                 keys: inputs.keys,

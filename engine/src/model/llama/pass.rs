@@ -29,6 +29,10 @@ pub(super) struct Pass<'a> {
     pub(super) tokens: &'a [u32],
     pub(super) at: &'a [TokenAt],
     pub(super) layouts: &'a [SeqLayout<'a>],
+    /// Per sequence, the tokens its forward call feeds (all passes of it together): from
+    /// [`TILED_MIN_TOKENS`](crate::kernels::attention::TILED_MIN_TOKENS) on, its attention takes
+    /// llama.cpp's tiled form.
+    pub(super) call_tokens: &'a [usize],
     pub(super) logit_rows: &'a [usize],
 }
 
