@@ -114,6 +114,16 @@ impl GroupQueries<'_> {
         self.window
             .map_or(0, |window| self.visible(t).saturating_sub(window))
     }
+
+    /// The blocks of keys some row of the call sees, as `(start, positions)`. Blocks stay counted
+    /// from position 0 so that a row's blocks do not depend on its call.
+    fn key_blocks(&self) -> impl Iterator<Item = (usize, usize)> {
+        let total = self.visible(self.tokens - 1);
+        let first_block = self.first_visible(0) / KEY_BLOCK * KEY_BLOCK;
+        (first_block..total)
+            .step_by(KEY_BLOCK)
+            .map(move |start| (start, (total - start).min(KEY_BLOCK)))
+    }
 }
 
 /// One key/value head of one sequence's cache.
@@ -343,11 +353,7 @@ unsafe fn blocked<T: CacheValue, R: HalfRounding, L: Lanes, const HD: usize>(
     s.values.resize(KEY_BLOCK * HD, 0.0);
     s.key.resize(HD, 0.0);
 
-    let total = queries.visible(queries.tokens - 1);
-    // Blocks stay counted from position 0 so that a row's blocks do not depend on its call.
-    let first_block = queries.first_visible(0) / KEY_BLOCK * KEY_BLOCK;
-    for start in (first_block..total).step_by(KEY_BLOCK) {
-        let n = (total - start).min(KEY_BLOCK);
+    for (start, n) in queries.key_blocks() {
         load_block::<T, HD>(kv, (start, n), KeyLayout::key_by_key::<T, HD>(), s);
         for t in 0..queries.tokens {
             let visible = queries.visible(t);
@@ -375,7 +381,14 @@ unsafe fn blocked<T: CacheValue, R: HalfRounding, L: Lanes, const HD: usize>(
             }
         }
     }
-    for r in 0..rows {
+    write_normalized::<HD>(queries, s, out);
+}
+
+/// Writes each row's weighted sum of values divided by its sum of weights (zero for a row that saw
+/// no key) at the row's place in `out`.
+#[inline(always)]
+fn write_normalized<const HD: usize>(queries: &GroupQueries<'_>, s: &Scratch, out: &mut [f32]) {
+    for r in 0..queries.rows() {
         let at = queries.at(r);
         let inv = if s.sum[r] > 0.0 { 1.0 / s.sum[r] } else { 0.0 };
         for (o, &a) in out[at..at + HD]

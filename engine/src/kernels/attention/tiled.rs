@@ -15,7 +15,10 @@
 //! sums are lane-wise. Each row's operations are the ones above in the same order, so its bits do not
 //! depend on which rows share its lanes, nor on the tier.
 
-use super::{CacheValue, CachedHead, GroupQueries, KEY_BLOCK, KeyLayout, Scratch, load_block};
+use super::{
+    CacheValue, CachedHead, GroupQueries, KEY_BLOCK, KeyLayout, Scratch, load_block,
+    write_normalized,
+};
 
 /// Query tokens of one sequence's forward call from which llama.cpp takes the tiled form
 /// (`GGML_FA_TILE_Q`).
@@ -71,10 +74,7 @@ pub(super) unsafe fn attend<T: CacheValue, L: Lanes, const HD: usize>(
     s.keys.resize(KEY_BLOCK * HD, 0.0);
     s.values.resize(KEY_BLOCK * HD, 0.0);
 
-    let total = queries.visible(queries.tokens - 1);
-    let first_block = queries.first_visible(0) / KEY_BLOCK * KEY_BLOCK;
-    for start in (first_block..total).step_by(KEY_BLOCK) {
-        let n = (total - start).min(KEY_BLOCK);
+    for (start, n) in queries.key_blocks() {
         load_block::<T, HD>(kv, (start, n), KeyLayout::Rows, s);
         for g in 0..groups {
             let tile = lane_tile(queries, g, start, n);
@@ -94,17 +94,7 @@ pub(super) unsafe fn attend<T: CacheValue, L: Lanes, const HD: usize>(
             };
         }
     }
-    for r in 0..rows {
-        let at = queries.at(r);
-        let sum = s.sum[r];
-        let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
-        for (o, &a) in out[at..at + HD]
-            .iter_mut()
-            .zip(&s.acc[r * HD..(r + 1) * HD])
-        {
-            *o = a * inv;
-        }
-    }
+    write_normalized::<HD>(queries, s, out);
 }
 
 /// The query rows in lane groups, transposed: group `g`'s element `d` of lane `l` at
