@@ -1,7 +1,8 @@
 //! The serving engine on a tiny random model: batched outputs equal one-at-a-time outputs (also when
 //! the key/value pool is so small that sequences are preempted, and for a model with sliding-window
 //! layers), prefixes are reused, cancelled requests give their memory back, bad requests are
-//! refused at the door, and the time between steps is summed only while requests run.
+//! refused at the door, the time between steps is summed only while requests run, and a drain hold
+//! lets decoding requests finish before a prompt runs.
 
 use std::{
     path::{Path, PathBuf},
@@ -358,4 +359,94 @@ fn bad_requests_are_refused_with_a_reason() {
         )
         .is_err()
     );
+}
+
+/// Records which request each event belongs to, in the order the engine sends them; the first token
+/// of a request given `hold_first` waits until the test lets it go (so a later request is surely
+/// queued while this one still decodes).
+struct OrderSink {
+    id: usize,
+    log: Arc<std::sync::Mutex<Vec<(usize, bool)>>>,
+    hold_first: Option<mpsc::Receiver<()>>,
+    first_seen: Option<mpsc::Sender<()>>,
+}
+
+impl EventSink for OrderSink {
+    fn send(&mut self, event: Event) -> bool {
+        let done = !matches!(event, Event::Token(_));
+        self.log.lock().expect("log").push((self.id, done));
+        if let (Some(seen), Some(go)) = (self.first_seen.take(), self.hold_first.take()) {
+            seen.send(()).expect("the test waits");
+            go.recv().expect("the test lets it go");
+        }
+        true
+    }
+    fn is_closed(&self) -> bool {
+        false
+    }
+}
+
+/// Whether request 1 (a prompt arriving while request 0 decodes its last 99 tokens) gave its first
+/// token before request 0 ended, on an engine with `drain_hold`.
+fn prompt_ran_before_the_drain(drain_hold: f64) -> bool {
+    let config = ServeConfig {
+        drain_hold,
+        ..ServeConfig::default()
+    };
+    let engine = Engine::start(tiny(), config).expect("starts");
+    // A first request, so that the engine has timed a prompt and decode steps.
+    let (warm, rx, _) = request(prompt(10, 9), greedy(8));
+    engine.submit(warm).expect("accepted");
+    collect(&rx);
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (seen_tx, seen_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let submit = |id, prompt, max_tokens, hold: Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>| {
+        let (first_seen, hold_first) = hold.unzip();
+        engine
+            .submit(Request {
+                prompt,
+                params: greedy(max_tokens),
+                priority: DEFAULT_PRIORITY,
+                ignore_eos: true,
+                logprobs: None,
+                events: Box::new(OrderSink {
+                    id,
+                    log: log.clone(),
+                    hold_first,
+                    first_seen,
+                }),
+            })
+            .expect("accepted");
+    };
+    submit(0, prompt(8, 1), 100, Some((seen_tx, go_rx)));
+    seen_rx.recv().expect("request 0's first token");
+    submit(1, prompt(24, 2), 4, None);
+    go_tx.send(()).expect("the engine waits");
+    let events = |log: &[(usize, bool)]| log.iter().filter(|(_, done)| *done).count();
+    for _ in 0..6000 {
+        if events(&log.lock().expect("log")) == 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let log = log.lock().expect("log").clone();
+    assert_eq!(events(&log), 2, "both requests end: {log:?}");
+    let first_of_1 = log
+        .iter()
+        .position(|&(id, _)| id == 1)
+        .expect("request 1 ran");
+    let end_of_0 = log
+        .iter()
+        .position(|&e| e == (0, true))
+        .expect("request 0 ended");
+    first_of_1 < end_of_0
+}
+
+/// A prompt that arrives while a request decodes runs at once by default, stalling that request;
+/// with a drain hold that its prefill's stall outweighs, it waits for the request to end.
+#[test]
+fn a_drain_hold_lets_a_decoding_request_finish_before_a_prompt_runs() {
+    assert!(prompt_ran_before_the_drain(0.0));
+    assert!(!prompt_ran_before_the_drain(1e6));
 }

@@ -49,6 +49,11 @@ pub(crate) struct ServeArgs {
     /// Requests allowed to wait for a slot; more get 429.
     #[arg(long, default_value_t = 256)]
     max_waiting: usize,
+    /// Prompts wait for the decoding requests to finish while their summed wait is at most this many
+    /// times the summed stall their prefill would cost those requests (0: never). A hold trades
+    /// some first-token time for ends that later prompts do not stall.
+    #[arg(long, value_name = "FACTOR", default_value_t = 0.0)]
+    drain_hold: f64,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: std::net::IpAddr,
@@ -103,6 +108,7 @@ impl ServeArgs {
             kv_type: self.kv_type,
             step_tokens: self.step_tokens,
             max_waiting: self.max_waiting,
+            drain_hold: self.drain_hold,
         };
         let engine = Arc::new(Engine::start(Arc::new(loaded), config)?);
         let mut server_options = ServerOptions::new(served.clone());

@@ -15,7 +15,7 @@ use std::{
     thread,
 };
 
-pub use scheduler::Scheduler;
+pub use scheduler::{Scheduler, holds_prompts};
 pub use steps::{DecodeSteps, PromptSteps, StepGaps, StepTimes};
 
 use crate::{
@@ -27,7 +27,7 @@ use crate::{
 };
 
 /// How a serving engine runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServeConfig {
     /// Sequences decoded together at most.
     pub max_batch: usize,
@@ -41,6 +41,11 @@ pub struct ServeConfig {
     pub step_tokens: usize,
     /// Requests waiting for a slot at most; more are refused as over capacity.
     pub max_waiting: usize,
+    /// Prompts wait for the decoding requests to finish while their summed wait is at most this
+    /// many times the summed stall their prefill would cost those requests, so that prompts do not
+    /// stall a batch about to finish (0, the default: prompts never wait for decodes). See
+    /// [`holds_prompts`].
+    pub drain_hold: f64,
 }
 
 impl Default for ServeConfig {
@@ -52,6 +57,7 @@ impl Default for ServeConfig {
             kv_type: KvType::F16,
             step_tokens: 512,
             max_waiting: 256,
+            drain_hold: 0.0,
         }
     }
 }
@@ -233,6 +239,12 @@ impl Engine {
             return Err(Error::InvalidRequest(
                 "max batch, step tokens and block size must be at least 1".into(),
             ));
+        }
+        if !(config.drain_hold >= 0.0 && config.drain_hold.is_finite()) {
+            return Err(Error::InvalidRequest(format!(
+                "the drain hold must be a finite number of at least 0, not {}",
+                config.drain_hold
+            )));
         }
         let block_bytes = PagedKv::block_bytes(c, config.block_size, config.kv_type);
         let n_blocks = config.kv_bytes / block_bytes;

@@ -50,6 +50,25 @@ struct Sequence {
     admitted_once: bool,
 }
 
+impl Sequence {
+    /// Whether it has prompt tokens still to run beyond its last one (a prompt, or a recomputation
+    /// after preemption), rather than one token to decode.
+    fn prefilling(&self) -> bool {
+        self.tokens.len() - self.computed > 1
+    }
+}
+
+/// Whether a step runs only the requests decoding, leaving the prompts waiting, so that the batch
+/// finishes first: when the prompts' wait for the drain, summed over them (`prompts_wait_s`), is at
+/// most `hold` times the stall their prefill would cost the decoding requests, summed over those
+/// (`decodes_stall_s`). At 1 this is the exchange that lowers the sum of the latencies (shortest
+/// remaining work first); above 1 it favours finishing what runs, which leaves each request's end to
+/// the requests already there, not to those still to come. Long decodes never hold a prompt, and
+/// held prompts start no decodes, so a drain always ends. `hold` 0 never holds.
+pub fn holds_prompts(hold: f64, prompts_wait_s: f64, decodes_stall_s: f64) -> bool {
+    hold > 0.0 && prompts_wait_s <= hold * decodes_stall_s
+}
+
 /// One sequence's share of a step.
 struct Slot {
     index: usize,
@@ -272,16 +291,18 @@ impl Scheduler {
     }
 
     /// Chooses each running sequence's tokens for this step and makes room for them, preempting when
-    /// the pool runs out. Decoding sequences come first, then prefill chunks under the token budget.
+    /// the pool runs out. Decoding sequences come first, then prefill chunks under the token budget,
+    /// unless the prompts wait for the decodes to drain ([`holds_prompts`]).
     fn plan_step(&mut self) -> Vec<Slot> {
         'retry: loop {
-            self.running.sort_by_key(|s| {
-                let prefilling = s.tokens.len() - s.computed > 1;
-                (prefilling, s.key)
-            });
+            self.running.sort_by_key(|s| (s.prefilling(), s.key));
+            let prompts_wait = self.prompts_wait();
             let mut budget = self.config.step_tokens;
             let mut slots = Vec::with_capacity(self.running.len());
             for index in 0..self.running.len() {
+                if prompts_wait && self.running[index].prefilling() {
+                    break;
+                }
                 let remaining = self.running[index].tokens.len() - self.running[index].computed;
                 let take = remaining.min(budget);
                 if take == 0 {
@@ -299,6 +320,39 @@ impl Scheduler {
             }
             return slots;
         }
+    }
+
+    /// Whether this step's prompts wait for the running decodes to drain, as [`holds_prompts`] rules
+    /// on the engine's step timings so far (never before it has timed a decode step and a prompt).
+    fn prompts_wait(&self) -> bool {
+        if self.config.drain_hold <= 0.0 {
+            return false;
+        }
+        let (mut decoding, mut longest_left, mut prompts, mut prompt_tokens) = (0, 0, 0, 0);
+        for seq in &self.running {
+            if seq.prefilling() {
+                prompts += 1;
+                prompt_tokens += seq.tokens.len() - seq.computed;
+            } else {
+                decoding += 1;
+                longest_left = longest_left.max(seq.max_tokens.saturating_sub(seq.generated));
+            }
+        }
+        if decoding == 0 || prompts == 0 {
+            return false;
+        }
+        let times = self.stats.step_times_mut();
+        let (Some(step_s), Some(token_s)) = (times.decode_step_s(decoding), times.prompt_token_s())
+        else {
+            return false;
+        };
+        // What the next step would run of the prompts.
+        let prompt_tokens = prompt_tokens.min(self.config.step_tokens.saturating_sub(decoding));
+        holds_prompts(
+            self.config.drain_hold,
+            (longest_left * prompts) as f64 * step_s,
+            (prompt_tokens * decoding) as f64 * token_s,
+        )
     }
 
     /// Gives sequence `index` blocks for `take` more positions; `false` when the pool is full.
@@ -518,6 +572,16 @@ fn token_logprob(logits: &[f32], token: u32, top: usize) -> TokenLogprob {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Prompts wait only while their summed wait is within `hold` times the stall they would
+    /// cost, and never at hold 0.
+    #[test]
+    fn prompts_wait_only_for_a_short_drain() {
+        assert!(holds_prompts(2.0, 0.6, 0.3));
+        assert!(!holds_prompts(2.0, 0.61, 0.3));
+        assert!(holds_prompts(1.0, 0.0, 0.3));
+        assert!(!holds_prompts(0.0, 0.0, 0.3));
+    }
 
     #[test]
     fn logprobs_are_normalized_and_sorted() {

@@ -161,6 +161,30 @@ impl StepTimes {
         self.between_steps.seconds += other.between_steps.seconds;
     }
 
+    /// Mean seconds of a decode-only step of `batch` requests; of every decode-only step when none
+    /// of that batch ran (`None` before the first).
+    pub fn decode_step_s(&self, batch: usize) -> Option<f64> {
+        let mean = |d: DecodeSteps| (d.steps > 0).then(|| d.seconds / d.steps as f64);
+        self.decode.get(batch).copied().and_then(mean).or_else(|| {
+            mean(
+                self.decode
+                    .iter()
+                    .fold(DecodeSteps::default(), |sum, d| DecodeSteps {
+                        steps: sum.steps + d.steps,
+                        seconds: sum.seconds + d.seconds,
+                    }),
+            )
+        })
+    }
+
+    /// Seconds per prompt token of the steps that ran prompts, decodes beside them included (`None`
+    /// before the first).
+    pub fn prompt_token_s(&self) -> Option<f64> {
+        let tokens: f64 = self.prompt.iter().map(|p| p.tokens).sum();
+        let seconds: f64 = self.prompt.iter().map(|p| p.seconds).sum();
+        (tokens > 0.0).then(|| seconds / tokens)
+    }
+
     /// Steps recorded.
     pub fn steps(&self) -> u64 {
         self.decode.iter().map(|d| d.steps).sum::<u64>()
@@ -199,6 +223,28 @@ mod tests {
         assert_eq!(later.steps(), 1);
         assert_eq!(later.decode[5].steps, 1);
         assert_eq!(later.decode[2], DecodeSteps::default());
+    }
+
+    /// A decode step's estimate is its batch's mean, or every batch's before that batch ran; a
+    /// prompt token's is the prompt steps' seconds over their tokens.
+    #[test]
+    fn step_estimates_come_from_the_sums() {
+        let mut t = StepTimes::with_max_batch(4);
+        assert_eq!((t.decode_step_s(1), t.prompt_token_s()), (None, None));
+        t.record(1, 0, 0.010);
+        t.record(1, 0, 0.014);
+        t.record(3, 0, 0.030);
+        t.record(0, 100, 0.2);
+        t.record(2, 50, 0.1);
+        let near = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-12);
+        assert!(near(t.decode_step_s(1), 0.012));
+        assert!(near(t.decode_step_s(3), 0.030));
+        assert!(
+            near(t.decode_step_s(2), 0.054 / 3.0),
+            "batch 2 never decoded alone"
+        );
+        assert!(near(t.decode_step_s(9), 0.054 / 3.0), "beyond the lists");
+        assert!(near(t.prompt_token_s(), 0.3 / 150.0));
     }
 
     /// Gaps are summed apart from the steps, and a later reading less an earlier one, or two
