@@ -26,6 +26,8 @@ pub fn fit(times: &StepTimes) -> Option<StepModel> {
         steps: times.steps(),
         step_gap_s: 0.0,
         request_overhead_s: 0.0,
+        // The steps' times say nothing of the order the scheduler chose.
+        drain_hold: 0.0,
     };
     let (prompt_token_s, prompt_step_s) = prompt_line(times, &model)?;
     model.prompt_token_s = prompt_token_s;
@@ -203,6 +205,7 @@ mod tests {
             steps: 40,
             step_gap_s: 0.0,
             request_overhead_s: 0.0,
+            drain_hold: 0.0,
         };
         let mut times = StepTimes::with_max_batch(2);
         for b in 1..=2 {
@@ -249,6 +252,7 @@ mod tests {
             steps: 100,
             step_gap_s: 0.0,
             request_overhead_s: 0.0,
+            drain_hold: 0.0,
         };
         let block = |pace: f64, steps: usize| {
             let mut t = StepTimes::with_max_batch(2);

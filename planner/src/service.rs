@@ -41,6 +41,9 @@ pub struct ServiceCurve {
     /// unless a calibration measured it).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub request_overhead_s: f64,
+    /// The engine's drain hold ([`StepModel::drain_hold`]): 0 when prompts never wait for decodes.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub drain_hold: f64,
 }
 
 /// Tokens one engine step runs at most (decode tokens plus prompt chunks): the engine's default.
@@ -71,11 +74,13 @@ impl ServiceCurve {
             copies: scaling.factor,
             step_gap_s: 0.0,
             request_overhead_s: 0.0,
+            drain_hold: 0.0,
         };
         match &p.step_model {
             Some(m) if m.is_usable() => ServiceCurve {
                 step_gap_s: m.step_gap_s,
                 request_overhead_s: m.request_overhead_s,
+                drain_hold: m.drain_hold,
                 ..curve(
                     1.0 / m.prompt_token_s,
                     m.decode_s_by_batch.clone(),
@@ -101,6 +106,7 @@ impl ServiceCurve {
             prompt_step_s: 0.0,
             step_gap_s: 0.0,
             request_overhead_s: 0.0,
+            drain_hold: 0.0,
         }
     }
 
@@ -109,6 +115,15 @@ impl ServiceCurve {
         ServiceCurve {
             prefill_tokens_per_s: tokens_per_s,
             step_prefill_tokens_per_s: Some(tokens_per_s),
+            ..self
+        }
+    }
+
+    /// The same model on an engine whose prompts wait for a short drain of the decodes, as
+    /// `strata serve --drain-hold hold` runs them.
+    pub fn holding(self, hold: f64) -> ServiceCurve {
+        ServiceCurve {
+            drain_hold: hold,
             ..self
         }
     }
@@ -158,7 +173,7 @@ impl ServiceCurve {
     }
 
     /// The time inside a step of [`Self::step_s`], without the gap after it.
-    fn step_work_s(&self, decoding: f64, prompt_tokens: f64) -> f64 {
+    pub(crate) fn step_work_s(&self, decoding: f64, prompt_tokens: f64) -> f64 {
         let decode = if decoding > 0.0 {
             let pts = if self.decode_step_by_batch.is_empty() {
                 &self.tpot_by_batch
@@ -314,6 +329,7 @@ mod tests {
             steps: 1000,
             step_gap_s: 0.0,
             request_overhead_s: 0.0,
+            drain_hold: 0.0,
         };
         p.step_model = Some(model.clone());
         let one_copy = Scaling {
@@ -346,6 +362,7 @@ mod tests {
             steps: 1000,
             step_gap_s: 0.0,
             request_overhead_s: 0.0,
+            drain_hold: 0.0,
         };
         let one_copy = Scaling {
             rule: ScalingRule::PerCore,

@@ -27,6 +27,11 @@ pub struct StepModel {
     /// step takes it), added to its TTFT and E2E; 0 unless measured.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub request_overhead_s: f64,
+    /// The engine's drain hold (`strata serve --drain-hold`): prompts wait for the decoding requests
+    /// to finish while their summed wait is at most this many times the summed stall their prefill
+    /// would cost those requests; 0 (never) unless the engine ran with one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub drain_hold: f64,
 }
 
 /// Whether a time is exactly 0 (left out of JSON, where it is the default).
@@ -59,6 +64,7 @@ impl StepModel {
             steps: self.steps,
             step_gap_s: self.step_gap_s * decode,
             request_overhead_s: self.request_overhead_s,
+            drain_hold: self.drain_hold,
         }
     }
 
@@ -82,6 +88,7 @@ impl StepModel {
             && time(self.prompt_step_s)
             && time(self.step_gap_s)
             && time(self.request_overhead_s)
+            && time(self.drain_hold)
     }
 }
 

@@ -75,6 +75,7 @@ fn run_batching(lambda: f64, mu: f64, c: u32, n: usize, seed: u64) -> (f64, f64)
         prompt_step_s: 0.0,
         step_gap_s: 0.0,
         request_overhead_s: 0.0,
+        drain_hold: 0.0,
     });
     let warmup = n / 20;
     let mut t = 0.0;

@@ -303,6 +303,7 @@ mod tests {
             steps: 100,
             step_gap_s: 0.0,
             request_overhead_s: 0.0,
+            drain_hold: 0.0,
         };
         let sample = |when, pace: f64, decode_steps: u32, gap_s: f64, ttft_s: f64| {
             let blocks = vec![

@@ -363,6 +363,7 @@ async fn the_step_model_comes_with_the_capacity_result() {
         steps: 400,
         step_gap_s: 0.0,
         request_overhead_s: 0.0,
+        drain_hold: 0.0,
     };
     let point = json!([{ "rate_rps": 1.0, "ttft_p99_ms": 120.0, "tpot_p99_ms": 12.0,
         "e2e_p99_ms": 900.0, "output_tokens_per_s": 40.0, "total_tokens_per_s": 140.0 }]);

@@ -41,6 +41,11 @@ pub struct PilotSpec {
     /// workload's own traffic would leave it mostly idle [default: the busiest hour].
     #[serde(default)]
     pub replay_load: Option<f64>,
+    /// The drain hold the CPU engines would serve with (`strata serve --drain-hold`): the replay's
+    /// engine runs with it and every prediction models it; the capacity probes measure the engine
+    /// without it [default: 0, prompts never wait for decodes].
+    #[serde(default)]
+    pub drain_hold: f64,
     /// Share of a class's requests that must meet its SLA for the class to migrate.
     #[serde(default = "default_attainment")]
     pub attainment_target: f64,
@@ -94,6 +99,7 @@ impl Default for PilotSpec {
             probe_requests: default_probe_requests(),
             replay_s: default_replay_s(),
             replay_load: None,
+            drain_hold: 0.0,
             attainment_target: default_attainment(),
             min_cpu_share: default_min_cpu_share(),
             seed: default_seed(),
@@ -130,6 +136,9 @@ impl PilotSpec {
         }
         if !(self.replay_s.is_finite() && self.replay_s >= 1.0) {
             return bad("pilot.replay_s", "must be at least 1 second");
+        }
+        if !(self.drain_hold.is_finite() && self.drain_hold >= 0.0) {
+            return bad("pilot.drain_hold", "must be a number of at least 0");
         }
         if let Some(share) = self.replay_load
             && !(share.is_finite() && share > 0.0 && share <= MAX_REPLAY_LOAD)

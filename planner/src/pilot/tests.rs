@@ -483,6 +483,15 @@ fn the_pilot_table_parses_with_defaults_and_checks_values() {
         let err = bad.validate("w").expect_err("out of range").to_string();
         assert!(err.contains("pilot.replay_load"), "{share}: {err}");
     }
+    assert_eq!(spec.drain_hold, 0.0, "prompts never wait unless asked");
+    for hold in [-1.0, f64::INFINITY, f64::NAN] {
+        let bad = PilotSpec {
+            drain_hold: hold,
+            ..spec.clone()
+        };
+        let err = bad.validate("w").expect_err("out of range").to_string();
+        assert!(err.contains("pilot.drain_hold"), "{hold}: {err}");
+    }
     let loaded = WORKLOAD.replace("replay_s = 30", "replay_s = 30\nreplay_load = 0.65");
     let loaded = crate::workload::WorkloadFile::from_toml_str(&loaded)
         .expect("parses")
@@ -557,6 +566,7 @@ fn time_outside_the_steps_moves_the_replay_prediction() {
         steps: 500,
         step_gap_s: 0.0,
         request_overhead_s: 0.0,
+        drain_hold: 0.0,
     };
     let mut predict = |gap: f64, overhead: f64| {
         profiles[0].step_model = Some(model.with_time_outside_steps(gap, overhead));
@@ -632,6 +642,7 @@ fn the_replay_predicted_over_paces_is_the_mean_of_its_runs() {
         steps: 500,
         step_gap_s: 0.0,
         request_overhead_s: 0.0,
+        drain_hold: 0.0,
     });
     let at_one = predict_replay(&p, &w, &profiles, &trace, false, 3).expect("predicts");
     let still = PaceSpread {

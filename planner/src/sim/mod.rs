@@ -197,7 +197,9 @@ const MIN_STEP_S: f64 = 1e-6;
 /// One CPU instance's continuous batching, run step by step as the engine's scheduler runs it: at each
 /// step's start, waiting requests take free slots (first come, first served; `slots` at most); the step
 /// runs one token of every decoding request and, within the step's token budget, the prompts of those
-/// still prefilling, and lasts [`ServiceCurve::step_s`] of both. A request that arrives during a step
+/// still prefilling (unless they wait for a short drain of the decodes, [`ServiceCurve::drain_hold`]),
+/// and lasts
+/// [`ServiceCurve::step_s`] of both. A request that arrives during a step
 /// waits for its end; a prompt's first token comes out with the step that ends it; every decoding
 /// request pays for the prompts that share its steps.
 #[derive(Debug, Clone)]
@@ -407,8 +409,12 @@ impl BatchingHost {
         if self.running.is_empty() {
             return;
         }
-        let decoding = self.running.iter().filter(|j| !j.prefilling()).count() as f64;
-        let mut budget = (f64::from(self.curve.step_tokens()) - decoding).max(0.0);
+        let decoding = self.decoding();
+        let mut budget = if self.prompts_wait() {
+            0.0
+        } else {
+            (f64::from(self.curve.step_tokens()) - decoding).max(0.0)
+        };
         let mut prompt_tokens = 0.0;
         for job in self.running.iter_mut().filter(|j| j.prefilling()) {
             job.chunk = job.prompt_left.min(budget);
@@ -417,6 +423,35 @@ impl BatchingHost {
         }
         let step = self.step_s(decoding, prompt_tokens);
         self.step_end = Some(self.now + step);
+    }
+
+    /// Running requests decoding.
+    fn decoding(&self) -> f64 {
+        self.running.iter().filter(|j| !j.prefilling()).count() as f64
+    }
+
+    /// Whether the prompts wait for the running decodes to drain, as the engine's scheduler rules:
+    /// when the prompts' wait for the longest decode left, summed over the prompts, is at most the
+    /// curve's [`ServiceCurve::drain_hold`] times the stall their prefill would cost the decoding
+    /// requests, summed over those.
+    fn prompts_wait(&self) -> bool {
+        let hold = self.curve.drain_hold;
+        let decoding = self.decoding();
+        let prompts = self.running.iter().filter(|j| j.prefilling());
+        let (count, tokens) = prompts.fold((0.0, 0.0), |(n, t), j| (n + 1.0, t + j.prompt_left));
+        if hold <= 0.0 || decoding == 0.0 || count == 0.0 {
+            return false;
+        }
+        let longest_left = self
+            .running
+            .iter()
+            .filter(|j| !j.prefilling())
+            .map(|j| j.output_left)
+            .fold(0.0, f64::max);
+        // Inside the steps, as the engine times them.
+        let drain_s = longest_left * self.curve.step_work_s(decoding, 0.0);
+        let tokens = tokens.min(f64::from(self.curve.step_tokens()) - decoding);
+        drain_s * count <= hold * decoding * self.curve.step_work_s(0.0, tokens)
     }
 
     /// Ends the step in flight at `now`: prompts advance by their chunks (a finished prompt brings its
@@ -451,16 +486,18 @@ impl BatchingHost {
     }
 
     /// Jumps over decode-only steps that change nothing but the token counts: while every running
-    /// request decodes and none can join, the steps are alike until one finishes or `t` comes.
+    /// request decodes (or the prompts among them wait for the others to drain) and none can join,
+    /// the steps are alike until one finishes or `t` comes.
     fn skip_decode_steps(&mut self, t: f64) {
         let free_slot = self.running.len() < self.curve.slots as usize;
-        if self.running.is_empty()
+        let decoding = self.decoding();
+        if decoding == 0.0
             || (free_slot && !self.waiting.is_empty())
-            || self.running.iter().any(Job::prefilling)
+            || (self.running.iter().any(Job::prefilling) && !self.prompts_wait())
         {
             return;
         }
-        let step = self.step_s(self.running.len() as f64, 0.0);
+        let step = self.step_s(decoding, 0.0);
         // Alike only while the pace holds: the skipped steps start within the current block.
         let block_end = self
             .pace
@@ -470,6 +507,7 @@ impl BatchingHost {
         let fewest = self
             .running
             .iter()
+            .filter(|j| !j.prefilling())
             .map(|j| j.output_left)
             .fold(f64::INFINITY, f64::min);
         let before_t = if t.is_finite() {
@@ -479,7 +517,7 @@ impl BatchingHost {
         };
         let skip = (fewest - 1.0).min(before_t).min(within_block).max(0.0);
         if skip >= 1.0 {
-            for job in &mut self.running {
+            for job in self.running.iter_mut().filter(|j| !j.prefilling()) {
                 job.output_left -= skip;
             }
             self.now += skip * step;

@@ -15,6 +15,7 @@ fn curve(slots: u32) -> ServiceCurve {
         prompt_step_s: 0.0,
         step_gap_s: 0.0,
         request_overhead_s: 0.0,
+        drain_hold: 0.0,
     }
 }
 

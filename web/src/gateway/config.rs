@@ -335,8 +335,8 @@ fn endpoint_authority<'a>(key: &str, url: &'a str) -> Result<&'a str, ConfigErro
     Ok(rest.split('/').next().unwrap_or_default())
 }
 
-/// A CPU service model the router can use: `slots >= 1`, a positive prefill rate and copy count, and TPOT
-/// points with increasing positive batch sizes.
+/// A CPU service model the router can use: `slots >= 1`, a positive prefill rate and copy count, TPOT
+/// points with increasing positive batch sizes, and a drain hold of at least 0.
 fn check_service(key: &str, s: &ServiceCurve) -> Result<(), ConfigError> {
     let bad = s.slots == 0
         || !is_positive(s.prefill_tokens_per_s)
@@ -349,6 +349,12 @@ fn check_service(key: &str, s: &ServiceCurve) -> Result<(), ConfigError> {
             format!("{key}.service"),
             "slots >= 1, prefill_tokens_per_s > 0, copies > 0, and tpot_by_batch non-empty with batch \
              sizes > 0 in increasing order",
+        ));
+    }
+    if !(s.drain_hold.is_finite() && s.drain_hold >= 0.0) {
+        return Err(err(
+            format!("{key}.service.drain_hold"),
+            format!("must be a number of at least 0, got {}", s.drain_hold),
         ));
     }
     Ok(())
@@ -808,6 +814,21 @@ url = "http://127.0.0.1:8000"
         let typo = stored.replace("max_batch = 4", "max_bach = 4");
         let e = GatewayConfig::from_toml(&typo, &env).unwrap_err();
         assert!(e.problem.contains("max_bach"), "{e}");
+    }
+
+    /// A CPU pool's engines may hold prompts for a drain; the mirror then orders its steps so.
+    #[test]
+    fn a_service_model_takes_the_engines_drain_hold() {
+        let service = "copies = 1.0 }";
+        let env: HashMap<String, String> = HashMap::new();
+        let held = BASE.replace(service, "copies = 1.0, drain_hold = 2.0 }");
+        let c = GatewayConfig::from_toml(&held, &env).expect("valid");
+        assert_eq!(c.pools[0].service.as_ref().map(|s| s.drain_hold), Some(2.0));
+        let c = GatewayConfig::from_toml(BASE, &env).expect("valid");
+        assert_eq!(c.pools[0].service.as_ref().map(|s| s.drain_hold), Some(0.0));
+        let negative = BASE.replace(service, "copies = 1.0, drain_hold = -1.0 }");
+        let e = GatewayConfig::from_toml(&negative, &env).unwrap_err();
+        assert_eq!(e.key, "pool[0].service.drain_hold", "{e}");
     }
 
     #[test]

@@ -146,6 +146,7 @@ pub(crate) fn pilot_report(
         steps: 900,
         step_gap_s: 0.0021,
         request_overhead_s: 0.034,
+        drain_hold: 0.0,
     };
     let sample = |when, requests| CalibrationSample {
         when,
