@@ -60,6 +60,10 @@ pub(crate) struct PilotArgs {
     /// the plan's busiest hour (overrides `pilot.replay_load`).
     #[arg(long, value_name = "SHARE")]
     replay_load: Option<f64>,
+    /// The CPU engines' drain hold, run by the replay's engine and modelled by every prediction
+    /// (overrides `pilot.drain_hold`; see `strata serve --drain-hold`).
+    #[arg(long, value_name = "FACTOR")]
+    drain_hold: Option<f64>,
     /// Seed (overrides `pilot.seed`).
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
@@ -86,6 +90,9 @@ impl PilotArgs {
         }
         if let Some(share) = self.replay_load {
             spec.replay_load = Some(share);
+        }
+        if let Some(hold) = self.drain_hold {
+            spec.drain_hold = hold;
         }
         if let Some(seed) = self.seed {
             spec.seed = seed;

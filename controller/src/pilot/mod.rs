@@ -375,6 +375,7 @@ fn candidates(spec: &PilotSpec, threads: usize) -> Vec<EngineSettings> {
                 max_batch: max_batch as usize,
                 numa: "none".into(),
                 kv_mem_mib: spec.kv_mem_mib as usize,
+                drain_hold: 0.0,
             });
         }
     }
@@ -488,12 +489,19 @@ fn profile_id(pilot: &Pilot<'_>, s: &EngineSettings) -> String {
     )
 }
 
-/// The stored profiles of the configs profiled, on this host.
+/// The stored profiles of the configs profiled, on this host, their engines' steps ordered by the
+/// pilot's drain hold (the order the CPU engines would serve in; the probes ran without one).
 async fn pilot_profiles(pilot: &Pilot<'_>, configs: &[ConfigResult]) -> Result<Vec<ConfigProfile>> {
     let all = planning::profiles_from_store(pilot.ctx.store, Some(&pilot.ctx.model.name)).await?;
     Ok(all
         .into_iter()
         .filter(|p| configs.iter().any(|c| c.profile_id == p.id))
+        .map(|mut p| {
+            if let Some(steps) = &mut p.step_model {
+                steps.drain_hold = pilot.spec.drain_hold;
+            }
+            p
+        })
         .collect())
 }
 
@@ -565,6 +573,7 @@ async fn task_outcomes(pilot: &Pilot<'_>, weights: &str, threads: usize) -> Resu
         max_batch: 4,
         numa: "none".into(),
         kv_mem_mib: pilot.spec.kv_mem_mib as usize,
+        drain_hold: 0.0,
     };
     let server = EngineProcess::start(pilot.exe, pilot.model_file, &settings).await?;
     let client = reqwest::Client::builder()

@@ -62,6 +62,11 @@ pub(super) async fn replay(
     // The prediction on `steps` in place of the chosen profile's step model (none: as profiled), over
     // `spread` (none: one simulation).
     let predict_on = |steps: Option<&StepModel>, spread: Option<PaceSpread>| {
+        // Whatever measured the steps, the replay's engine orders them with the pilot's hold.
+        let steps = steps.map(|m| StepModel {
+            drain_hold: spec.drain_hold,
+            ..m.clone()
+        });
         let case = ReplayCase {
             plan,
             workload: pilot.workload,
@@ -70,18 +75,23 @@ pub(super) async fn replay(
             with_gpu,
             seed: spec.seed,
         };
-        predict_replay_over_paces(case, steps, spread.unwrap_or(PaceSpread::NONE))
+        predict_replay_over_paces(case, steps.as_ref(), spread.unwrap_or(PaceSpread::NONE))
     };
     let profile = profiles
         .iter()
         .find(|p| p.id == plan.chosen.config)
         .ok_or_else(|| PilotError::Server(format!("no profile {}", plan.chosen.config)))?;
-    let settings = EngineSettings {
+    let profiled = EngineSettings {
         weights: profile.weights.clone(),
         threads: profile.threads as usize,
         max_batch: profile.max_batch as usize,
         numa: "none".into(),
         kv_mem_mib: spec.kv_mem_mib as usize,
+        drain_hold: 0.0,
+    };
+    let settings = EngineSettings {
+        drain_hold: spec.drain_hold,
+        ..profiled.clone()
     };
     let setup = ReplaySetup {
         workload: pilot.workload,
@@ -237,7 +247,7 @@ pub(super) async fn replay(
             .transpose()?,
     };
     let host_pace = profiled_paces
-        .get(&settings.to_string())
+        .get(&profiled.to_string())
         .map(|&profiled| HostPace {
             shape: pace_shape.name.clone(),
             profiled_output_tokens_per_s: profiled,

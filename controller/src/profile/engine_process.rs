@@ -51,6 +51,7 @@ impl EngineProcess {
             .args(["--max-batch", &settings.max_batch.to_string()])
             .args(["--kv-mem", &settings.kv_mem_mib.to_string()])
             .args(["--numa", &settings.numa])
+            .args(["--drain-hold", &settings.drain_hold.to_string()])
             .args(["--port", "0", "--served-model-name", served_name]);
         let server = ChildServer::spawn(command, &format!("`strata serve` for {settings}"))
             .await

@@ -126,7 +126,7 @@ fn default_kv() -> Vec<usize> {
 }
 
 /// One engine configuration of a sweep.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EngineSettings {
     /// Runtime weight type.
     pub weights: String,
@@ -138,6 +138,13 @@ pub struct EngineSettings {
     pub numa: String,
     /// Key/value memory, MiB.
     pub kv_mem_mib: usize,
+    /// The scheduler's drain hold (`strata serve --drain-hold`; 0: prompts never wait for decodes).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub drain_hold: f64,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl std::fmt::Display for EngineSettings {
@@ -146,7 +153,11 @@ impl std::fmt::Display for EngineSettings {
             f,
             "{} t{} b{} kv{} numa={}",
             self.weights, self.threads, self.max_batch, self.kv_mem_mib, self.numa
-        )
+        )?;
+        if self.drain_hold > 0.0 {
+            write!(f, " hold={}", self.drain_hold)?;
+        }
+        Ok(())
     }
 }
 
@@ -229,6 +240,7 @@ impl Sweep {
                                 max_batch,
                                 numa: numa.clone(),
                                 kv_mem_mib,
+                                drain_hold: 0.0,
                             });
                         }
                     }
