@@ -436,22 +436,27 @@ impl BatchingHost {
     /// requests, summed over those.
     fn prompts_wait(&self) -> bool {
         let hold = self.curve.drain_hold;
-        let decoding = self.decoding();
-        let prompts = self.running.iter().filter(|j| j.prefilling());
-        let (count, tokens) = prompts.fold((0.0, 0.0), |(n, t), j| (n + 1.0, t + j.prompt_left));
-        if hold <= 0.0 || decoding == 0.0 || count == 0.0 {
+        if hold <= 0.0 {
             return false;
         }
-        let longest_left = self
-            .running
-            .iter()
-            .filter(|j| !j.prefilling())
-            .map(|j| j.output_left)
-            .fold(0.0, f64::max);
+        // One pass: (decoding, longest decode left, prompts, their tokens left).
+        let (decoding, longest_left, prompts, tokens) =
+            self.running
+                .iter()
+                .fold((0.0, 0.0, 0.0, 0.0), |(d, longest, p, t), j| {
+                    if j.prefilling() {
+                        (d, longest, p + 1.0, t + j.prompt_left)
+                    } else {
+                        (d + 1.0, f64::max(longest, j.output_left), p, t)
+                    }
+                });
+        if decoding == 0.0 || prompts == 0.0 {
+            return false;
+        }
         // Inside the steps, as the engine times them.
         let drain_s = longest_left * self.curve.step_work_s(decoding, 0.0);
         let tokens = tokens.min(f64::from(self.curve.step_tokens()) - decoding);
-        drain_s * count <= hold * decoding * self.curve.step_work_s(0.0, tokens)
+        drain_s * prompts <= hold * decoding * self.curve.step_work_s(0.0, tokens)
     }
 
     /// Ends the step in flight at `now`: prompts advance by their chunks (a finished prompt brings its
