@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::profile::{ConfigProfile, LoadPoint, Scaling};
 pub use crate::step::StepModel;
-use crate::step::{interpolate, is_zero};
+use crate::step::{interpolate, is_zero, with_prompt};
 
 /// How one instance serves requests.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,6 +33,12 @@ pub struct ServiceCurve {
     /// its prompt tokens' own time (0 unless the engine's step timings say otherwise).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub prompt_step_s: f64,
+    /// Seconds each decoding request adds to a step that also runs prompt tokens on one measured
+    /// host, when the step model took such steps whole ([`StepModel::prompt_step_decode_s`]): such a
+    /// step is then its prompt's time, its own and this per decoding request, or the decode-only
+    /// step when that is longer. None: the decode-only step plus the prompt's time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_step_decode_s: Option<f64>,
     /// Seconds between consecutive engine steps while requests run, added to every step that runs
     /// something (0 unless a calibration measured it).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -70,6 +76,7 @@ impl ServiceCurve {
             decode_step_by_batch,
             step_prefill_tokens_per_s: Some(step_prefill),
             prompt_step_s,
+            prompt_step_decode_s: None,
             tpot_by_batch: pts.clone(),
             copies: scaling.factor,
             step_gap_s: 0.0,
@@ -81,6 +88,7 @@ impl ServiceCurve {
                 step_gap_s: m.step_gap_s,
                 request_overhead_s: m.request_overhead_s,
                 drain_hold: m.drain_hold,
+                prompt_step_decode_s: m.prompt_step_decode_s,
                 ..curve(
                     1.0 / m.prompt_token_s,
                     m.decode_s_by_batch.clone(),
@@ -104,6 +112,7 @@ impl ServiceCurve {
             decode_step_by_batch: Vec::new(),
             step_prefill_tokens_per_s: None,
             prompt_step_s: 0.0,
+            prompt_step_decode_s: None,
             step_gap_s: 0.0,
             request_overhead_s: 0.0,
             drain_hold: 0.0,
@@ -139,6 +148,7 @@ impl ServiceCurve {
             decode_step_by_batch: scale(&self.decode_step_by_batch),
             step_prefill_tokens_per_s: self.step_prefill_tokens_per_s.map(|r| r / prompt),
             prompt_step_s: self.prompt_step_s * prompt,
+            prompt_step_decode_s: self.prompt_step_decode_s.map(|s| s * prompt),
             step_gap_s: self.step_gap_s * decode,
             ..self.clone()
         }
@@ -188,12 +198,12 @@ impl ServiceCurve {
             .step_prefill_tokens_per_s
             .unwrap_or(self.prefill_tokens_per_s);
         let copies = self.copies.max(1e-9);
-        let prompt_step = if prompt_tokens > 0.0 {
-            self.prompt_step_s / copies
-        } else {
-            0.0
-        };
-        decode + prompt_step + prompt_tokens / (prefill * copies)
+        if prompt_tokens <= 0.0 {
+            return decode;
+        }
+        let prompt = (self.prompt_step_s + prompt_tokens / prefill) / copies;
+        let per_decode = self.prompt_step_decode_s.map(|s| s / copies);
+        with_prompt(decode, prompt, decoding, per_decode)
     }
 
     /// Prompts an instance prefills at a time: one per whole copy of the measured host (at least 1).
@@ -326,6 +336,7 @@ mod tests {
             decode_s_by_batch: vec![(1.0, 0.006), (4.0, 0.009)],
             prompt_token_s: 0.002,
             prompt_step_s: 0.004,
+            prompt_step_decode_s: None,
             steps: 1000,
             step_gap_s: 0.0,
             request_overhead_s: 0.0,
@@ -350,6 +361,46 @@ mod tests {
         assert_eq!(derived, ServiceCurve::from_profile(&p, one_copy));
     }
 
+    /// A model fitted on whole steps runs a step's decode tokens in its prompt's time, at their own
+    /// small cost each, and never below the decode-only step; the pace scales them with the prompt.
+    #[test]
+    fn decode_tokens_ride_in_the_prompt_step_of_a_whole_step_fit() {
+        let mut p = smol();
+        let model = StepModel {
+            decode_s_by_batch: vec![(1.0, 0.006), (4.0, 0.009)],
+            prompt_token_s: 0.002,
+            prompt_step_s: 0.004,
+            prompt_step_decode_s: Some(0.0005),
+            steps: 1000,
+            step_gap_s: 0.0,
+            request_overhead_s: 0.0,
+            drain_hold: 0.0,
+        };
+        p.step_model = Some(model.clone());
+        let one_copy = Scaling {
+            rule: ScalingRule::PerCore,
+            factor: 1.0,
+        };
+        let c = ServiceCurve::from_profile(&p, one_copy);
+        for (decoding, prompt, want) in [
+            (2.0, 100.0, 0.004 + 0.2 + 2.0 * 0.0005),
+            (0.0, 50.0, 0.004 + 0.1),
+            (4.0, 1.0, 0.009),
+            (2.0, 0.0, 0.007),
+        ] {
+            let step = c.step_s(decoding, prompt);
+            assert!((step - want).abs() < 1e-12, "{decoding} {prompt}: {step}");
+            assert!((model.step_s(decoding, prompt) - want).abs() < 1e-12);
+        }
+        let slower = c.paced(1.0, 2.0).step_s(2.0, 100.0);
+        assert!(
+            (slower - 2.0 * (0.004 + 0.2 + 0.001)).abs() < 1e-12,
+            "{slower}"
+        );
+        let scaled = model.scaled(1.0, 2.0).step_s(2.0, 100.0);
+        assert!((scaled - slower).abs() < 1e-12, "{scaled}");
+    }
+
     /// A measured gap between steps lengthens every step that runs something, and nothing else; the
     /// time outside the engine is added to a request's latencies, not to its steps.
     #[test]
@@ -359,6 +410,7 @@ mod tests {
             decode_s_by_batch: vec![(1.0, 0.006), (4.0, 0.009)],
             prompt_token_s: 0.002,
             prompt_step_s: 0.004,
+            prompt_step_decode_s: None,
             steps: 1000,
             step_gap_s: 0.0,
             request_overhead_s: 0.0,

@@ -6,7 +6,10 @@ use serde::{Deserialize, Serialize};
 
 /// An engine's steps as fitted from its own timings while it served a profiling load: a step that runs
 /// one token of each of `d` decoding requests and `p` prompt tokens lasts `decode(d)` when `p` is 0,
-/// else `decode(d) + prompt_step_s + p x prompt_token_s`.
+/// else, measured whole ([`StepModel::prompt_step_decode_s`] set), the larger of `decode(d)` and
+/// `prompt_step_s + p x prompt_token_s + d x prompt_step_decode_s` (the decode tokens ride in the
+/// prompt's matrix products), or as older fits read it, `decode(d) + prompt_step_s + p x
+/// prompt_token_s`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepModel {
     /// (requests decoding, mean seconds of a step that ran only their next tokens), in increasing
@@ -14,8 +17,13 @@ pub struct StepModel {
     pub decode_s_by_batch: Vec<(f64, f64)>,
     /// Seconds one prompt token adds to a step.
     pub prompt_token_s: f64,
-    /// Seconds a step with prompt tokens takes beyond its decode step and its prompt tokens' time.
+    /// Seconds a step with prompt tokens takes beyond its prompt tokens' time and its decode tokens'
+    /// (their decode-only step, or `prompt_step_decode_s` each when that is set).
     pub prompt_step_s: f64,
+    /// Seconds each decoding request adds to a step that also runs prompt tokens, when the fit took
+    /// such steps whole; none in models fitted as a decode-only step plus the prompt's part.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_step_decode_s: Option<f64>,
     /// Steps the fit drew on.
     pub steps: u64,
     /// Seconds between consecutive steps while requests run (the engine's loop, admission, event
@@ -49,9 +57,20 @@ impl StepModel {
         }
     }
 
+    /// Seconds of a step that runs one token of each of `decoding` requests and `prompt_tokens`
+    /// prompt tokens.
+    pub fn step_s(&self, decoding: f64, prompt_tokens: f64) -> f64 {
+        let decode = self.decode_s(decoding);
+        if prompt_tokens <= 0.0 {
+            return decode;
+        }
+        let prompt = self.prompt_step_s + prompt_tokens * self.prompt_token_s;
+        with_prompt(decode, prompt, decoding, self.prompt_step_decode_s)
+    }
+
     /// The same engine running its decode-only steps (and the gaps between steps) `decode` times and
-    /// its prompt tokens' share of a step `prompt` times as long (above 1: slower); the time requests
-    /// spend outside the engine stays as it is.
+    /// its steps with prompt tokens, beyond any decode-only step they hold, `prompt` times as long
+    /// (above 1: slower); the time requests spend outside the engine stays as it is.
     pub fn scaled(&self, decode: f64, prompt: f64) -> StepModel {
         StepModel {
             decode_s_by_batch: self
@@ -61,6 +80,7 @@ impl StepModel {
                 .collect(),
             prompt_token_s: self.prompt_token_s * prompt,
             prompt_step_s: self.prompt_step_s * prompt,
+            prompt_step_decode_s: self.prompt_step_decode_s.map(|s| s * prompt),
             steps: self.steps,
             step_gap_s: self.step_gap_s * decode,
             request_overhead_s: self.request_overhead_s,
@@ -86,9 +106,26 @@ impl StepModel {
             && self.prompt_token_s.is_finite()
             && self.prompt_token_s > 0.0
             && time(self.prompt_step_s)
+            && self.prompt_step_decode_s.is_none_or(time)
             && time(self.step_gap_s)
             && time(self.request_overhead_s)
             && time(self.drain_hold)
+    }
+}
+
+/// Seconds of a step that runs prompt tokens taking `prompt` seconds of their own beside `decoding`
+/// requests whose decode-only step takes `decode_step`: with `per_decode` (a whole-step fit), the
+/// prompt's time and `per_decode` for each decoding request, never less than the decode-only step;
+/// without, the two added.
+pub(crate) fn with_prompt(
+    decode_step: f64,
+    prompt: f64,
+    decoding: f64,
+    per_decode: Option<f64>,
+) -> f64 {
+    match per_decode {
+        Some(per_decode) => decode_step.max(prompt + decoding * per_decode),
+        None => decode_step + prompt,
     }
 }
 

@@ -300,6 +300,7 @@ mod tests {
             decode_s_by_batch: vec![(1.0, 0.004), (2.0, 0.007)],
             prompt_token_s: 0.001,
             prompt_step_s: 0.010,
+            prompt_step_decode_s: None,
             steps: 100,
             step_gap_s: 0.0,
             request_overhead_s: 0.0,

@@ -360,6 +360,7 @@ async fn the_step_model_comes_with_the_capacity_result() {
         decode_s_by_batch: vec![(1.0, 0.006), (2.0, 0.007)],
         prompt_token_s: 0.002,
         prompt_step_s: 0.003,
+        prompt_step_decode_s: None,
         steps: 400,
         step_gap_s: 0.0,
         request_overhead_s: 0.0,

@@ -13,6 +13,7 @@ fn curve(slots: u32) -> ServiceCurve {
         decode_step_by_batch: Vec::new(),
         step_prefill_tokens_per_s: None,
         prompt_step_s: 0.0,
+        prompt_step_decode_s: None,
         step_gap_s: 0.0,
         request_overhead_s: 0.0,
         drain_hold: 0.0,

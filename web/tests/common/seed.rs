@@ -143,6 +143,7 @@ pub(crate) fn pilot_report(
         decode_s_by_batch: vec![(1.0, 0.02), (8.0, 0.05)],
         prompt_token_s: 0.0004,
         prompt_step_s: 0.003,
+        prompt_step_decode_s: None,
         steps: 900,
         step_gap_s: 0.0021,
         request_overhead_s: 0.034,
