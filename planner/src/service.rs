@@ -296,6 +296,21 @@ mod tests {
     use super::*;
     use crate::profile::{ScalingRule, tests::smol};
 
+    /// Steps of 6 ms decoding one request and 9 ms four, prompt steps 4 ms and 2 ms a token beyond
+    /// their decode-only step.
+    fn measured_steps() -> StepModel {
+        StepModel {
+            decode_s_by_batch: vec![(1.0, 0.006), (4.0, 0.009)],
+            prompt_token_s: 0.002,
+            prompt_step_s: 0.004,
+            prompt_step_decode_s: None,
+            steps: 1000,
+            step_gap_s: 0.0,
+            request_overhead_s: 0.0,
+            drain_hold: 0.0,
+        }
+    }
+
     #[test]
     fn tpot_grows_with_batch_and_caps_throughput() {
         let p = smol();
@@ -332,16 +347,7 @@ mod tests {
     #[test]
     fn a_fitted_step_model_gives_the_steps() {
         let mut p = smol();
-        let model = StepModel {
-            decode_s_by_batch: vec![(1.0, 0.006), (4.0, 0.009)],
-            prompt_token_s: 0.002,
-            prompt_step_s: 0.004,
-            prompt_step_decode_s: None,
-            steps: 1000,
-            step_gap_s: 0.0,
-            request_overhead_s: 0.0,
-            drain_hold: 0.0,
-        };
+        let model = measured_steps();
         p.step_model = Some(model.clone());
         let one_copy = Scaling {
             rule: ScalingRule::PerCore,
@@ -367,14 +373,8 @@ mod tests {
     fn decode_tokens_ride_in_the_prompt_step_of_a_whole_step_fit() {
         let mut p = smol();
         let model = StepModel {
-            decode_s_by_batch: vec![(1.0, 0.006), (4.0, 0.009)],
-            prompt_token_s: 0.002,
-            prompt_step_s: 0.004,
             prompt_step_decode_s: Some(0.0005),
-            steps: 1000,
-            step_gap_s: 0.0,
-            request_overhead_s: 0.0,
-            drain_hold: 0.0,
+            ..measured_steps()
         };
         p.step_model = Some(model.clone());
         let one_copy = Scaling {
@@ -406,16 +406,7 @@ mod tests {
     #[test]
     fn time_outside_the_steps_comes_from_the_step_model() {
         let mut p = smol();
-        let model = StepModel {
-            decode_s_by_batch: vec![(1.0, 0.006), (4.0, 0.009)],
-            prompt_token_s: 0.002,
-            prompt_step_s: 0.004,
-            prompt_step_decode_s: None,
-            steps: 1000,
-            step_gap_s: 0.0,
-            request_overhead_s: 0.0,
-            drain_hold: 0.0,
-        };
+        let model = measured_steps();
         let one_copy = Scaling {
             rule: ScalingRule::PerCore,
             factor: 1.0,
