@@ -260,6 +260,13 @@ pub fn pace_spread(samples: &[&[StepTimes]], model: &StepModel) -> (Vec<f64>, Op
 mod tests {
     use super::*;
 
+    /// `d` holds both a decode and a prompt drift, each within `tolerance` of the one wanted.
+    fn assert_drift(d: Drift, decode: f64, prompt: f64, tolerance: f64) {
+        let near = |got: Option<f64>, want: f64| got.is_some_and(|g| (g - want).abs() < tolerance);
+        assert!(near(d.decode, decode), "decode drift: {d:?}");
+        assert!(near(d.prompt, prompt), "prompt drift: {d:?}");
+    }
+
     /// Steps drawn from a known model come back as that model.
     #[test]
     fn a_known_step_model_is_recovered() {
@@ -291,15 +298,7 @@ mod tests {
         assert!((fitted - per_decode).abs() < 1e-9, "{model:?}");
         assert!((model.step_s(3.0, 200.0) - (0.004 + 0.4 + 0.0018)).abs() < 1e-9);
         assert_eq!(model.steps, 26);
-        let d = drift(&times, &model);
-        assert!(
-            (d.prompt.expect("prompt drift") - 1.0).abs() < 1e-9,
-            "{d:?}"
-        );
-        assert!(
-            (d.decode.expect("decode drift") - 1.0).abs() < 1e-9,
-            "{d:?}"
-        );
+        assert_drift(drift(&times, &model), 1.0, 1.0, 1e-9);
     }
 
     /// The plane matches a least-squares fit done by hand on steps that do not lie on it: three
@@ -354,14 +353,7 @@ mod tests {
             times.record(b, p, 1.25 * model.decode_s(b as f64) + prompt);
         }
         let d = drift(&times, &model);
-        assert!(
-            (d.decode.expect("decode drift") - 1.25).abs() < 1e-12,
-            "{d:?}"
-        );
-        assert!(
-            (d.prompt.expect("prompt drift") - 1.5).abs() < 1e-12,
-            "{d:?}"
-        );
+        assert_drift(d, 1.25, 1.5, 1e-12);
         let slower = scaled(&model, d);
         assert!((slower.decode_s(2.0) - 0.0125).abs() < 1e-12);
         assert!((slower.prompt_token_s - 0.003).abs() < 1e-12);
