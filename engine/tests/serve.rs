@@ -2,9 +2,11 @@
 //! the key/value pool is so small that sequences are preempted, and for a model with sliding-window
 //! layers), prefixes are reused, cancelled requests give their memory back, bad requests are
 //! refused at the door, the time between steps is summed only while requests run, and a drain hold
-//! lets decoding requests finish before a prompt runs.
+//! lets decoding requests finish before a prompt runs, then prefills the prompts it held before
+//! those that came during it.
 
 use std::{
+    collections::VecDeque,
     path::{Path, PathBuf},
     sync::{
         Arc,
@@ -361,21 +363,23 @@ fn bad_requests_are_refused_with_a_reason() {
     );
 }
 
-/// Records which request each event belongs to, in the order the engine sends them; the first token
-/// of a request given `hold_first` waits until the test lets it go (so a later request is surely
-/// queued while this one still decodes).
+/// Records which request each event belongs to, in the order the engine sends them; at each of its
+/// first events a request given pauses tells the test and waits until the test lets it go (so that
+/// later requests are surely queued while this one still decodes).
 struct OrderSink {
     id: usize,
     log: Arc<std::sync::Mutex<Vec<(usize, bool)>>>,
-    hold_first: Option<mpsc::Receiver<()>>,
-    first_seen: Option<mpsc::Sender<()>>,
+    pauses: VecDeque<Pause>,
 }
+
+/// One pause of an [`OrderSink`]: it tells the test it reached the event, then waits for its go.
+type Pause = (mpsc::Sender<()>, mpsc::Receiver<()>);
 
 impl EventSink for OrderSink {
     fn send(&mut self, event: Event) -> bool {
         let done = !matches!(event, Event::Token(_));
         self.log.lock().expect("log").push((self.id, done));
-        if let (Some(seen), Some(go)) = (self.first_seen.take(), self.hold_first.take()) {
+        if let Some((seen, go)) = self.pauses.pop_front() {
             seen.send(()).expect("the test waits");
             go.recv().expect("the test lets it go");
         }
@@ -386,24 +390,31 @@ impl EventSink for OrderSink {
     }
 }
 
-/// Whether request 1 (a prompt arriving while request 0 decodes its last 99 tokens) gave its first
-/// token before request 0 ended, on an engine with `drain_hold`.
-fn prompt_ran_before_the_drain(drain_hold: f64) -> bool {
-    let config = ServeConfig {
-        drain_hold,
-        ..ServeConfig::default()
-    };
-    let engine = Engine::start(tiny(), config).expect("starts");
-    // A first request, so that the engine has timed a prompt and decode steps.
-    let (warm, rx, _) = request(prompt(10, 9), greedy(8));
-    engine.submit(warm).expect("accepted");
-    collect(&rx);
-    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let (seen_tx, seen_rx) = mpsc::channel();
-    let (go_tx, go_rx) = mpsc::channel();
-    let submit = |id, prompt, max_tokens, hold: Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>| {
-        let (first_seen, hold_first) = hold.unzip();
-        engine
+/// An engine with `drain_hold` that has timed a prompt and decode steps, and a log of its events.
+struct OrderedEngine {
+    engine: Engine,
+    log: Arc<std::sync::Mutex<Vec<(usize, bool)>>>,
+}
+
+impl OrderedEngine {
+    fn start(drain_hold: f64) -> OrderedEngine {
+        let config = ServeConfig {
+            drain_hold,
+            ..ServeConfig::default()
+        };
+        let engine = Engine::start(tiny(), config).expect("starts");
+        let (warm, rx, _) = request(prompt(10, 9), greedy(8));
+        engine.submit(warm).expect("accepted");
+        collect(&rx);
+        OrderedEngine {
+            engine,
+            log: Arc::default(),
+        }
+    }
+
+    /// Submits request `id`, pausing at its first `pauses.len()` events.
+    fn submit(&self, id: usize, prompt: Vec<u32>, max_tokens: usize, pauses: Vec<Pause>) {
+        self.engine
             .submit(Request {
                 prompt,
                 params: greedy(max_tokens),
@@ -412,35 +423,63 @@ fn prompt_ran_before_the_drain(drain_hold: f64) -> bool {
                 logprobs: None,
                 events: Box::new(OrderSink {
                     id,
-                    log: log.clone(),
-                    hold_first,
-                    first_seen,
+                    log: self.log.clone(),
+                    pauses: pauses.into(),
                 }),
             })
             .expect("accepted");
-    };
-    submit(0, prompt(8, 1), 100, Some((seen_tx, go_rx)));
-    seen_rx.recv().expect("request 0's first token");
-    submit(1, prompt(24, 2), 4, None);
-    go_tx.send(()).expect("the engine waits");
-    let events = |log: &[(usize, bool)]| log.iter().filter(|(_, done)| *done).count();
-    for _ in 0..6000 {
-        if events(&log.lock().expect("log")) == 2 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
     }
-    let log = log.lock().expect("log").clone();
-    assert_eq!(events(&log), 2, "both requests end: {log:?}");
-    let first_of_1 = log
-        .iter()
-        .position(|&(id, _)| id == 1)
-        .expect("request 1 ran");
-    let end_of_0 = log
-        .iter()
-        .position(|&e| e == (0, true))
-        .expect("request 0 ended");
-    first_of_1 < end_of_0
+
+    /// The log once `requests` requests have ended.
+    fn log_when_ended(&self, requests: usize) -> Vec<(usize, bool)> {
+        let ended = |log: &[(usize, bool)]| log.iter().filter(|(_, done)| *done).count();
+        for _ in 0..6000 {
+            if ended(&self.log.lock().expect("log")) == requests {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let log = self.log.lock().expect("log").clone();
+        assert_eq!(ended(&log), requests, "every request ends: {log:?}");
+        log
+    }
+}
+
+/// Where request `id`'s end stands in `log`.
+fn end_of(log: &[(usize, bool)], id: usize) -> usize {
+    log.iter()
+        .position(|&e| e == (id, true))
+        .unwrap_or_else(|| panic!("request {id} ended: {log:?}"))
+}
+
+/// A pause for [`OrderSink`] and the test's ends of it: (seen, go).
+fn pause() -> (Pause, mpsc::Receiver<()>, mpsc::Sender<()>) {
+    let (seen_tx, seen_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    ((seen_tx, go_rx), seen_rx, go_tx)
+}
+
+/// Where the `nth` event (from 0) of request `id` stands in `log`.
+fn event_at(log: &[(usize, bool)], id: usize, nth: usize) -> usize {
+    log.iter()
+        .enumerate()
+        .filter(|&(_, &(i, _))| i == id)
+        .nth(nth)
+        .map(|(at, _)| at)
+        .unwrap_or_else(|| panic!("request {id} sent {nth} events at least: {log:?}"))
+}
+
+/// Whether request 1 (a prompt arriving while request 0 decodes its last 99 tokens) gave its first
+/// token before request 0 ended, on an engine with `drain_hold`.
+fn prompt_ran_before_the_drain(drain_hold: f64) -> bool {
+    let engine = OrderedEngine::start(drain_hold);
+    let (first, seen, go) = pause();
+    engine.submit(0, prompt(8, 1), 100, vec![first]);
+    seen.recv().expect("request 0's first token");
+    engine.submit(1, prompt(24, 2), 4, Vec::new());
+    go.send(()).expect("the engine waits");
+    let log = engine.log_when_ended(2);
+    event_at(&log, 1, 0) < end_of(&log, 0)
 }
 
 /// A prompt that arrives while a request decodes runs at once by default, stalling that request;
@@ -449,4 +488,25 @@ fn prompt_ran_before_the_drain(drain_hold: f64) -> bool {
 fn a_drain_hold_lets_a_decoding_request_finish_before_a_prompt_runs() {
     assert!(prompt_ran_before_the_drain(0.0));
     assert!(!prompt_ran_before_the_drain(1e6));
+}
+
+/// A prompt held for a drain (request 1) prefills before a prompt that came during the hold (request
+/// 2), not in one step with it: request 1's first token turns only on the requests there when it was
+/// held. With the hold as large as here, request 2 then waits for request 1 to drain in turn.
+#[test]
+fn after_a_drain_the_held_prompts_go_before_those_that_came_during_it() {
+    let engine = OrderedEngine::start(1e6);
+    let (first, first_seen, first_go) = pause();
+    let (second, second_seen, second_go) = pause();
+    engine.submit(0, prompt(8, 1), 100, vec![first, second]);
+    first_seen.recv().expect("request 0's first token");
+    engine.submit(1, prompt(24, 2), 4, Vec::new());
+    first_go.send(()).expect("the engine waits");
+    // The step that gave request 0's second token held request 1.
+    second_seen.recv().expect("request 0's second token");
+    engine.submit(2, prompt(20, 3), 4, Vec::new());
+    second_go.send(()).expect("the engine waits");
+    let log = engine.log_when_ended(3);
+    assert!(end_of(&log, 0) < event_at(&log, 1, 0), "{log:?}");
+    assert!(event_at(&log, 1, 1) < event_at(&log, 2, 0), "{log:?}");
 }

@@ -48,6 +48,8 @@ struct Sequence {
     cached_tokens: usize,
     preemptions: usize,
     admitted_once: bool,
+    /// Whether it was waiting when a drain hold began ([`Sequence::in_wave`]).
+    wave: bool,
 }
 
 impl Sequence {
@@ -55,6 +57,13 @@ impl Sequence {
     /// after preemption), rather than one token to decode.
     fn prefilling(&self) -> bool {
         self.tokens.len() - self.computed > 1
+    }
+
+    /// A prompt of the wave a drain hold began with, still to prefill: once the hold ends, the
+    /// wave's prompts prefill before any prompt that came during the hold, so that a held prompt's
+    /// first token turns only on the requests there when it was held.
+    fn in_wave(&self) -> bool {
+        self.wave && self.prefilling()
     }
 }
 
@@ -151,6 +160,7 @@ impl Scheduler {
             cached_tokens: 0,
             preemptions: 0,
             admitted_once: false,
+            wave: false,
         };
         self.waiting.insert(key, sequence);
     }
@@ -292,16 +302,27 @@ impl Scheduler {
 
     /// Chooses each running sequence's tokens for this step and makes room for them, preempting when
     /// the pool runs out. Decoding sequences come first, then prefill chunks under the token budget,
-    /// unless the prompts wait for the decodes to drain ([`holds_prompts`]).
+    /// unless the prompts wait for the decodes to drain ([`holds_prompts`]); after a drain, the
+    /// prompts held first ([`Sequence::in_wave`]) go before those that came during it.
     fn plan_step(&mut self) -> Vec<Slot> {
         'retry: loop {
             self.running.sort_by_key(|s| (s.prefilling(), s.key));
             let prompts_wait = self.prompts_wait();
+            let wave = self.running.iter().any(Sequence::in_wave);
+            if prompts_wait && !wave {
+                for seq in self.running.iter_mut().filter(|s| s.prefilling()) {
+                    seq.wave = true;
+                }
+            }
             let mut budget = self.config.step_tokens;
             let mut slots = Vec::with_capacity(self.running.len());
             for index in 0..self.running.len() {
-                if prompts_wait && self.running[index].prefilling() {
+                let seq = &self.running[index];
+                if prompts_wait && seq.prefilling() {
                     break;
+                }
+                if wave && seq.prefilling() && !seq.wave {
+                    continue;
                 }
                 let remaining = self.running[index].tokens.len() - self.running[index].computed;
                 let take = remaining.min(budget);
@@ -381,6 +402,7 @@ impl Scheduler {
         self.blocks.release(&seq.blocks);
         seq.blocks.clear();
         seq.computed = 0;
+        seq.wave = false;
         seq.preemptions += 1;
         self.stats.preemptions.fetch_add(1, Ordering::Relaxed);
         self.stats.waiting.fetch_add(1, Ordering::Relaxed);

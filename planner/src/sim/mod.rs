@@ -154,11 +154,18 @@ struct Job {
     first_token: f64,
     /// Prompt tokens it runs in the step in flight (0 while it decodes).
     chunk: f64,
+    /// Whether it was waiting when a drain hold began (its wave prefills before later prompts).
+    wave: bool,
 }
 
 impl Job {
     fn prefilling(&self) -> bool {
         self.prompt_left > 0.0
+    }
+
+    /// A prompt of the wave a drain hold began with, still to prefill.
+    fn in_wave(&self) -> bool {
+        self.wave && self.prefilling()
     }
 }
 
@@ -197,9 +204,9 @@ const MIN_STEP_S: f64 = 1e-6;
 /// One CPU instance's continuous batching, run step by step as the engine's scheduler runs it: at each
 /// step's start, waiting requests take free slots (first come, first served; `slots` at most); the step
 /// runs one token of every decoding request and, within the step's token budget, the prompts of those
-/// still prefilling (unless they wait for a short drain of the decodes, [`ServiceCurve::drain_hold`]),
-/// and lasts
-/// [`ServiceCurve::step_s`] of both. A request that arrives during a step
+/// still prefilling (unless they wait for a short drain of the decodes, [`ServiceCurve::drain_hold`];
+/// after a drain, the prompts held when it began prefill before those that came during it), and
+/// lasts [`ServiceCurve::step_s`] of both. A request that arrives during a step
 /// waits for its end; a prompt's first token comes out with the step that ends it; every decoding
 /// request pays for the prompts that share its steps.
 #[derive(Debug, Clone)]
@@ -269,6 +276,7 @@ impl BatchingHost {
             output_left: output_tokens.round().max(1.0),
             first_token: f64::NAN,
             chunk: 0.0,
+            wave: false,
         });
         self.start_step();
     }
@@ -410,13 +418,24 @@ impl BatchingHost {
             return;
         }
         let decoding = self.decoding();
-        let mut budget = if self.prompts_wait() {
+        let prompts_wait = self.prompts_wait();
+        let wave = self.running.iter().any(Job::in_wave);
+        if prompts_wait && !wave {
+            for job in self.running.iter_mut().filter(|j| j.prefilling()) {
+                job.wave = true;
+            }
+        }
+        let mut budget = if prompts_wait {
             0.0
         } else {
             (f64::from(self.curve.step_tokens()) - decoding).max(0.0)
         };
         let mut prompt_tokens = 0.0;
-        for job in self.running.iter_mut().filter(|j| j.prefilling()) {
+        for job in self
+            .running
+            .iter_mut()
+            .filter(|j| if wave { j.in_wave() } else { j.prefilling() })
+        {
             job.chunk = job.prompt_left.min(budget);
             budget -= job.chunk;
             prompt_tokens += job.chunk;

@@ -300,8 +300,9 @@ mod tests {
 
     /// The same traffic on an engine that holds prompts for a drain (`--drain-hold 2`): a prompt
     /// arriving while a request has little left to decode waits for it, so far fewer ends turn on
-    /// the requests still to come. E2E MAPE falls from 0.22 to 0.09 (the host alone 0.10), TTFT
-    /// stays within 0.05, and the median request ends sooner.
+    /// the requests still to come. E2E MAPE falls from 0.22 to 0.08 (the host alone 0.08), TTFT
+    /// stays within 0.03 (a held prompt prefills before the prompts that come during its hold), and
+    /// the median request ends sooner.
     #[test]
     fn a_drain_hold_leaves_each_end_to_the_requests_already_there() {
         let running = ServiceCurve::fixed(4, 0.025).prefilling(350.0);
@@ -310,7 +311,7 @@ mod tests {
         let ((_, alone_e2e), (drawn_ttft, drawn_e2e)) = errors(&alone, &drawn, &observed);
         let (_, running_e2e) = mape(&drawn_running, &observed_running);
         eprintln!("E2E MAPE without the hold {running_e2e:.3}");
-        assert!(drawn_ttft < 0.05, "{drawn_ttft}");
+        assert!(drawn_ttft < 0.03, "{drawn_ttft}");
         assert!(
             drawn_e2e < 0.12 && drawn_e2e < alone_e2e,
             "{drawn_e2e} against {alone_e2e}"

@@ -157,6 +157,24 @@ fn without_a_free_slot_a_request_waits_for_one() {
     assert_eq!((load.in_flight, load.queue_depth), (0, 0));
 }
 
+/// A drain hold's wave: B, arriving while A decodes, is held for A's drain; C, arriving during that
+/// hold, waits for B's prefill step instead of sharing it, and (the hold being large) then for B's
+/// drain in turn.
+#[test]
+fn after_a_drain_the_held_prompt_prefills_before_those_that_came_during_it() {
+    let mut host = BatchingHost::new(&curve(3).holding(1e6));
+    host.admit(0.0, 0, 10.0, 5.0);
+    host.admit(0.15, 1, 10.0, 2.0);
+    host.admit(0.25, 2, 10.0, 2.0);
+    // A: prompt to 0.1, four decode steps alone to 0.5. B: its prompt alone (0.5 to 0.6), its last
+    // token alone (to 0.7). C: the same after B (to 0.8 and 0.9), where sharing B's prefill step
+    // would have given both their first token at 0.7.
+    assert_eq!(
+        finished(&mut host),
+        vec![(0.1, 0.5), (0.6, 0.7), (0.8, 0.9)]
+    );
+}
+
 /// A mirror's projection is what admitting the request would give; made on a copy, it leaves the
 /// mirror as it was.
 #[test]
