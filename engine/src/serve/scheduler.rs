@@ -324,8 +324,7 @@ impl Scheduler {
                 if wave && seq.prefilling() && !seq.wave {
                     continue;
                 }
-                let remaining = self.running[index].tokens.len() - self.running[index].computed;
-                let take = remaining.min(budget);
+                let take = (seq.tokens.len() - seq.computed).min(budget);
                 if take == 0 {
                     continue;
                 }
