@@ -85,6 +85,24 @@ fn pilot(url: &str, args: &[&str]) -> std::process::Output {
         .expect("strata pilot runs")
 }
 
+/// `strata pilot ARGS --json --exit-zero`, which must succeed, and its report.
+fn pilot_report(url: &str, args: &[&str]) -> Value {
+    let mut args = args.to_vec();
+    args.extend(["--json", "--exit-zero"]);
+    let output = pilot(url, &args);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    serde_json::from_str(&stdout).expect("a JSON report")
+}
+
+/// [`WORKLOAD`] without its task, which only the quality gate's test needs.
+fn workload_without_task() -> String {
+    let task = "[[pilot.task]]\nprompt = \"What is the capital of France? Answer in one word.\"\nexpect = \"Paris\"\n";
+    assert!(WORKLOAD.contains(task));
+    WORKLOAD.replace(task, "")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pilot_runs_end_to_end_and_its_exit_status_is_its_verdict() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -297,14 +315,12 @@ async fn a_pilot_replays_through_the_gpu_endpoint_when_one_is_given() {
     let gpu = ServerProcess::start(&["--threads", "1", "--max-batch", "4", "--kv-mem", "32"]);
     let dir = tempfile::tempdir().expect("tempdir");
     let url = store::sqlite_url(&dir.path().join("strata.db"));
-    let tight = WORKLOAD
-        .replace(
-            "sla = { ttft_p99_s = 5.0, e2e_p99_s = 10.0 }",
-            "sla = { ttft_p99_s = 0.001, e2e_p99_s = 10.0 }",
-        )
-        .replace("[[pilot.task]]\nprompt = \"What is the capital of France? Answer in one word.\"\nexpect = \"Paris\"\n", "");
+    let tight = workload_without_task().replace(
+        "sla = { ttft_p99_s = 5.0, e2e_p99_s = 10.0 }",
+        "sla = { ttft_p99_s = 0.001, e2e_p99_s = 10.0 }",
+    );
     let workload = write_workload(dir.path(), &tight);
-    let output = pilot(
+    let report = pilot_report(
         &url,
         &[
             "--workload",
@@ -313,14 +329,8 @@ async fn a_pilot_replays_through_the_gpu_endpoint_when_one_is_given() {
             &gpu.base,
             "--gpu-model",
             SMOLLM2,
-            "--json",
-            "--exit-zero",
         ],
     );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stdout}\n{stderr}");
-    let report: Value = serde_json::from_str(&stdout).expect("a JSON report");
     let replay = &report["replay"];
     assert_eq!(replay["with_gpu"], true, "{replay}");
     assert_eq!(replay["load"]["includes_gpu_traffic"], true, "{replay}");
@@ -394,28 +404,11 @@ impl Drop for CpuHog {
 fn a_pilot_on_a_busy_host_says_so_and_predicts_the_time_outside_the_steps() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = store::sqlite_url(&dir.path().join("strata.db"));
-    let without_task = WORKLOAD.replace(
-        "[[pilot.task]]\nprompt = \"What is the capital of France? Answer in one word.\"\nexpect = \"Paris\"\n",
-        "",
-    );
-    assert_ne!(without_task, WORKLOAD);
-    let workload = write_workload(dir.path(), &without_task);
-    let output = {
+    let workload = write_workload(dir.path(), &workload_without_task());
+    let report = {
         let _hog = CpuHog::start(Duration::from_millis(100), 0.5);
-        pilot(
-            &url,
-            &[
-                "--workload",
-                workload.to_str().expect("utf-8"),
-                "--json",
-                "--exit-zero",
-            ],
-        )
+        pilot_report(&url, &["--workload", workload.to_str().expect("utf-8")])
     };
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stdout}\n{stderr}");
-    let report: Value = serde_json::from_str(&stdout).expect("a JSON report");
     let replay = &report["replay"];
     assert!(replay["requests"].as_u64() > Some(0), "{replay}");
     // What the replay found, for `--nocapture`.
@@ -471,6 +464,54 @@ fn a_pilot_on_a_busy_host_says_so_and_predicts_the_time_outside_the_steps() {
             p > 0.0 && c >= p * floor,
             "{key}: {c} < {p} x {floor}\n{replay}"
         );
+    }
+}
+
+#[test]
+fn a_pilot_with_a_drain_hold_takes_its_load_share_of_the_capacity_with_the_hold() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = store::sqlite_url(&dir.path().join("strata.db"));
+    let text = workload_without_task().replace("replay_s = 8", "replay_s = 8\nreplay_load = 0.5");
+    assert!(text.contains("replay_load"));
+    let workload = write_workload(dir.path(), &text);
+    let report = pilot_report(
+        &url,
+        &[
+            "--workload",
+            workload.to_str().expect("utf-8"),
+            "--drain-hold",
+            "2",
+        ],
+    );
+    let replay = &report["replay"];
+    let held = &replay["held_capacity"];
+    eprintln!("capacity with the hold: {held}");
+    assert_eq!(held["drain_hold"].as_f64(), Some(2.0), "{held}");
+    let profiled = report["configs"][0]["capacity_rps"]
+        .as_f64()
+        .expect("a profiled capacity");
+    assert_eq!(held["profiled_capacity_rps"].as_f64(), Some(profiled));
+    // The search starts at the capacity without the hold and bisects from there.
+    let probes = held["probes"].as_array().expect("probes");
+    let rates: Vec<f64> = probes
+        .iter()
+        .filter_map(|p| p["rate_rps"].as_f64())
+        .collect();
+    assert!(rates.contains(&profiled), "{held}");
+    let capacity = held["capacity_rps"].as_f64().expect("a capacity");
+    assert!(capacity > 0.0 && rates.contains(&capacity), "{held}");
+    // The replay's load is its share of that capacity, served with the hold.
+    let rate = replay["load"]["rate_rps"].as_f64().expect("a rate");
+    assert!((rate - 0.5 * capacity).abs() < 1e-5, "{rate} {held}");
+    assert!(
+        replay["config"]
+            .as_str()
+            .is_some_and(|c| c.contains("hold=2")),
+        "{}",
+        replay["config"]
+    );
+    if let Some(share) = replay["gateway_predictions"]["load_over_capacity"].as_f64() {
+        assert!((share - 0.5).abs() < 1e-3, "{share}");
     }
 }
 

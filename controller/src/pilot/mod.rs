@@ -302,6 +302,10 @@ async fn evaluate(pilot: &Pilot<'_>, on_step: &mut impl FnMut(Step)) -> Result<P
     let mut replay =
         replay::replay(pilot, &plan, &input.profiles, &paces, capacity, on_step).await?;
     if let Some(g) = replay.gateway_predictions.as_mut() {
+        let capacity = replay
+            .held_capacity
+            .as_ref()
+            .map_or(capacity, |held| Some(held.capacity_rps));
         g.load_over_capacity = capacity.map(|c| replay.load.rate_rps / c);
     }
     let evidence: Vec<ReplayEvidence> = replay

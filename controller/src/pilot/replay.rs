@@ -21,13 +21,16 @@ use super::{
     gateway_file::ReplayGateway,
     gateway_predictions,
     host_load::HostLoadProbe,
-    profiling_shape,
-    report::{HostPace, ReplayInputs, ReplayPredictions, ReplayReport, ReplaySetup, SampleTime},
+    profiling_shape, profiling_sweep,
+    report::{
+        HeldCapacity, HostPace, ReplayInputs, ReplayPredictions, ReplayReport, ReplaySetup,
+        SampleTime,
+    },
 };
 use crate::{
     loadgen::{self, Api, Arrival, Lengths, LoadSpec, Shape, Sla, TimedRequest},
     process::ChildServer,
-    profile::{self, EngineProcess, EngineSettings, NamedShape},
+    profile::{self, CapacitySearch, EngineProcess, EngineSettings, NamedShape, Progress},
     store::pilot_replay_source,
 };
 
@@ -48,14 +51,37 @@ pub(super) async fn replay(
 ) -> Result<ReplayReport> {
     let spec = pilot.spec;
     let with_gpu = pilot.gpu_endpoint.is_some();
+    let profile = profiles
+        .iter()
+        .find(|p| p.id == plan.chosen.config)
+        .ok_or_else(|| PilotError::Server(format!("no profile {}", plan.chosen.config)))?;
+    let profiled = EngineSettings {
+        weights: profile.weights.clone(),
+        threads: profile.threads as usize,
+        max_batch: profile.max_batch as usize,
+        numa: "none".into(),
+        kv_mem_mib: spec.kv_mem_mib as usize,
+        drain_hold: 0.0,
+    };
+    let settings = EngineSettings {
+        drain_hold: spec.drain_hold,
+        ..profiled.clone()
+    };
     let mut load = decide::replay_load(plan, with_gpu);
+    let mut held_capacity = None;
     if let Some(share) = spec.replay_load {
-        let capacity = capacity_rps.ok_or_else(|| {
+        let profiled_rps = capacity_rps.ok_or_else(|| {
             PilotError::Spec(format!(
                 "pilot.replay_load: no capacity of {} is measured on this host to take a share of",
                 plan.chosen.config
             ))
         })?;
+        let mut capacity = profiled_rps;
+        if settings.drain_hold > 0.0 {
+            let held = search_held_capacity(pilot, &settings, profiled_rps, on_step).await?;
+            capacity = held.capacity_rps;
+            held_capacity = Some(held);
+        }
         load = load.at_capacity_share(capacity, share);
     }
     let trace = decide::replay_trace(pilot.workload, &load, spec.replay_s, spec.seed);
@@ -77,26 +103,11 @@ pub(super) async fn replay(
         };
         predict_replay_over_paces(case, steps.as_ref(), spread.unwrap_or(PaceSpread::NONE))
     };
-    let profile = profiles
-        .iter()
-        .find(|p| p.id == plan.chosen.config)
-        .ok_or_else(|| PilotError::Server(format!("no profile {}", plan.chosen.config)))?;
-    let profiled = EngineSettings {
-        weights: profile.weights.clone(),
-        threads: profile.threads as usize,
-        max_batch: profile.max_batch as usize,
-        numa: "none".into(),
-        kv_mem_mib: spec.kv_mem_mib as usize,
-        drain_hold: 0.0,
-    };
-    let settings = EngineSettings {
-        drain_hold: spec.drain_hold,
-        ..profiled.clone()
-    };
     let setup = ReplaySetup {
         workload: pilot.workload,
         gpu_fallback: &plan.gpu_fallback,
         load,
+        held_capacity,
         trace: &trace,
         duration_s: spec.replay_s,
         config: settings.to_string(),
@@ -266,6 +277,56 @@ pub(super) async fn replay(
         gateway_predictions,
         host_load,
     }))
+}
+
+/// Bisections of the search with the hold below the profiled capacity it starts from: down to an
+/// eighth of it.
+const HELD_CAPACITY_BISECTIONS: usize = 3;
+
+/// The capacity of `settings` (the replay's config, with the pilot's drain hold) on this host, searched
+/// as profiling searches it, from `profiled_rps` (the config's capacity without the hold). Nothing is
+/// stored: the config's stored profile is the one without a hold.
+async fn search_held_capacity(
+    pilot: &Pilot<'_>,
+    settings: &EngineSettings,
+    profiled_rps: f64,
+    on_step: &mut impl FnMut(Step),
+) -> Result<HeldCapacity> {
+    let sweep = profiling_sweep(pilot);
+    let Some(search) = sweep.capacity.map(|search| CapacitySearch {
+        bisections: HELD_CAPACITY_BISECTIONS,
+        ..search
+    }) else {
+        return Err(PilotError::Server(
+            "the profiling sweep has no capacity search".into(),
+        ));
+    };
+    let shape = profiling_shape(pilot.workload, pilot.spec);
+    on_step(Step::Profiling(settings.clone(), Progress::Starting));
+    let engine = EngineProcess::start(pilot.exe, pilot.model_file, settings).await?;
+    let capacity =
+        profile::search_capacity(&engine, &shape, &search, profiled_rps, |point, met| {
+            on_step(Step::Profiling(
+                settings.clone(),
+                Progress::Probe { point: *point, met },
+            ));
+        })
+        .await?;
+    if capacity.max_rps <= 0.0 {
+        return Err(PilotError::Spec(format!(
+            "pilot.drain_hold: with a hold of {}, {} met the capacity SLA at no rate probed \
+             (down to {:.3} requests/s); replay without the hold or at the plan's load",
+            settings.drain_hold,
+            settings,
+            profiled_rps / (1u32 << HELD_CAPACITY_BISECTIONS) as f64
+        )));
+    }
+    Ok(HeldCapacity {
+        drain_hold: settings.drain_hold,
+        capacity_rps: capacity.max_rps,
+        profiled_capacity_rps: profiled_rps,
+        probes: capacity.curve,
+    })
 }
 
 /// The workload's trace records as the load generator replays them.

@@ -15,7 +15,10 @@ use strata_planner::{
 };
 
 use super::gateway_predictions::GatewayPredictions;
-use crate::loadgen::{Percentiles, ReplayRecord};
+use crate::{
+    loadgen::{Percentiles, ReplayRecord},
+    profile::CurvePoint,
+};
 
 /// Version of the report's JSON layout; reports of older versions are read through
 /// [`super::stored::read_stored`].
@@ -180,6 +183,10 @@ pub struct SimulationPair {
 pub struct ReplayReport {
     /// The load sampled.
     pub load: ReplayLoad,
+    /// The config's capacity searched again with the pilot's drain hold, which `load`'s share is of
+    /// (`None`: no hold, or the load is the plan hour's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_capacity: Option<HeldCapacity>,
     /// Seconds replayed.
     pub duration_s: f64,
     /// Requests sent.
@@ -229,6 +236,21 @@ pub struct ReplayReport {
     pub host_load: Option<HostLoad>,
 }
 
+/// The replay config's capacity with the pilot's drain hold. Profiling probes every config without a
+/// hold; a hold changes what the host can serve within the SLA (a held prompt waits, and its slot idles
+/// while the decodes drain), so a share of the capacity is taken of this one when a hold is set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HeldCapacity {
+    /// The hold searched with (`strata serve --drain-hold`).
+    pub drain_hold: f64,
+    /// The highest rate found to meet the capacity SLA with the hold, requests/s.
+    pub capacity_rps: f64,
+    /// The same config's capacity as profiled, without a hold, requests/s.
+    pub profiled_capacity_rps: f64,
+    /// Every probe of the search, by rate.
+    pub probes: Vec<CurvePoint>,
+}
+
 /// The CPU the pilot's host gave to the replay and to everything else while it ran: the host's busy
 /// time (`/proc/stat`) less that of the pilot's own process and its engine and gateway, as mean
 /// cores over the replay.
@@ -257,6 +279,9 @@ pub struct ReplaySetup<'a> {
     pub gpu_fallback: &'a GpuFallback,
     /// The load sampled.
     pub load: ReplayLoad,
+    /// The capacity searched with the pilot's drain hold, which `load`'s share is of (`None`: no hold,
+    /// or the load is the plan's).
+    pub held_capacity: Option<HeldCapacity>,
     /// The requests sampled, as the simulator predicts them.
     pub trace: &'a [TraceRecord],
     /// Seconds replayed.
@@ -347,6 +372,7 @@ impl ReplayReport {
         let setup = inputs.setup;
         ReplayReport {
             load: setup.load,
+            held_capacity: setup.held_capacity,
             duration_s: setup.duration_s,
             requests: records.len(),
             errors: records.iter().filter(|r| r.record.error.is_some()).count(),

@@ -99,8 +99,14 @@ impl PilotReport {
             let offered = replay.load.capacity_share.map_or_else(
                 || format!("plan hour {}", replay.load.hour),
                 |share| {
+                    let held = replay.held_capacity.as_ref().map_or(String::new(), |h| {
+                        format!(
+                            " with the drain hold ({:.2} req/s; {:.2} as profiled, without it)",
+                            h.capacity_rps, h.profiled_capacity_rps
+                        )
+                    });
                     format!(
-                        "{:.0}% of the capacity, plan hour {}'s mix",
+                        "{:.0}% of the capacity{held}, plan hour {}'s mix",
                         share * 100.0,
                         replay.load.hour
                     )

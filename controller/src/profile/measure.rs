@@ -242,9 +242,7 @@ pub async fn measure_shape(
     })
 }
 
-/// Searches the highest Poisson rate whose p99 TTFT and TPOT meet `search`'s targets: doubles the
-/// rate from `start_rps` until a probe misses, then bisects; a rate counts as met only when
-/// `confirmations` probes at it (different seeds) all meet the SLA. Records the result and the curve.
+/// [`search_capacity`] on `config`'s engine, with the result and the curve recorded.
 ///
 /// # Errors
 /// When the load generator cannot run or the store fails.
@@ -252,6 +250,38 @@ pub async fn capacity_search(
     ctx: &RunContext<'_>,
     server: &EngineProcess,
     config: &ConfigRow,
+    shape: &NamedShape,
+    search: &CapacitySearch,
+    start_rps: f64,
+    on_probe: impl FnMut(&CurvePoint, bool),
+) -> Result<Capacity> {
+    let capacity = search_capacity(server, shape, search, start_rps, on_probe).await?;
+    ctx.store
+        .insert_capacity_result(&NewCapacityResult {
+            config_id: config.id,
+            hardware_id: ctx.hardware.id,
+            run_id: None,
+            sla_ttft_p99_ms: search.ttft_p99_ms,
+            sla_tpot_p99_ms: search.tpot_p99_ms,
+            max_requests_per_s: capacity.max_rps,
+            load_curve: serde_json::to_value(&capacity.curve).unwrap_or_default(),
+            step_model: capacity
+                .step_model
+                .as_ref()
+                .and_then(|m| serde_json::to_value(m).ok()),
+        })
+        .await?;
+    Ok(capacity)
+}
+
+/// Searches the highest Poisson rate whose p99 TTFT and TPOT meet `search`'s targets: doubles the
+/// rate from `start_rps` until a probe misses, then bisects; a rate counts as met only when
+/// `confirmations` probes at it (different seeds) all meet the SLA. Records nothing.
+///
+/// # Errors
+/// When the load generator cannot run.
+pub async fn search_capacity(
+    server: &EngineProcess,
     shape: &NamedShape,
     search: &CapacitySearch,
     start_rps: f64,
@@ -321,27 +351,11 @@ pub async fn capacity_search(
     }
     curve.sort_by(|a, b| a.rate_rps.total_cmp(&b.rate_rps));
     let step_model = server.step_model_since(steps_before).await;
-    let capacity = Capacity {
+    Ok(Capacity {
         max_rps: low,
         curve,
         step_model,
-    };
-    ctx.store
-        .insert_capacity_result(&NewCapacityResult {
-            config_id: config.id,
-            hardware_id: ctx.hardware.id,
-            run_id: None,
-            sla_ttft_p99_ms: search.ttft_p99_ms,
-            sla_tpot_p99_ms: search.tpot_p99_ms,
-            max_requests_per_s: capacity.max_rps,
-            load_curve: serde_json::to_value(&capacity.curve).unwrap_or_default(),
-            step_model: capacity
-                .step_model
-                .as_ref()
-                .and_then(|m| serde_json::to_value(m).ok()),
-        })
-        .await?;
-    Ok(capacity)
+    })
 }
 
 impl RunOutcome {

@@ -18,7 +18,7 @@ pub use self::{
     engine_process::{EngineProcess, SERVED_NAME},
     measure::{
         Capacity, CurvePoint, RunContext, RunOutcome, capacity_search, ensure_config,
-        find_existing, load_spec, measure_shape, shape_json,
+        find_existing, load_spec, measure_shape, search_capacity, shape_json,
     },
     quality::record_sweep_quality,
     run::{ConfigOutcome, Progress, run_config},

@@ -161,6 +161,7 @@ pub(crate) fn pilot_report(
     };
     let replay = ReplayReport {
         load: replay_load(plan, false),
+        held_capacity: None,
         duration_s: 60.0,
         requests: 91,
         errors: 0,
@@ -318,6 +319,7 @@ pub(crate) fn replayed_pilot_report(
             workload,
             gpu_fallback: &plan.gpu_fallback,
             load,
+            held_capacity: None,
             trace: &trace,
             duration_s: spec.replay_s,
             config: plan.chosen.config.clone(),

@@ -235,8 +235,15 @@ fn pilot_detail_cells(d: &PilotReport) -> PilotDetailCells {
                 r.load
                     .capacity_share
                     .map_or_else(String::new, |share| format!(
-                        " ({}% of its capacity)",
-                        fmt::num(share * 100.0, 0)
+                        " ({}% of its capacity{})",
+                        fmt::num(share * 100.0, 0),
+                        r.held_capacity
+                            .as_ref()
+                            .map_or_else(String::new, |h| format!(
+                                " with the drain hold: {} req/s, {} without it",
+                                fmt::num(h.capacity_rps, 2),
+                                fmt::num(h.profiled_capacity_rps, 2)
+                            ))
                     )),
                 r.config,
                 if r.with_gpu {
