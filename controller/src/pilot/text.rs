@@ -3,11 +3,11 @@
 
 use std::fmt::Write as _;
 
-use strata_planner::pace::Band;
+use strata_planner::{pace::Band, pilot::ReplayLoad};
 
 use super::{
     gateway_predictions::GatewayPredictions,
-    report::{Comparison, HostLoad, PilotReport},
+    report::{Comparison, HeldCapacity, HostLoad, PilotReport},
 };
 use crate::prediction_error::ErrorSummary;
 
@@ -96,22 +96,7 @@ impl PilotReport {
             );
         }
         if let Some(replay) = self.replay.as_ref().filter(|r| r.requests > 0) {
-            let offered = replay.load.capacity_share.map_or_else(
-                || format!("plan hour {}", replay.load.hour),
-                |share| {
-                    let held = replay.held_capacity.as_ref().map_or(String::new(), |h| {
-                        format!(
-                            " with the drain hold ({:.2} req/s; {:.2} as profiled, without it)",
-                            h.capacity_rps, h.profiled_capacity_rps
-                        )
-                    });
-                    format!(
-                        "{:.0}% of the capacity{held}, plan hour {}'s mix",
-                        share * 100.0,
-                        replay.load.hour
-                    )
-                },
-            );
+            let offered = offered_load(&replay.load, replay.held_capacity.as_ref());
             let _ = writeln!(
                 out,
                 "\nreplay: {} requests over {:.0} s at {:.2} req/s ({offered}, one host of {}), {} errors",
@@ -260,6 +245,25 @@ fn comparison_row(out: &mut String, name: &str, c: &Comparison) {
     );
 }
 
+/// What the replay offered: the plan hour's load, or a share of the config's capacity (with the drain
+/// hold's capacity when it was searched).
+fn offered_load(load: &ReplayLoad, held: Option<&HeldCapacity>) -> String {
+    let Some(share) = load.capacity_share else {
+        return format!("plan hour {}", load.hour);
+    };
+    let held = held.map_or(String::new(), |h| {
+        format!(
+            " with the drain hold ({:.2} req/s; {:.2} as profiled, without it)",
+            h.capacity_rps, h.profiled_capacity_rps
+        )
+    });
+    format!(
+        "{:.0}% of the capacity{held}, plan hour {}'s mix",
+        share * 100.0,
+        load.hour
+    )
+}
+
 /// Whether the host was shared during the replay, and by how much.
 fn host_load_line(out: &mut String, load: &HostLoad) {
     let _ = writeln!(
@@ -277,6 +281,34 @@ fn host_load_line(out: &mut String, load: &HostLoad) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_offered_load_names_the_capacity_its_share_is_of() {
+        let plan_hour = ReplayLoad {
+            hour: 14,
+            rate_rps: 1.05,
+            class_shares: vec![0.6, 0.4],
+            includes_gpu_traffic: false,
+            capacity_share: None,
+        };
+        assert_eq!(offered_load(&plan_hour, None), "plan hour 14");
+        let share = plan_hour.at_capacity_share(4.63, 0.65);
+        assert_eq!(
+            offered_load(&share, None),
+            "65% of the capacity, plan hour 14's mix"
+        );
+        let held = HeldCapacity {
+            drain_hold: 2.0,
+            capacity_rps: 3.1,
+            profiled_capacity_rps: 4.63,
+            probes: Vec::new(),
+        };
+        assert_eq!(
+            offered_load(&share, Some(&held)),
+            "65% of the capacity with the drain hold (3.10 req/s; 4.63 as profiled, without it), \
+             plan hour 14's mix"
+        );
+    }
 
     #[test]
     fn the_host_line_says_whether_the_host_was_shared() {
