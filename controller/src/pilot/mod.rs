@@ -299,15 +299,7 @@ async fn evaluate(pilot: &Pilot<'_>, on_step: &mut impl FnMut(Step)) -> Result<P
         },
     )?;
     let capacity = capacities.get(&plan.chosen.config).copied();
-    let mut replay =
-        replay::replay(pilot, &plan, &input.profiles, &paces, capacity, on_step).await?;
-    if let Some(g) = replay.gateway_predictions.as_mut() {
-        let capacity = replay
-            .held_capacity
-            .as_ref()
-            .map_or(capacity, |held| Some(held.capacity_rps));
-        g.load_over_capacity = capacity.map(|c| replay.load.rate_rps / c);
-    }
+    let replay = replay::replay(pilot, &plan, &input.profiles, &paces, capacity, on_step).await?;
     let evidence: Vec<ReplayEvidence> = replay
         .classes
         .iter()
@@ -404,6 +396,32 @@ fn mix_mean(
         / total
 }
 
+/// Bisections of the pilot's capacity search after it brackets the capacity.
+const PROFILING_BISECTIONS: usize = 1;
+
+/// The pilot's capacity search: probes of the mean request at the tightest class SLA, bisected
+/// `bisections` times after bracketing.
+fn capacity_search(pilot: &Pilot<'_>, bisections: usize) -> CapacitySearch {
+    let (ttft_ms, tpot_ms) = capacity_sla(pilot.workload);
+    CapacitySearch {
+        ttft_p99_ms: if ttft_ms.is_finite() {
+            ttft_ms
+        } else {
+            10_000.0
+        },
+        tpot_p99_ms: if tpot_ms.is_finite() {
+            tpot_ms
+        } else {
+            1_000.0
+        },
+        shape: PACE_SHAPE.into(),
+        probe_requests: pilot.spec.probe_requests as usize,
+        bisections,
+        confirmations: 1,
+        min_probe_s: 10.0,
+    }
+}
+
 /// The sweep the pilot profiles each config with: the workload's mean request, closed-loop at the batch
 /// size, then a capacity search at the tightest class SLA.
 fn profiling_sweep(pilot: &Pilot<'_>) -> Sweep {
@@ -423,23 +441,7 @@ fn profiling_sweep(pilot: &Pilot<'_>) -> Sweep {
             tpot_ms: tpot_ms.is_finite().then_some(tpot_ms),
             e2e_ms: None,
         },
-        capacity: Some(CapacitySearch {
-            ttft_p99_ms: if ttft_ms.is_finite() {
-                ttft_ms
-            } else {
-                10_000.0
-            },
-            tpot_p99_ms: if tpot_ms.is_finite() {
-                tpot_ms
-            } else {
-                1_000.0
-            },
-            shape: PACE_SHAPE.into(),
-            probe_requests: pilot.spec.probe_requests as usize,
-            bisections: 1,
-            confirmations: 1,
-            min_probe_s: 10.0,
-        }),
+        capacity: Some(capacity_search(pilot, PROFILING_BISECTIONS)),
         seed: pilot.spec.seed,
         quality: false,
     }

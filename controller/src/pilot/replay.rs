@@ -18,10 +18,11 @@ use strata_planner::{
 use super::{
     Pilot, PilotError, Result, Step,
     calibration::{SampleSteps, calibration, pace_spread, sample_steps},
+    capacity_search,
     gateway_file::ReplayGateway,
     gateway_predictions,
     host_load::HostLoadProbe,
-    profiling_shape, profiling_sweep,
+    profiling_shape,
     report::{
         HeldCapacity, HostPace, ReplayInputs, ReplayPredictions, ReplayReport, ReplaySetup,
         SampleTime,
@@ -30,7 +31,7 @@ use super::{
 use crate::{
     loadgen::{self, Api, Arrival, Lengths, LoadSpec, Shape, Sla, TimedRequest},
     process::ChildServer,
-    profile::{self, CapacitySearch, EngineProcess, EngineSettings, NamedShape, Progress},
+    profile::{self, EngineProcess, EngineSettings, NamedShape, Progress},
     store::pilot_replay_source,
 };
 
@@ -69,6 +70,8 @@ pub(super) async fn replay(
     };
     let mut load = decide::replay_load(plan, with_gpu);
     let mut held_capacity = None;
+    // The capacity the replay's config serves with: searched again when the replay holds prompts.
+    let mut capacity_rps = capacity_rps;
     if let Some(share) = spec.replay_load {
         let profiled_rps = capacity_rps.ok_or_else(|| {
             PilotError::Spec(format!(
@@ -76,13 +79,12 @@ pub(super) async fn replay(
                 plan.chosen.config
             ))
         })?;
-        let mut capacity = profiled_rps;
         if settings.drain_hold > 0.0 {
             let held = search_held_capacity(pilot, &settings, profiled_rps, on_step).await?;
-            capacity = held.capacity_rps;
+            capacity_rps = Some(held.capacity_rps);
             held_capacity = Some(held);
         }
-        load = load.at_capacity_share(capacity, share);
+        load = load.at_capacity_share(capacity_rps.unwrap_or(profiled_rps), share);
     }
     let trace = decide::replay_trace(pilot.workload, &load, spec.replay_s, spec.seed);
     // The prediction on `steps` in place of the chosen profile's step model (none: as profiled), over
@@ -215,13 +217,16 @@ pub(super) async fn replay(
     let step_model = engine.step_model_since(steps_before).await;
     let sample_after = sample(SampleTime::AfterReplay).await?;
     let after = measure_pace(&engine.base_url, served, &pace_shape, pace_seed).await?;
-    let gateway_predictions = gateway_predictions::replay_predictions(
+    let mut gateway_predictions = gateway_predictions::replay_predictions(
         pilot.ctx.store,
         &pilot_replay_source(&pilot.workload.name),
         replay_window,
         records.len(),
     )
     .await?;
+    if let Some(g) = gateway_predictions.as_mut() {
+        g.load_over_capacity = capacity_rps.map(|c| setup.load.rate_rps / c);
+    }
     drop(gateway);
     drop(engine);
     let samples: Vec<SampleSteps> = [sample_before, sample_after]
@@ -292,15 +297,7 @@ async fn search_held_capacity(
     profiled_rps: f64,
     on_step: &mut impl FnMut(Step),
 ) -> Result<HeldCapacity> {
-    let sweep = profiling_sweep(pilot);
-    let Some(search) = sweep.capacity.map(|search| CapacitySearch {
-        bisections: HELD_CAPACITY_BISECTIONS,
-        ..search
-    }) else {
-        return Err(PilotError::Server(
-            "the profiling sweep has no capacity search".into(),
-        ));
-    };
+    let search = capacity_search(pilot, HELD_CAPACITY_BISECTIONS);
     let shape = profiling_shape(pilot.workload, pilot.spec);
     on_step(Step::Profiling(settings.clone(), Progress::Starting));
     let engine = EngineProcess::start(pilot.exe, pilot.model_file, settings).await?;

@@ -166,6 +166,22 @@ fn tasks_text(g: &QualityGate) -> String {
     )
 }
 
+/// The replay's load as a share of its config's capacity (and of the capacity with the drain hold,
+/// when one was searched); empty when it offered the plan hour's load.
+fn capacity_share(r: &ReplayReport) -> String {
+    let Some(share) = r.load.capacity_share else {
+        return String::new();
+    };
+    let held = r.held_capacity.as_ref().map_or_else(String::new, |h| {
+        format!(
+            " with the drain hold: {} req/s, {} without it",
+            fmt::num(h.capacity_rps, 2),
+            fmt::num(h.profiled_capacity_rps, 2)
+        )
+    });
+    format!(" ({}% of its capacity{held})", fmt::num(share * 100.0, 0))
+}
+
 fn pilot_detail_cells(d: &PilotReport) -> PilotDetailCells {
     let dec = &d.decision;
     let plan = d.plan.as_ref();
@@ -232,19 +248,7 @@ fn pilot_detail_cells(d: &PilotReport) -> PilotDetailCells {
                 r.requests,
                 fmt::num(r.duration_s, 0),
                 fmt::num(r.load.rate_rps, 2),
-                r.load
-                    .capacity_share
-                    .map_or_else(String::new, |share| format!(
-                        " ({}% of its capacity{})",
-                        fmt::num(share * 100.0, 0),
-                        r.held_capacity
-                            .as_ref()
-                            .map_or_else(String::new, |h| format!(
-                                " with the drain hold: {} req/s, {} without it",
-                                fmt::num(h.capacity_rps, 2),
-                                fmt::num(h.profiled_capacity_rps, 2)
-                            ))
-                    )),
+                capacity_share(r),
                 r.config,
                 if r.with_gpu {
                     " with the GPU endpoint"
