@@ -362,6 +362,35 @@ impl BatchingHost {
         }
     }
 
+    /// The request admitted as `class`, past its prompt, had `left` output tokens still to come at `t`
+    /// on the instance this host mirrors: it decodes on from there (the step in flight runs the next
+    /// of them). One the mirror had already finished, running ahead of the instance, decodes again.
+    pub fn decode_left_seen(&mut self, t: f64, class: usize, left: f64) {
+        self.advance(t);
+        let left = left.round().max(1.0);
+        if let Some(job) = self
+            .waiting
+            .iter_mut()
+            .chain(&mut self.running)
+            .find(|j| j.class == class)
+        {
+            if !job.prefilling() {
+                job.output_left = left;
+            }
+            return;
+        }
+        self.running.push(Job {
+            class,
+            arrival: t,
+            prompt_left: 0.0,
+            output_left: left,
+            first_token: t,
+            chunk: 0.0,
+            wave: false,
+        });
+        self.start_step();
+    }
+
     /// The request admitted as `class` ended at `t` on the instance this host mirrors: it leaves here
     /// too (and a step in flight with nothing left to run ends). What the host finished on its own is
     /// dropped.

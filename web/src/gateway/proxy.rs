@@ -29,7 +29,7 @@ use super::{
     table::{Endpoint, Pool, Table},
     twin::TwinKey,
     upstream::{
-        self, BodyStream, ErrorSource, Http, Relay, StreamEnd, StreamSummary, Upstream,
+        self, BodyStream, ErrorSource, Http, OnEvents, Relay, StreamEnd, StreamSummary, Upstream,
         UpstreamError,
     },
 };
@@ -198,15 +198,19 @@ pub(crate) async fn forward(
         let route = route_header(pool, &done.endpoint, &done.reason, &choice.targets, attempt);
         let out = match answer {
             Answer::Stream { head, first, rest } => {
+                let on_events = in_flight.on_events(req.api);
                 let on_end =
                     on_stream_end(state, table, done, arrived.elapsed(), (in_flight, permit));
-                let relay = Relay::new(
+                let mut relay = Relay::new(
                     first,
                     rest,
                     pool.config.idle_timeout,
                     !req.client_usage,
                     on_end,
                 );
+                if let Some(on_events) = on_events {
+                    relay = relay.with_on_events(on_events);
+                }
                 respond(head, Body::from_stream(relay), route, true)
             }
             Answer::Whole { head, body } => {
@@ -472,6 +476,23 @@ impl InFlight {
         if let (Some(twin), Some(key)) = (&self.endpoint.twin, self.twin) {
             twin.first_byte(key, Instant::now());
         }
+    }
+}
+
+impl InFlight {
+    /// What tells the endpoint's mirror how many tokens the stream has shown (a chat stream's first
+    /// event names the role; every other event before the end carries about one token); none
+    /// without a mirror.
+    fn on_events(&self, api: Api) -> Option<OnEvents> {
+        let key = self.twin?;
+        self.endpoint.twin.as_ref()?;
+        let endpoint = self.endpoint.clone();
+        let role_events = u64::from(api == Api::Chat);
+        Some(Box::new(move |events| {
+            if let Some(twin) = &endpoint.twin {
+                twin.tokens_seen(key, Instant::now(), events.saturating_sub(role_events));
+            }
+        }))
     }
 }
 

@@ -1,7 +1,8 @@
 //! A mirror of one CPU endpoint: the planner's step-by-step [`BatchingHost`] fed with the requests
-//! the gateway sends there and kept in step by what they show (their first byte, their end). A new
-//! request's TTFT and E2E are projected on it from the endpoint's actual queue: the slots it waits
-//! for, the prompts prefilled ahead of its own, the decode steps it shares with the requests running.
+//! the gateway sends there and kept in step by what they show (their first byte, the tokens they
+//! stream, their end). A new request's TTFT and E2E are projected on it from the endpoint's actual
+//! queue: the slots it waits for, the prompts prefilled ahead of its own, the decode steps it shares
+//! with the requests running.
 //! Requests that arrive while it runs share its steps too; they are unknown when it is routed, so the
 //! projection draws them ([`projection::project`]): a Poisson stream at the endpoint's recent arrival
 //! rate, with the lengths of its recent requests.
@@ -88,7 +89,11 @@ impl Arrivals {
 
 /// A request on a [`Twin`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TwinKey(usize);
+pub struct TwinKey {
+    key: usize,
+    /// The output tokens it was admitted with.
+    output_tokens: u32,
+}
 
 impl Twin {
     /// An idle mirror of an endpoint serving with `curve`, its clock starting at `origin`.
@@ -128,19 +133,27 @@ impl Twin {
         mirror
             .recent
             .push_back((f64::from(prompt_tokens), f64::from(output_tokens)));
-        TwinKey(key)
+        TwinKey { key, output_tokens }
     }
 
     /// The request's first byte came back at `now`: its prompt is done.
     pub fn first_byte(&self, key: TwinKey, now: Instant) {
         let t = self.seconds(now);
-        self.mirror().host.first_token_seen(t, key.0);
+        self.mirror().host.first_token_seen(t, key.key);
+    }
+
+    /// The request had shown `produced` output tokens by `now`: the mirror's decode of it goes on from
+    /// there, so that a prompt held for the decodes to drain waits as long as the endpoint's do.
+    pub fn tokens_seen(&self, key: TwinKey, now: Instant, produced: u64) {
+        let t = self.seconds(now);
+        let left = u64::from(key.output_tokens).saturating_sub(produced);
+        self.mirror().host.decode_left_seen(t, key.key, left as f64);
     }
 
     /// The request ended at `now` (answered or not).
     pub fn ended(&self, key: TwinKey, now: Instant) {
         let t = self.seconds(now);
-        self.mirror().host.finished_seen(t, key.0);
+        self.mirror().host.finished_seen(t, key.key);
     }
 
     /// What a request of `prompt_tokens` and `output_tokens` sent at `now` would get: TTFT and E2E in
@@ -250,6 +263,27 @@ mod tests {
             .project(t0 + Duration::from_secs(420), 100, 301, Correction::NONE)
             .0;
         assert!(near(quiet.e2e_s, alone.e2e_s), "{quiet:?}");
+    }
+
+    /// A prompt held for the decodes to drain waits for the endpoint's longest decode as its stream
+    /// shows it: the mirror's own pace would have this one nearly done (about 11 of 100 tokens left
+    /// at 0.9 s, few enough to hold a 100-token prompt), while the endpoint shows 30 tokens out, so
+    /// 71 to come, and the prompt runs with the next step (0.01 s away, then 0.11 s beside a decode).
+    #[test]
+    fn streamed_tokens_keep_the_mirror_decodes_in_step() {
+        let t0 = Instant::now();
+        let twin = Twin::new(&curve().holding(2.0), t0);
+        let ahead = twin.admit(t0, 10, 101);
+        twin.first_byte(ahead, t0 + Duration::from_millis(10));
+        let at = t0 + Duration::from_millis(900);
+        let held = twin.project(at, 100, 1, Correction::NONE).0;
+        assert!(
+            held.ttft_s > 0.2,
+            "the prompt waits for the drain: {held:?}"
+        );
+        twin.tokens_seen(ahead, at, 30);
+        let synced = twin.project(at, 100, 1, Correction::NONE).0;
+        assert!(synced.ttft_s < 0.13, "no drain is near: {synced:?}");
     }
 
     /// A correction runs the mirror's steps at its pace: on an idle endpoint twice as slow is twice

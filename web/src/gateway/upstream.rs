@@ -293,8 +293,12 @@ pub struct StreamSummary {
 /// The event sent when the upstream fails mid-stream.
 pub const STREAM_ERROR_EVENT: &[u8] = b"data: {\"error\":{\"message\":\"The upstream failed during the answer\",\"type\":\"server_error\",\"param\":null,\"code\":\"upstream_error\"}}\n\n";
 
+/// Called with the count of events relayed so far, each time a chunk brings more.
+pub type OnEvents = Box<dyn FnMut(u64) + Send>;
+
 /// Relays an upstream SSE body to the client chunk by chunk; reads `usage` on the way, drops the usage
-/// event the gateway asked for on the client's behalf, and calls `on_end` once, however the stream ends.
+/// event the gateway asked for on the client's behalf, tells an [`OnEvents`] hook how far the stream
+/// has come, and calls `on_end` once, however the stream ends.
 pub struct Relay<F: FnOnce(StreamSummary) + Send + Unpin> {
     inner: BodyStream,
     first: Option<Bytes>,
@@ -304,6 +308,7 @@ pub struct Relay<F: FnOnce(StreamSummary) + Send + Unpin> {
     drop_usage: bool,
     summary: StreamSummary,
     done: bool,
+    on_events: Option<OnEvents>,
     on_end: Option<F>,
 }
 
@@ -332,8 +337,16 @@ impl<F: FnOnce(StreamSummary) + Send + Unpin> Relay<F> {
                 last_at: now,
             },
             done: false,
+            on_events: None,
             on_end: Some(on_end),
         }
+    }
+
+    /// The same relay, calling `on_events` as events come.
+    #[must_use]
+    pub fn with_on_events(mut self, on_events: OnEvents) -> Self {
+        self.on_events = Some(on_events);
+        self
     }
 
     fn finish(&mut self, end: StreamEnd) {
@@ -372,6 +385,18 @@ impl<F: FnOnce(StreamSummary) + Send + Unpin> Relay<F> {
     }
 
     fn process(&mut self, chunk: Bytes) -> Option<Bytes> {
+        let before = self.summary.events;
+        let out = self.split(chunk);
+        if self.summary.events > before
+            && let Some(f) = &mut self.on_events
+        {
+            f(self.summary.events);
+        }
+        out
+    }
+
+    /// The complete events of `chunk` (and of what earlier chunks left), to relay.
+    fn split(&mut self, chunk: Bytes) -> Option<Bytes> {
         if self.carry.is_empty() && chunk.ends_with(b"\n\n") && !contains(&chunk, b"\"usage\"") {
             self.summary.events += count(&chunk, b"\n\n");
             return Some(chunk);
@@ -491,6 +516,16 @@ mod tests {
     use std::sync::{Arc, Mutex};
 
     async fn relay(chunks: Vec<&'static str>, drop_usage: bool) -> (String, StreamSummary) {
+        relay_counting(chunks, drop_usage).await.0
+    }
+
+    /// As [`relay`], with the counts the relay's [`OnEvents`] hook was called with.
+    async fn relay_counting(
+        chunks: Vec<&'static str>,
+        drop_usage: bool,
+    ) -> ((String, StreamSummary), Vec<u64>) {
+        let counts = Arc::new(Mutex::new(Vec::new()));
+        let c2 = counts.clone();
         let seen = Arc::new(Mutex::new(None));
         let s2 = seen.clone();
         let mut it = chunks
@@ -503,14 +538,32 @@ mod tests {
             Duration::from_secs(5),
             drop_usage,
             move |s| *s2.lock().unwrap() = Some(s),
-        );
+        )
+        .with_on_events(Box::new(move |n| c2.lock().unwrap().push(n)));
         let out: Vec<_> = r.map(|b| b.unwrap()).collect().await;
         let text = out
             .iter()
             .map(|b| String::from_utf8_lossy(b).into_owned())
             .collect();
         let summary = seen.lock().unwrap().expect("on_end ran");
-        (text, summary)
+        let counts = counts.lock().unwrap().clone();
+        ((text, summary), counts)
+    }
+
+    /// The hook hears of every chunk that completes events, with the count so far: not of the
+    /// half-event a chunk ends with, nor of the usage event dropped.
+    #[tokio::test]
+    async fn tells_the_events_hook_how_far_the_stream_has_come() {
+        let chunks = vec![
+            "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\n\ndata: {\"cho",
+            "ices\":[{\"delta\":{\"content\":\"c\"}}]}\n\n",
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":3,\"total_tokens\":6}}\n\n",
+            "data: [DONE]\n\n",
+        ];
+        let ((_, s), counts) = relay_counting(chunks, true).await;
+        assert_eq!(counts, vec![1, 2, 3, 4]);
+        assert_eq!(s.events, 4);
     }
 
     #[tokio::test]
