@@ -159,6 +159,19 @@ struct Job {
 }
 
 impl Job {
+    /// A request of `class` arriving at `arrival` with its prompt and output still to run.
+    fn new(class: usize, arrival: f64, prompt_left: f64, output_left: f64) -> Job {
+        Job {
+            class,
+            arrival,
+            prompt_left,
+            output_left,
+            first_token: f64::NAN,
+            chunk: 0.0,
+            wave: false,
+        }
+    }
+
     fn prefilling(&self) -> bool {
         self.prompt_left > 0.0
     }
@@ -269,15 +282,12 @@ impl BatchingHost {
     /// Admits a request of `class` arriving at `t` (not before the last time the host was run to).
     pub fn admit(&mut self, t: f64, class: usize, prompt_tokens: f64, output_tokens: f64) {
         self.advance(t);
-        self.waiting.push_back(Job {
+        self.waiting.push_back(Job::new(
             class,
-            arrival: t,
-            prompt_left: prompt_tokens.round().max(1.0),
-            output_left: output_tokens.round().max(1.0),
-            first_token: f64::NAN,
-            chunk: 0.0,
-            wave: false,
-        });
+            t,
+            prompt_tokens.round().max(1.0),
+            output_tokens.round().max(1.0),
+        ));
         self.start_step();
     }
 
@@ -380,13 +390,8 @@ impl BatchingHost {
             return;
         }
         self.running.push(Job {
-            class,
-            arrival: t,
-            prompt_left: 0.0,
-            output_left: left,
             first_token: t,
-            chunk: 0.0,
-            wave: false,
+            ..Job::new(class, t, 0.0, left)
         });
         self.start_step();
     }

@@ -477,15 +477,12 @@ impl InFlight {
             twin.first_byte(key, Instant::now());
         }
     }
-}
 
-impl InFlight {
     /// What tells the endpoint's mirror how many tokens the stream has shown (a chat stream's first
     /// event names the role; every other event before the end carries about one token); none
     /// without a mirror.
     fn on_events(&self, api: Api) -> Option<OnEvents> {
         let key = self.twin?;
-        self.endpoint.twin.as_ref()?;
         let endpoint = self.endpoint.clone();
         let role_events = u64::from(api == Api::Chat);
         Some(Box::new(move |events| {
