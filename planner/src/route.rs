@@ -146,14 +146,6 @@ impl Correction {
         }
     }
 
-    /// Both factors times `factor`: the same correction on a host running `factor` times slower.
-    pub fn scaled(self, factor: f64) -> Correction {
-        Correction {
-            first_token: self.first_token * factor,
-            decode: self.decode * factor,
-        }
-    }
-
     /// The geometric mean of `corrections` (none: [`Correction::NONE`]).
     pub fn mean(corrections: &[Correction]) -> Correction {
         if corrections.is_empty() {

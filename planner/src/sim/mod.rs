@@ -375,9 +375,7 @@ impl BatchingHost {
     /// The request admitted as `class`, past its prompt, had `left` output tokens still to come at `t`
     /// on the instance this host mirrors: it decodes on from there (the step in flight runs the next
     /// of them). One the mirror had already finished, running ahead of the instance, decodes again.
-    /// Returns the output tokens the mirror had left for it at `t` (0 when it had finished it), or
-    /// `None` while the mirror still prefills it, which the stream does not move.
-    pub fn decode_left_seen(&mut self, t: f64, class: usize, left: f64) -> Option<f64> {
+    pub fn decode_left_seen(&mut self, t: f64, class: usize, left: f64) {
         self.advance(t);
         let left = left.round().max(1.0);
         if let Some(job) = self
@@ -386,17 +384,16 @@ impl BatchingHost {
             .chain(&mut self.running)
             .find(|j| j.class == class)
         {
-            if job.prefilling() {
-                return None;
+            if !job.prefilling() {
+                job.output_left = left;
             }
-            return Some(std::mem::replace(&mut job.output_left, left));
+            return;
         }
         self.running.push(Job {
             first_token: t,
             ..Job::new(class, t, 0.0, left)
         });
         self.start_step();
-        Some(0.0)
     }
 
     /// The request admitted as `class` ended at `t` on the instance this host mirrors: it leaves here

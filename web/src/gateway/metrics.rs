@@ -42,9 +42,7 @@ pub struct Metrics {
     /// (`ttft` or `e2e`) and `prediction` (`raw`: the service model's; `corrected`: after the
     /// endpoint's online correction, the one routing used).
     pub prediction_error: HistogramVec,
-    /// The online correction factor of each endpoint, by `part` (`first_token` or `decode`, learned
-    /// from answers; `recent_pace`, the last seconds' pace over the usual one from streamed tokens,
-    /// which scales both in projections).
+    /// The online correction factor of each endpoint, by `part` (`first_token` or `decode`).
     pub correction: GaugeVec,
     /// Accounting rows waiting for the store.
     pub accounting_queue: IntGauge,

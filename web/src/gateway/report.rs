@@ -167,9 +167,6 @@ fn score_and_learn(state: &GatewayState, pool: &Pool, done: &Done, seen: &Seen, 
     };
     gauge("first_token", c.first_token);
     gauge("decode", c.decode);
-    if let Some(twin) = &done.endpoint.twin {
-        gauge("recent_pace", twin.recent_pace(Instant::now()));
-    }
 }
 
 /// The latency and SLA metrics of a successful request, and its endpoint's TTFT and per-token figures.

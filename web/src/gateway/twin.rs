@@ -6,12 +6,9 @@
 //! Requests that arrive while it runs share its steps too; they are unknown when it is routed, so the
 //! projection draws them ([`projection::project`]): a Poisson stream at the endpoint's recent arrival
 //! rate, with the lengths of its recent requests.
-//! The streamed tokens also tell how the endpoint's pace of the last seconds stands against its usual
-//! one ([`Pace`]): a host slowed for a moment by a neighbour gets the projections of that moment
-//! stretched by as much, before any answer has ended to teach the endpoint's correction.
 
 use std::{
-    collections::{HashMap, VecDeque},
+    collections::VecDeque,
     sync::{
         Mutex, PoisonError,
         atomic::{AtomicUsize, Ordering},
@@ -40,15 +37,12 @@ pub struct Twin {
 }
 
 /// The mirrored engine and the arrivals it has seen, under one lock.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Mirror {
     host: BatchingHost,
     arrivals: Arrivals,
     /// (prompt tokens, output tokens) of the latest requests admitted, oldest first.
     recent: VecDeque<(f64, f64)>,
-    /// Output tokens still to come of each streaming request, as its stream last showed them.
-    synced: HashMap<usize, f64>,
-    pace: Pace,
 }
 
 /// Time constant of the arrival rates, seconds.
@@ -57,77 +51,6 @@ const ARRIVAL_WINDOW_S: f64 = 30.0;
 const MIN_ARRIVAL_SPAN_S: f64 = 5.0;
 /// Requests whose lengths the projection draws later arrivals from.
 const RECENT: usize = 64;
-/// Time constant of the endpoint's recent pace, seconds: the span of a few requests' first tokens.
-const RECENT_PACE_S: f64 = 2.0;
-/// Time constant of its usual pace, seconds.
-const USUAL_PACE_S: f64 = 60.0;
-/// Streamed tokens the recent window needs before its pace counts.
-const MIN_PACE_TOKENS: f64 = 16.0;
-/// Largest factor the recent pace puts on a projection, either way.
-const PACE_LIMIT: f64 = 2.0;
-
-/// Output tokens the mirror ran against those the endpoint streamed, over the same spans, decayed.
-#[derive(Debug, Clone, Copy, Default)]
-struct TokenCounts {
-    mirrored: f64,
-    streamed: f64,
-}
-
-impl TokenCounts {
-    fn decayed(self, seconds: f64, time_constant: f64) -> Self {
-        let keep = (-seconds / time_constant).exp();
-        Self {
-            mirrored: self.mirrored * keep,
-            streamed: self.streamed * keep,
-        }
-    }
-
-    /// How many times slower than its mirror the endpoint ran: tokens mirrored over tokens streamed.
-    fn slowdown(self) -> Option<f64> {
-        (self.mirrored > 0.0 && self.streamed > 0.0).then(|| self.mirrored / self.streamed)
-    }
-}
-
-/// The endpoint's pace against its mirror's, over the last seconds and over the last minutes.
-#[derive(Debug, Clone, Copy, Default)]
-struct Pace {
-    /// When the counts were last brought up to date, mirror seconds.
-    at: f64,
-    recent: TokenCounts,
-    usual: TokenCounts,
-}
-
-impl Pace {
-    fn decay_to(&mut self, t: f64) {
-        let dt = (t - self.at).max(0.0);
-        self.recent = self.recent.decayed(dt, RECENT_PACE_S);
-        self.usual = self.usual.decayed(dt, USUAL_PACE_S);
-        self.at = self.at.max(t);
-    }
-
-    /// Between two of a stream's resyncs ending at `t`, the mirror ran `mirrored` of its tokens and
-    /// the endpoint streamed `streamed`.
-    fn add(&mut self, t: f64, mirrored: f64, streamed: f64) {
-        self.decay_to(t);
-        for counts in [&mut self.recent, &mut self.usual] {
-            counts.mirrored += mirrored;
-            counts.streamed += streamed;
-        }
-    }
-
-    /// How many times slower than usual the endpoint ran of late, within [1/PACE_LIMIT,
-    /// PACE_LIMIT]; 1 until the last seconds streamed [`MIN_PACE_TOKENS`].
-    fn recent_over_usual(mut self, t: f64) -> f64 {
-        self.decay_to(t);
-        if self.recent.streamed < MIN_PACE_TOKENS {
-            return 1.0;
-        }
-        match (self.recent.slowdown(), self.usual.slowdown()) {
-            (Some(recent), Some(usual)) => (recent / usual).clamp(1.0 / PACE_LIMIT, PACE_LIMIT),
-            _ => 1.0,
-        }
-    }
-}
 
 /// Exponentially decayed count of the requests admitted.
 #[derive(Debug, Clone, Copy, Default)]
@@ -181,8 +104,6 @@ impl Twin {
                 host: BatchingHost::new(curve),
                 arrivals: Arrivals::default(),
                 recent: VecDeque::with_capacity(RECENT),
-                synced: HashMap::new(),
-                pace: Pace::default(),
             }),
             curve: curve.clone(),
             next: AtomicUsize::new(0),
@@ -222,44 +143,23 @@ impl Twin {
     }
 
     /// The request had shown `produced` output tokens by `now`: the mirror's decode of it goes on from
-    /// there, so that a prompt held for the decodes to drain waits as long as the endpoint's do. What
-    /// the mirror ran of it since the stream last showed its count, against what the stream showed,
-    /// is the endpoint's pace.
+    /// there, so that a prompt held for the decodes to drain waits as long as the endpoint's do.
     pub fn tokens_seen(&self, key: TwinKey, now: Instant, produced: u64) {
         let t = self.seconds(now);
-        let left = u64::from(key.output_tokens).saturating_sub(produced) as f64;
-        let mut mirror = self.mirror();
-        let Some(mirror_left) = mirror.host.decode_left_seen(t, key.key, left) else {
-            return;
-        };
-        // The mirror holds at least one token of a request it runs; the stream's count is that too.
-        let left = left.max(1.0);
-        if let Some(before) = mirror.synced.insert(key.key, left) {
-            let streamed = (before - left).max(0.0);
-            let mirrored = (before - mirror_left).max(0.0);
-            mirror.pace.add(t, mirrored, streamed);
-        }
+        let left = u64::from(key.output_tokens).saturating_sub(produced);
+        self.mirror().host.decode_left_seen(t, key.key, left as f64);
     }
 
     /// The request ended at `now` (answered or not).
     pub fn ended(&self, key: TwinKey, now: Instant) {
         let t = self.seconds(now);
-        let mut mirror = self.mirror();
-        mirror.synced.remove(&key.key);
-        mirror.host.finished_seen(t, key.key);
-    }
-
-    /// How many times slower than usual the endpoint streamed over the last seconds (1 before it
-    /// streamed enough to tell).
-    pub fn recent_pace(&self, now: Instant) -> f64 {
-        let t = self.seconds(now);
-        self.mirror().pace.recent_over_usual(t)
+        self.mirror().host.finished_seen(t, key.key);
     }
 
     /// What a request of `prompt_tokens` and `output_tokens` sent at `now` would get: TTFT and E2E in
     /// the engine, seconds, beside the requests on the endpoint and those expected to arrive after it;
     /// first as the service model says, then with the endpoint's steps at the pace `correction`
-    /// says times the endpoint's recent pace against its usual one (the same when both are none).
+    /// says (the same when it is none).
     pub fn project(
         &self,
         now: Instant,
@@ -269,12 +169,11 @@ impl Twin {
     ) -> (Prediction, Prediction) {
         let t = self.seconds(now);
         // The projection runs on a copy, outside the lock that requests on their way take.
-        let (host, arrivals, mut recent, pace) = {
-            let mirror = self.mirror();
-            let m = &*mirror;
-            (m.host.clone(), m.arrivals, m.recent.clone(), m.pace)
-        };
-        let correction = correction.scaled(pace.recent_over_usual(t));
+        let Mirror {
+            host,
+            arrivals,
+            mut recent,
+        } = self.mirror().clone();
         let later = Later {
             rate: arrivals.rate(t),
             lengths: recent.make_contiguous(),
@@ -385,60 +284,6 @@ mod tests {
         twin.tokens_seen(ahead, at, 30);
         let synced = twin.project(at, 100, 1, Correction::NONE).0;
         assert!(synced.ttft_s < 0.13, "no drain is near: {synced:?}");
-    }
-
-    /// Streams `tokens` more tokens of `key`, one every `gap_ms` from `from_ms` after `t0`, counting
-    /// from `produced`; returns when the last came and the count then.
-    fn stream(
-        twin: &Twin,
-        key: TwinKey,
-        t0: Instant,
-        (from_ms, produced): (f64, u64),
-        gap_ms: f64,
-        tokens: u64,
-    ) -> (f64, u64) {
-        let mut at_ms = from_ms;
-        for n in 1..=tokens {
-            at_ms = from_ms + gap_ms * n as f64;
-            twin.tokens_seen(key, t0 + Duration::from_secs_f64(at_ms / 1e3), produced + n);
-        }
-        (at_ms, produced + tokens)
-    }
-
-    /// The twin's recent pace at `now`, and how much it stretches a new request's projected TTFT.
-    fn pace_and_stretch(twin: &Twin, now: Instant) -> (f64, f64) {
-        let (raw, paced) = twin.project(now, 100, 11, Correction::NONE);
-        (twin.recent_pace(now), paced.ttft_s / raw.ttft_s)
-    }
-
-    /// Tokens streamed at half the mirror's pace for a few seconds stretch the projections of those
-    /// seconds, with no correction learned; once the stream is back at its usual pace, so are they.
-    /// The mirror runs a 10 ms step, and the tokens come 5 ms into the steps.
-    #[test]
-    fn a_slow_stretch_of_the_stream_stretches_projections_until_it_passes() {
-        let t0 = Instant::now();
-        let at = |ms: f64| t0 + Duration::from_secs_f64(ms / 1e3);
-        let twin = Twin::new(&curve(), t0);
-        let long = twin.admit(t0, 100, 3001);
-        twin.first_byte(long, at(100.0));
-        let mut seen = stream(&twin, long, t0, (95.0, 1), 10.0, 10);
-        assert_eq!(twin.recent_pace(at(seen.0)), 1.0, "too few tokens to tell");
-        seen = stream(&twin, long, t0, seen, 10.0, 990);
-        let (usual, stretch) = pace_and_stretch(&twin, at(seen.0));
-        assert!((usual - 1.0).abs() < 0.02, "{usual}");
-        assert!((stretch - usual).abs() < 0.05, "{stretch}");
-
-        seen = stream(&twin, long, t0, seen, 20.0, 200);
-        // The last 2 s weigh most in the recent pace (about 1.76 times the mirror's), while the
-        // usual one takes in the whole 14 s (about 1.18), so the stream runs about 1.5 times slower
-        // than usual.
-        let (slow, stretch) = pace_and_stretch(&twin, at(seen.0));
-        assert!((1.35..1.65).contains(&slow), "{slow}");
-        assert!((stretch - slow).abs() < 0.1, "{stretch}");
-
-        seen = stream(&twin, long, t0, seen, 10.0, 1000);
-        let back = twin.recent_pace(at(seen.0));
-        assert!((0.8..1.0).contains(&back), "{back}");
     }
 
     /// A correction runs the mirror's steps at its pace: on an idle endpoint twice as slow is twice
