@@ -158,6 +158,11 @@ struct Job {
     wave: bool,
 }
 
+/// A token count as the host runs it: whole, and at least one.
+fn whole_tokens(tokens: f64) -> f64 {
+    tokens.round().max(1.0)
+}
+
 impl Job {
     /// A request of `class` arriving at `arrival` with its prompt and output still to run.
     fn new(class: usize, arrival: f64, prompt_left: f64, output_left: f64) -> Job {
@@ -285,8 +290,8 @@ impl BatchingHost {
         self.waiting.push_back(Job::new(
             class,
             t,
-            prompt_tokens.round().max(1.0),
-            output_tokens.round().max(1.0),
+            whole_tokens(prompt_tokens),
+            whole_tokens(output_tokens),
         ));
         self.start_step();
     }
@@ -377,7 +382,7 @@ impl BatchingHost {
     /// of them). One the mirror had already finished, running ahead of the instance, decodes again.
     pub fn decode_left_seen(&mut self, t: f64, class: usize, left: f64) {
         self.advance(t);
-        let left = left.round().max(1.0);
+        let left = whole_tokens(left);
         if let Some(job) = self
             .waiting
             .iter_mut()
