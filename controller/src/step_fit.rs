@@ -59,37 +59,28 @@ fn decode_means(times: &StepTimes) -> Vec<(f64, f64)> {
 /// cost). A term that would come out negative is not a time: the fit drops the per-request term
 /// first (decode tokens then ride free), then the per-step one (the line through the origin).
 fn prompt_plane(times: &StepTimes) -> Option<(f64, f64, f64)> {
-    let sums = PlaneSums::of(times);
+    let mut sums = PlaneSums::default();
+    for (batch, s) in times.prompt.iter().enumerate() {
+        sums.add(batch as f64, s);
+    }
     if sums.steps < MIN_PROMPT_STEPS as f64 || sums.tt <= 0.0 {
         return None;
     }
-    Some(sums.plane().unwrap_or((sums.ts / sums.tt, 0.0, 0.0)))
-}
-
-/// Steps with prompt tokens a calibration sample needs before its own prompt plane replaces the
-/// profile's in [`with_prompt_plane_of`].
-pub const MIN_SAMPLE_PROMPT_STEPS: u64 = 24;
-
-/// `model` with the prompt plane of `times` in place of its own: their steps with prompt tokens
-/// fitted as [`fit`] fits them, decode steps and gaps left as they are. `None` when `times` hold
-/// fewer than [`MIN_SAMPLE_PROMPT_STEPS`] such steps, or prompt lengths too alike to tell a step's own
-/// cost from its tokens' (the profile's split then stands). The profile probes one prompt length, so
-/// its split between the two rests on the few steps that ran more prompts than one; a sample of the
-/// replay's own lengths tells them apart, and long prompts, the replay's slowest first tokens, turn on
-/// the per-token cost.
-pub fn with_prompt_plane_of(model: &StepModel, times: &StepTimes) -> Option<StepModel> {
-    let sums = PlaneSums::of(times);
-    if sums.steps < MIN_SAMPLE_PROMPT_STEPS as f64 {
-        return None;
+    let is_time = |x: f64| x.is_finite() && x >= 0.0;
+    if let Some([step, token, decode]) = sums.solve3()
+        && token > 0.0
+        && is_time(step)
+        && is_time(decode)
+    {
+        return Some((token, step, decode));
     }
-    let (prompt_token_s, prompt_step_s, per_decode) = sums.plane()?;
-    let refitted = StepModel {
-        prompt_token_s,
-        prompt_step_s,
-        prompt_step_decode_s: Some(per_decode),
-        ..model.clone()
-    };
-    refitted.is_usable().then_some(refitted)
+    if let Some([step, token]) = sums.solve2()
+        && token > 0.0
+        && is_time(step)
+    {
+        return Some((token, step, 0.0));
+    }
+    Some((sums.ts / sums.tt, 0.0, 0.0))
 }
 
 /// The sums the normal equations of `seconds = step + token x T + decode x B` need, over the steps
@@ -108,36 +99,6 @@ struct PlaneSums {
 }
 
 impl PlaneSums {
-    /// The sums over the steps with prompt tokens of `times`.
-    fn of(times: &StepTimes) -> Self {
-        let mut sums = PlaneSums::default();
-        for (batch, s) in times.prompt.iter().enumerate() {
-            sums.add(batch as f64, s);
-        }
-        sums
-    }
-
-    /// (token, step, decode) of the least-squares plane, or of the line without the per-request
-    /// term when that one would come out negative; `None` when neither is a time (or the steps do
-    /// not tell a step's cost from its tokens').
-    fn plane(&self) -> Option<(f64, f64, f64)> {
-        let is_time = |x: f64| x.is_finite() && x >= 0.0;
-        if let Some([step, token, decode]) = self.solve3()
-            && token > 0.0
-            && is_time(step)
-            && is_time(decode)
-        {
-            return Some((token, step, decode));
-        }
-        if let Some([step, token]) = self.solve2()
-            && token > 0.0
-            && is_time(step)
-        {
-            return Some((token, step, 0.0));
-        }
-        None
-    }
-
     fn add(&mut self, batch: f64, p: &PromptSteps) {
         let n = p.steps as f64;
         self.steps += n;
@@ -365,57 +326,6 @@ mod tests {
             assert!(total.abs() < 1e-9, "{total} ({token} {step} {decode})");
         }
         assert!(token > 0.0 && step >= 0.0 && decode >= 0.0);
-    }
-
-    /// A sample's own prompt plane replaces a model's prompt costs when the sample ran enough steps
-    /// of spread lengths, and leaves the decode steps and the time outside them alone; with too few
-    /// steps, or all of one length, the model's stand.
-    #[test]
-    fn a_sample_of_spread_prompt_lengths_refits_the_prompt_plane() {
-        let model = StepModel {
-            decode_s_by_batch: vec![(1.0, 0.006), (2.0, 0.010)],
-            prompt_token_s: 0.0022,
-            prompt_step_s: 0.005,
-            prompt_step_decode_s: Some(0.001),
-            steps: 400,
-            step_gap_s: 0.002,
-            request_overhead_s: 0.03,
-            drain_hold: 1.5,
-        };
-        let (per_step, per_token, per_decode) = (0.018, 0.0024, 0.0005);
-        let sample = |steps: usize, length: &dyn Fn(usize) -> usize| {
-            let mut times = StepTimes::with_max_batch(2);
-            for i in 0..steps {
-                let (batch, tokens) = (i % 3, length(i));
-                let s = per_step + per_token * tokens as f64 + per_decode * batch as f64;
-                times.record(batch, tokens, s);
-            }
-            times
-        };
-        let spread = |i: usize| 40 + (i * 37) % 300;
-        let refitted =
-            with_prompt_plane_of(&model, &sample(30, &spread)).expect("a refitted plane");
-        assert!(
-            (refitted.prompt_step_s - per_step).abs() < 1e-9,
-            "{refitted:?}"
-        );
-        assert!(
-            (refitted.prompt_token_s - per_token).abs() < 1e-12,
-            "{refitted:?}"
-        );
-        let fitted = refitted.prompt_step_decode_s.expect("a per-request term");
-        assert!((fitted - per_decode).abs() < 1e-9, "{refitted:?}");
-        let unchanged = StepModel {
-            prompt_token_s: model.prompt_token_s,
-            prompt_step_s: model.prompt_step_s,
-            prompt_step_decode_s: model.prompt_step_decode_s,
-            ..refitted
-        };
-        assert_eq!(unchanged, model);
-
-        let too_few = sample(MIN_SAMPLE_PROMPT_STEPS as usize - 1, &spread);
-        assert_eq!(with_prompt_plane_of(&model, &too_few), None);
-        assert_eq!(with_prompt_plane_of(&model, &sample(30, &|_| 114)), None);
     }
 
     /// Steps that ran 1.25x (decode) and 1.5x (prompt) slower than a model come out as that drift,

@@ -455,8 +455,8 @@ async fn plans_pilots_and_gateway_pages_and_api() {
             "Calibration: 84 requests over 80 s through the gateway, half right before the replay and half \
              right after it, ran the engine&#39;s decode steps at 1.07x and its prompts at 1.18x of the \
              profile&#39;s step model",
-            "the prediction runs on the profile&#39;s decode steps scaled by the first ratio and its prompt \
-             steps on the profile&#39;s, scaled by the second. The prediction is the median of 15 simulations with the engine&#39;s pace spread by 2.4% (the samples&#39; 10 s blocks \
+            "the prediction runs on the profile&#39;s steps scaled by these ratios. The prediction is the \
+             median of 15 simulations with the engine&#39;s pace spread by 2.4% (the samples&#39; 10 s blocks \
              moved by 2.4%), for a whole run and afresh every 10 s",
             "3.00 (2.80-3.20)",
             "all requests",

@@ -13,7 +13,7 @@ use strata_planner::{
 use super::{
     Pilot, Result,
     replay::timed_requests,
-    report::{Calibration, CalibrationSample, PromptCosts, SampleTime, went_to_gpu},
+    report::{Calibration, CalibrationSample, SampleTime, went_to_gpu},
 };
 use crate::{
     loadgen::{self, LoadSpec, Percentiles, ReplayRecord},
@@ -165,13 +165,7 @@ pub(super) fn calibration<E>(
     let blocks: Vec<&[StepTimes]> = samples.iter().map(|s| s.blocks.as_slice()).collect();
     let (block_decode_over_profiled, pace_spread) = step_fit::pace_spread(&blocks, model);
     let step_gap_s = pooled.between_steps.mean_s().unwrap_or(0.0);
-    let scaled = step_fit::scaled(model, drift).with_time_outside_steps(step_gap_s, 0.0);
-    let refitted = step_fit::with_prompt_plane_of(&scaled, &pooled);
-    let prompt_costs = match refitted {
-        Some(_) => PromptCosts::FittedOnSamples,
-        None => PromptCosts::ProfileScaled,
-    };
-    let steps = refitted.unwrap_or_else(|| scaled.clone());
+    let steps = step_fit::scaled(model, drift).with_time_outside_steps(step_gap_s, 0.0);
     let mut own = Vec::with_capacity(samples.len());
     for (s, total) in samples.iter().zip(&totals) {
         let drift = step_fit::drift(total, model);
@@ -204,9 +198,6 @@ pub(super) fn calibration<E>(
         step_gaps: pooled.between_steps.gaps,
         step_gap_s,
         request_overhead_s,
-        prompt_costs,
-        profile_prompt_step_model: (prompt_costs == PromptCosts::FittedOnSamples)
-            .then(|| scaled.with_time_outside_steps(step_gap_s, request_overhead_s)),
         step_model: steps.with_time_outside_steps(step_gap_s, request_overhead_s),
     }))
 }
@@ -387,64 +378,6 @@ mod tests {
         assert!(none.is_none());
         let failed = calibration(&samples, &model, |_, _| Err("no such config"));
         assert_eq!(failed.err(), Some("no such config"));
-    }
-
-    /// Samples that ran enough prompts of the replay's spread of lengths give the prediction their own
-    /// prompt costs; the profile's, scaled by the samples' prompt ratio, are kept beside with the same
-    /// time outside the steps.
-    #[test]
-    fn samples_of_spread_prompts_give_their_own_prompt_costs() {
-        let model = StepModel {
-            decode_s_by_batch: vec![(1.0, 0.004), (2.0, 0.007)],
-            prompt_token_s: 0.002,
-            prompt_step_s: 0.005,
-            prompt_step_decode_s: Some(0.001),
-            steps: 100,
-            step_gap_s: 0.0,
-            request_overhead_s: 0.0,
-            drain_hold: 0.0,
-        };
-        let block = |first: usize| {
-            let mut t = steps_at(&model, 1.0, 40);
-            for i in first..first + 15 {
-                let tokens = 30 + (i * 53) % 250;
-                t.record(
-                    i % 3,
-                    tokens,
-                    0.020 + 0.0021 * tokens as f64 + 0.0004 * (i % 3) as f64,
-                );
-            }
-            t
-        };
-        let sample = |when, first| SampleSteps {
-            when,
-            duration_s: 40.0,
-            trace: Vec::new(),
-            records: records(20, 0.3),
-            blocks: vec![block(first), block(first + 15)],
-        };
-        let samples = [
-            sample(SampleTime::BeforeReplay, 0),
-            sample(SampleTime::AfterReplay, 30),
-        ];
-        let c = calibration(&samples, &model, |_: &[TraceRecord], _: &StepModel| {
-            Ok::<f64, ()>(0.25)
-        })
-        .expect("predicted")
-        .expect("a calibration");
-        assert_eq!(c.prompt_costs, PromptCosts::FittedOnSamples);
-        let fitted = &c.step_model;
-        assert!((fitted.prompt_token_s - 0.0021).abs() < 1e-4, "{fitted:?}");
-        assert!((fitted.prompt_step_s - 0.020).abs() < 0.01, "{fitted:?}");
-        assert!((c.request_overhead_s - 0.05).abs() < 1e-3, "{c:?}");
-        let profile = c.profile_prompt_step_model.as_ref().expect("kept beside");
-        let prompt = c.prompt_over_profiled.expect("a prompt ratio");
-        assert!((profile.prompt_token_s - prompt * model.prompt_token_s).abs() < 1e-12);
-        assert_eq!(profile.decode_s_by_batch, fitted.decode_s_by_batch);
-        assert_eq!(
-            (profile.step_gap_s, profile.request_overhead_s),
-            (fitted.step_gap_s, fitted.request_overhead_s)
-        );
     }
 
     /// Clients that saw their first token sooner than predicted spent no negative time outside the

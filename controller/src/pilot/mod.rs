@@ -42,7 +42,7 @@ pub use gateway_file::ReplayGateway;
 pub use gateway_predictions::GatewayPredictions;
 pub use report::{
     Calibration, CalibrationSample, ClassComparison, Comparison, ConfigResult, FailedReport,
-    HostLoad, HostPace, PilotReport, PlanSummary, PromptCosts, REPORT_SCHEMA_VERSION, ReplayInputs,
+    HostLoad, HostPace, PilotReport, PlanSummary, REPORT_SCHEMA_VERSION, ReplayInputs,
     ReplayPredictions, ReplayReport, ReplaySetup, ReportInputs, SampleTime, SimulationPair,
     plan_summary,
 };

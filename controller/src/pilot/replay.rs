@@ -261,11 +261,6 @@ pub(super) async fn replay(
         as_profiled: spread
             .map(|spread| predict_on(None, Some(spread)))
             .transpose()?,
-        on_profile_prompts: calibration
-            .as_ref()
-            .and_then(|c| c.profile_prompt_step_model.as_ref())
-            .map(|steps| predict_on(Some(steps), spread))
-            .transpose()?,
     };
     let host_pace = profiled_paces
         .get(&profiled.to_string())

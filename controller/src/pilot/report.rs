@@ -227,11 +227,6 @@ pub struct ReplayReport {
     /// Every request against the prediction from the profile's step model as profiled, over the same
     /// spread of paces (set when a calibration scaled the one in `all`).
     pub all_as_profiled: Option<Comparison>,
-    /// Every request against the calibrated prediction with the profile's prompt costs in place of
-    /// the samples' own fit (set when the calibration refitted them; see
-    /// [`Calibration::prompt_costs`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub all_on_profile_prompts: Option<Comparison>,
     /// How close the replay gateway's own per-request predictions came, before and after its online
     /// correction (none from reports made before the gateway kept them).
     #[serde(default)]
@@ -337,7 +332,6 @@ impl<'a> ReplayInputs<'a> {
                 spread: None,
                 on_replay_steps: None,
                 as_profiled: None,
-                on_profile_prompts: None,
             },
             host_load: None,
         }
@@ -355,9 +349,6 @@ pub struct ReplayPredictions {
     pub on_replay_steps: Option<SpreadPrediction>,
     /// On the profile's step model as profiled, over the same spread.
     pub as_profiled: Option<SpreadPrediction>,
-    /// On the calibrated step model with the profile's prompt costs scaled in place of the samples'
-    /// own fit, over the same spread (set when the calibration refitted them).
-    pub on_profile_prompts: Option<SpreadPrediction>,
 }
 
 impl ReplayReport {
@@ -398,7 +389,6 @@ impl ReplayReport {
             calibration: inputs.calibration,
             pace_spread: predictions.spread,
             all_as_profiled: predictions.as_profiled.as_ref().map(against_all),
-            all_on_profile_prompts: predictions.on_profile_prompts.as_ref().map(against_all),
             gateway_predictions: inputs.gateway_predictions,
             host_load: inputs.host_load,
         }
@@ -512,32 +502,9 @@ pub struct Calibration {
     /// prediction.
     #[serde(default)]
     pub request_overhead_s: f64,
-    /// Where the prediction's prompt costs come from.
-    #[serde(default)]
-    pub prompt_costs: PromptCosts,
-    /// The step model with the profile's prompt costs scaled by `prompt_over_profiled` in place of
-    /// the samples' own, when `step_model` has the latter (the prediction on it is
-    /// `all_on_profile_prompts`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub profile_prompt_step_model: Option<StepModel>,
-    /// The step model the replay is predicted with: the profile's decode steps scaled by the decode
-    /// ratio, the prompt costs as `prompt_costs` says, with the gap between steps and the time outside
-    /// the engine.
+    /// The step model the replay is predicted with: the profile's, scaled by the two ratios, with
+    /// the gap between steps and the time outside the engine.
     pub step_model: StepModel,
-}
-
-/// Where a calibration's prompt costs (per step, per prompt token, per request decoding beside)
-/// come from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PromptCosts {
-    /// The samples' own steps with prompt tokens, fitted: they ran the replay's spread of prompt
-    /// lengths, which tells a step's own cost from its tokens'.
-    FittedOnSamples,
-    /// The profile's, scaled by the samples' prompt ratio (too few prompt steps in the samples to
-    /// fit them alone); reports made before the refit say this too.
-    #[default]
-    ProfileScaled,
 }
 
 /// When a calibration sample ran, against the replay.
@@ -737,8 +704,6 @@ mod tests {
         assert_eq!(c.samples[0].step_gap_s, None);
         assert_eq!(c.samples[0].observed_ttft_p50_s, None);
         assert_eq!(c.step_model.step_gap_s, 0.0);
-        assert_eq!(c.prompt_costs, PromptCosts::ProfileScaled);
-        assert_eq!(c.profile_prompt_step_model, None);
         let measured = Calibration {
             step_gaps: 120,
             step_gap_s: 0.003,

@@ -7,7 +7,7 @@ use strata_planner::{pace::Band, pilot::ReplayLoad};
 
 use super::{
     gateway_predictions::GatewayPredictions,
-    report::{Comparison, HeldCapacity, HostLoad, PilotReport, PromptCosts},
+    report::{Comparison, HeldCapacity, HostLoad, PilotReport},
 };
 use crate::prediction_error::ErrorSummary;
 
@@ -118,27 +118,17 @@ impl PilotReport {
             if let Some(as_profiled) = &replay.all_as_profiled {
                 comparison_row(&mut out, "  as profiled", as_profiled);
             }
-            if let Some(profile_prompts) = &replay.all_on_profile_prompts {
-                comparison_row(&mut out, "  profile prompts", profile_prompts);
-            }
             if let Some(c) = &replay.calibration {
                 let ratio = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.2}x"));
-                let prompts = match c.prompt_costs {
-                    PromptCosts::FittedOnSamples => "prompt costs fitted on the samples' own steps",
-                    PromptCosts::ProfileScaled => "prompt costs the profile's, scaled",
-                };
                 let _ = writeln!(
                     out,
                     "calibration: {} requests over {:.0} s through the gateway, {}; engine steps {} (decode) and \
-                     {} (prompts) of the profile's step model; the prediction's decode steps are scaled by the \
-                     first, its {prompts} ({:.1} ms a step and {:.2} ms a token)",
+                     {} (prompts) of the profile's step model, which the prediction is scaled by",
                     c.requests,
                     c.duration_s,
                     c.timing(),
                     ratio(c.decode_over_profiled),
-                    ratio(c.prompt_over_profiled),
-                    c.step_model.prompt_step_s * 1000.0,
-                    c.step_model.prompt_token_s * 1000.0
+                    ratio(c.prompt_over_profiled)
                 );
                 let _ = writeln!(
                     out,

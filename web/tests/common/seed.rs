@@ -9,8 +9,8 @@ use strata_controller::{
     loadgen::{Arrival, Lengths, ReplayRecord, RequestRecord, Sla},
     pilot::{
         Calibration, CalibrationSample, ClassComparison, Comparison, HostLoad, HostPace,
-        PilotReport, PromptCosts, REPORT_SCHEMA_VERSION, ReplayInputs, ReplayPredictions,
-        ReplayReport, ReplaySetup, ReportInputs, SampleTime, SimulationPair, plan_summary,
+        PilotReport, REPORT_SCHEMA_VERSION, ReplayInputs, ReplayPredictions, ReplayReport,
+        ReplaySetup, ReportInputs, SampleTime, SimulationPair, plan_summary,
     },
     planning::{self, StoredLoadPoint},
     profile::{self, NamedShape},
@@ -219,8 +219,6 @@ pub(crate) fn pilot_report(
             step_gaps: 3120,
             step_gap_s: 0.0021,
             request_overhead_s: 0.034,
-            prompt_costs: PromptCosts::ProfileScaled,
-            profile_prompt_step_model: None,
             step_model,
         }),
         pace_spread: Some(PaceSpread {
@@ -229,7 +227,6 @@ pub(crate) fn pilot_report(
             block_s: 10.0,
         }),
         all_as_profiled: None,
-        all_on_profile_prompts: None,
         gateway_predictions: None,
         host_load: Some(HostLoad {
             window_s: 60.0,
@@ -316,7 +313,6 @@ pub(crate) fn replayed_pilot_report(
             .as_ref()
             .map(|steps| predict(Some(steps), PaceSpread::NONE)),
         as_profiled: Some(predict(None, spread)),
-        on_profile_prompts: None,
     };
     let replay = ReplayReport::new(ReplayInputs {
         setup: ReplaySetup {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use askama::Template;
 use axum::{extract::State, response::Html};
 use strata_controller::{
-    pilot::{Comparison, PilotReport, PromptCosts, ReplayReport},
+    pilot::{Comparison, PilotReport, ReplayReport},
     store::Store,
 };
 use strata_planner::{pace::Band, pilot::QualityGate};
@@ -122,18 +122,10 @@ fn host_pace_text(r: &ReplayReport) -> String {
     });
     let calibration = r.calibration.as_ref().map(|c| {
         let ratio = |v: Option<f64>| v.map_or(fmt::MISSING.to_owned(), |v| format!("{v:.2}x"));
-        let prompts = match c.prompt_costs {
-            PromptCosts::FittedOnSamples => format!(
-                "its prompt steps on the samples' own fit ({} ms a step and {} ms a prompt token)",
-                fmt::num(c.step_model.prompt_step_s * 1000.0, 1),
-                fmt::num(c.step_model.prompt_token_s * 1000.0, 2),
-            ),
-            PromptCosts::ProfileScaled => "its prompt steps on the profile's, scaled by the second".into(),
-        };
         format!(
             "Calibration: {} requests over {} s through the gateway, {}, ran the engine's decode steps at \
              {} and its prompts at {} of the profile's step model; the prediction runs on the profile's \
-             decode steps scaled by the first ratio and {prompts}.{}",
+             steps scaled by these ratios.{}",
             c.requests,
             fmt::num(c.duration_s, 0),
             c.timing(),
