@@ -11,6 +11,7 @@ use axum::{
 };
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
+use strata_controller::profile::FirstTokens;
 use strata_engine::{
     format::gguf_writer::tiny_llama_gguf,
     loader::LoadedModel,
@@ -423,6 +424,10 @@ async fn metrics_expose_the_scheduler_and_latencies() {
     ] {
         assert!(text.contains(name), "missing {name} in\n{text}");
     }
+    // The pilot's calibration reads the engine's own TTFT from this text.
+    let first_tokens = FirstTokens::from_metrics(&text);
+    assert_eq!(first_tokens.requests, 1, "{text}");
+    assert!(first_tokens.seconds > 0.0, "{text}");
 }
 
 /// A completion is one step with the prompt, then a decode-only step of one request for each token

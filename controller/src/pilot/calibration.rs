@@ -1,7 +1,8 @@
 //! Calibration of the replay's prediction: samples of the replay's load sent through its gateway right
 //! before and right after it, the engine's steps under them read block by block and set against the
 //! profile's step model, and the time spent outside the steps measured: the gaps between the engine's
-//! steps, and what the samples' clients waited beyond the simulator's prediction of the same samples.
+//! steps, and what the samples' clients waited for their first tokens beyond what the engine itself
+//! timed of the same requests.
 
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use super::{
 };
 use crate::{
     loadgen::{self, LoadSpec, Percentiles, ReplayRecord},
-    profile::EngineProcess,
+    profile::{EngineProcess, FirstTokens},
     step_fit,
 };
 
@@ -58,6 +59,8 @@ pub(super) struct SampleSteps {
     trace: Vec<TraceRecord>,
     records: Vec<ReplayRecord>,
     blocks: Vec<StepTimes>,
+    /// The engine's own count of the sample's first tokens (`None`: its metrics could not be read).
+    first_tokens: Option<FirstTokens>,
 }
 
 impl SampleSteps {
@@ -68,16 +71,36 @@ impl SampleSteps {
         total
     }
 
-    /// The median TTFT the sample's clients saw of the requests the engine served (failed ones and
-    /// those sent to GPU left out), seconds; `None` without any.
-    fn observed_ttft_p50_s(&self) -> Option<f64> {
-        let served: Vec<f64> = self
-            .records
+    /// The TTFTs the sample's clients saw of the requests the engine served (failed ones and those
+    /// sent to GPU left out), seconds.
+    fn served_ttfts(&self) -> Vec<f64> {
+        self.records
             .iter()
             .filter(|r| r.record.error.is_none() && !went_to_gpu(r))
             .map(|r| r.record.ttft_s)
-            .collect();
+            .collect()
+    }
+
+    /// The median TTFT the sample's clients saw of the requests the engine served, seconds; `None`
+    /// without any.
+    fn observed_ttft_p50_s(&self) -> Option<f64> {
+        let served = self.served_ttfts();
         (!served.is_empty()).then(|| Percentiles::of(served.into_iter()).p50 / 1000.0)
+    }
+
+    /// The mean TTFT the sample's clients saw of the requests the engine served, and the mean the
+    /// engine timed of them (`None` when it counted another number of first tokens, or none).
+    fn ttft_means_s(&self) -> (Option<f64>, Option<f64>) {
+        let served = self.served_ttfts();
+        if served.is_empty() {
+            return (None, None);
+        }
+        let client = served.iter().sum::<f64>() / served.len() as f64;
+        let engine = self
+            .first_tokens
+            .filter(|f| f.requests == served.len() as u64)
+            .and_then(|f| f.mean_s());
+        (Some(client), engine)
     }
 }
 
@@ -116,9 +139,19 @@ pub(super) async fn sample_steps(
             })
             .ok()
     };
+    let read_first_tokens = async |moment: &str| {
+        engine
+            .first_tokens()
+            .await
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, ?when, moment, "no first-token timings from the engine around a calibration sample");
+            })
+            .ok()
+    };
     let Some(before) = read("before").await else {
         return Ok(None);
     };
+    let first_tokens_before = read_first_tokens("before").await;
     let (sent, mut readings) = tokio::join!(
         loadgen::replay(&sample_spec, &sample),
         block_readings(engine, duration_s)
@@ -126,6 +159,10 @@ pub(super) async fn sample_steps(
     let records = sent?;
     let Some(after) = read("after").await else {
         return Ok(None);
+    };
+    let first_tokens = match (first_tokens_before, read_first_tokens("after").await) {
+        (Some(before), Some(after)) => Some(after.since(&before)),
+        _ => None,
     };
     readings.push(after);
     let blocks = std::iter::once(&before)
@@ -139,14 +176,16 @@ pub(super) async fn sample_steps(
         trace,
         records,
         blocks,
+        first_tokens,
     }))
 }
 
 /// The calibration of the profile's step `model` by `samples`: their steps pooled against it, each
 /// sample's own ratios beside, the spread of their blocks' paces, and the time outside the steps:
 /// the mean gap between steps, and the time each request spent outside the engine (see
-/// [`request_overhead`]), for which `predict_ttft_p50` gives the simulator's median TTFT of a
-/// sample's trace on a step model. `None` when the samples ran too few steps to say.
+/// [`request_overhead`]). `predict_ttft_p50` gives the simulator's median TTFT of a sample's trace on
+/// a step model, which each sample reports beside its clients' median. `None` when the samples ran
+/// too few steps to say.
 ///
 /// # Errors
 /// What `predict_ttft_p50` returns.
@@ -174,6 +213,7 @@ pub(super) fn calibration<E>(
             Some(_) => Some(predict_ttft_p50(&s.trace, &steps)?),
             None => None,
         };
+        let (client_ttft_mean_s, engine_ttft_mean_s) = s.ttft_means_s();
         own.push(CalibrationSample {
             when: s.when,
             duration_s: s.duration_s,
@@ -183,6 +223,8 @@ pub(super) fn calibration<E>(
             step_gap_s: total.between_steps.mean_s(),
             observed_ttft_p50_s: observed,
             predicted_ttft_p50_s: predicted,
+            client_ttft_mean_s,
+            engine_ttft_mean_s,
         });
     }
     let request_overhead_s = request_overhead(&own);
@@ -202,16 +244,16 @@ pub(super) fn calibration<E>(
     }))
 }
 
-/// Seconds each request spends outside the engine's steps and gaps, from the samples: each sample's
-/// median TTFT as its clients saw it less the simulator's median TTFT of the same requests on the
-/// calibrated steps and gaps, averaged over the samples by their requests, and at least 0. Medians,
-/// because a few requests that queued behind a long prompt, or met a stall of the host, move a mean
-/// or a tail far more than the time every request spends in the gateway and on the wire.
+/// Seconds each request spends outside the engine, from the samples: each sample's mean TTFT as its
+/// clients saw it less the mean the engine timed of the same requests (the gateway, the network and
+/// the client, which no step holds), averaged over the samples by their requests, and at least 0.
+/// Both means hold the same queueing in the engine, so a sample whose queue the simulator misjudges
+/// (its pace moved within it, a burst of long prompts) does not count as time outside.
 fn request_overhead(samples: &[CalibrationSample]) -> f64 {
     let (mut weighted, mut requests) = (0.0, 0.0);
     for s in samples {
-        if let (Some(observed), Some(predicted)) = (s.observed_ttft_p50_s, s.predicted_ttft_p50_s) {
-            weighted += s.requests as f64 * (observed - predicted);
+        if let (Some(client), Some(engine)) = (s.client_ttft_mean_s, s.engine_ttft_mean_s) {
+            weighted += s.requests as f64 * (client - engine);
             requests += s.requests as f64;
         }
     }
@@ -293,7 +335,7 @@ mod tests {
     /// Samples before and after the replay are pooled by their steps (a sample of more steps weighs
     /// more), each keeps its own ratios, and the blocks of both spread the pace. The gaps between
     /// steps are pooled into one mean gap, and the time outside the engine is what the clients
-    /// waited at the median beyond the prediction on the calibrated steps with that gap.
+    /// waited beyond what the engine timed of the same requests.
     #[test]
     fn calibration_samples_are_pooled_around_the_replay() {
         let model = StepModel {
@@ -329,6 +371,11 @@ mod tests {
                 trace: Vec::new(),
                 records: records(28, ttft_s),
                 blocks,
+                // The engine timed the 28 it served at 0.2 s each.
+                first_tokens: Some(FirstTokens {
+                    requests: 28,
+                    seconds: 28.0 * 0.2,
+                }),
             }
         };
         let samples = [
@@ -369,7 +416,8 @@ mod tests {
         let observed = c.samples[1].observed_ttft_p50_s.expect("observed");
         assert!((observed - 0.25).abs() < 1e-3, "{observed}");
         assert_eq!(c.samples[1].predicted_ttft_p50_s, Some(0.2));
-        // 0.10 s before the replay and 0.05 s after it, over as many requests each.
+        // Clients 0.10 s behind the engine before the replay and 0.05 s after it, over as many
+        // requests each.
         assert!((c.request_overhead_s - 0.075).abs() < 1e-3, "{c:?}");
         assert_eq!(c.step_model.step_gap_s, c.step_gap_s);
         assert_eq!(c.step_model.request_overhead_s, c.request_overhead_s);
@@ -380,19 +428,21 @@ mod tests {
         assert_eq!(failed.err(), Some("no such config"));
     }
 
-    /// Clients that saw their first token sooner than predicted spent no negative time outside the
-    /// engine; a sample without a prediction does not count.
+    /// Clients that saw their first token sooner than the engine timed it spent no negative time
+    /// outside the engine; a sample without the engine's timing does not count.
     #[test]
     fn the_time_outside_the_engine_is_never_negative() {
-        let sample = |requests, observed: f64, predicted: Option<f64>| CalibrationSample {
+        let sample = |requests, client: f64, engine: Option<f64>| CalibrationSample {
             when: SampleTime::AfterReplay,
             duration_s: 40.0,
             requests,
             decode_over_profiled: None,
             prompt_over_profiled: None,
             step_gap_s: None,
-            observed_ttft_p50_s: Some(observed),
-            predicted_ttft_p50_s: predicted,
+            observed_ttft_p50_s: Some(client),
+            predicted_ttft_p50_s: None,
+            client_ttft_mean_s: Some(client),
+            engine_ttft_mean_s: engine,
         };
         assert_eq!(request_overhead(&[sample(10, 0.2, Some(0.3))]), 0.0);
         let mixed = [
@@ -402,5 +452,27 @@ mod tests {
         ];
         assert!((request_overhead(&mixed) - 0.01).abs() < 1e-12);
         assert_eq!(request_overhead(&[]), 0.0);
+    }
+
+    /// The engine's mean stands beside the clients' only when it timed as many first tokens as the
+    /// clients saw served: one more or one fewer, and the sample says nothing of the time outside.
+    #[test]
+    fn the_engines_timing_counts_only_for_the_same_requests() {
+        let sample = |requests: u64| SampleSteps {
+            when: SampleTime::BeforeReplay,
+            duration_s: 40.0,
+            trace: Vec::new(),
+            records: records(4, 0.3),
+            blocks: Vec::new(),
+            first_tokens: Some(FirstTokens {
+                requests,
+                seconds: requests as f64 * 0.25,
+            }),
+        };
+        let (client, engine) = sample(4).ttft_means_s();
+        assert!((client.expect("served") - 0.3).abs() < 1e-12);
+        assert!((engine.expect("the same four") - 0.25).abs() < 1e-12);
+        assert_eq!(sample(5).ttft_means_s().1, None);
+        assert_eq!(sample(3).ttft_means_s().1, None);
     }
 }

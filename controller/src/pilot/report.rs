@@ -470,9 +470,9 @@ fn gpu_costs(inputs: &ReplayInputs<'_>) -> (f64, f64) {
 /// the profile's), with the pace spread as widely as the samples' blocks moved (see
 /// [`strata_planner::pace`]). The time spent outside the engine's timed steps goes into it too: the
 /// mean gap between steps while requests ran, added to every step, and the time each request spent
-/// outside the engine (the samples' median TTFT as their clients saw it, less the simulator's median
-/// for the same requests on the calibrated steps and gaps, at least 0), added to every request's
-/// latencies. On a busy host both grow, and the prediction with them.
+/// outside the engine (the samples' mean TTFT as their clients saw it, less the mean the engine itself
+/// timed of the same requests, at least 0), added to every request's latencies. On a busy host both
+/// grow, and the prediction with them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
     /// Seconds of the samples together.
@@ -552,6 +552,14 @@ pub struct CalibrationSample {
     /// The simulator's median TTFT of the same requests on the calibrated steps and gaps, seconds.
     #[serde(default)]
     pub predicted_ttft_p50_s: Option<f64>,
+    /// Mean TTFT its clients saw of the requests the engine served, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ttft_mean_s: Option<f64>,
+    /// Mean TTFT the engine itself timed of the same requests (from their arrival at its HTTP
+    /// handler), seconds; `None` when its metrics could not be read, or counted other requests than
+    /// the clients saw served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_ttft_mean_s: Option<f64>,
 }
 
 /// The host's speed on the profiling shape (closed loop at the batch size, straight to the engine):

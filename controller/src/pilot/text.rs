@@ -133,7 +133,7 @@ impl PilotReport {
                 let _ = writeln!(
                     out,
                     "time outside the engine's steps: {:.1} ms between steps ({} gaps), added to every step, and \
-                     {:.0} ms per request outside the engine (median TTFT observed less predicted), added to each \
+                     {:.0} ms per request outside the engine (the clients' mean TTFT less the engine's own), added to each \
                      request's TTFT and E2E",
                     c.step_gap_s * 1000.0,
                     c.step_gaps,

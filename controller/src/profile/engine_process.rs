@@ -90,6 +90,22 @@ impl EngineProcess {
             .map_err(failed)
     }
 
+    /// The engine's first tokens so far, as its `/metrics` counts them.
+    ///
+    /// # Errors
+    /// When the server does not answer with its metrics.
+    pub async fn first_tokens(&self) -> Result<FirstTokens> {
+        let failed = |e: reqwest::Error| ProfileError::Server(format!("metrics: {e}"));
+        let text = reqwest::get(format!("{}/metrics", self.base_url))
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(failed)?
+            .text()
+            .await
+            .map_err(failed)?;
+        Ok(FirstTokens::from_metrics(&text))
+    }
+
     /// The step model fitted to the steps run since `before` (an earlier [`Self::step_times`]);
     /// `None` when the steps were too few or a reading failed (logged: the planner then derives the
     /// steps from the load curve).
@@ -127,5 +143,101 @@ impl EngineProcess {
         let utime: f64 = fields.get(11)?.parse().ok()?;
         let stime: f64 = fields.get(12)?.parse().ok()?;
         Some((utime + stime) / 100.0)
+    }
+}
+
+/// The histogram of the engine's time from a request's arrival to its first token, as `strata serve`
+/// names it in `/metrics`.
+const TTFT_METRIC: &str = "strata_ttft_seconds";
+
+/// Requests the engine has given a first token, and their summed seconds from arrival (at the
+/// engine's HTTP handler) to that token, over every endpoint: what the engine itself saw of their
+/// TTFT, without the gateway, the network and the client.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FirstTokens {
+    /// Requests.
+    pub requests: u64,
+    /// Their TTFTs added up, seconds.
+    pub seconds: f64,
+}
+
+impl FirstTokens {
+    /// Read from the Prometheus text exposition of `strata serve` (no such histogram: none yet).
+    pub fn from_metrics(text: &str) -> FirstTokens {
+        let mut out = FirstTokens::default();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let name = series.split('{').next().unwrap_or(series);
+            let Some(kind) = name.strip_prefix(TTFT_METRIC) else {
+                continue;
+            };
+            let Ok(value) = value.parse::<f64>() else {
+                continue;
+            };
+            match kind {
+                "_sum" => out.seconds += value,
+                "_count" => out.requests += value as u64,
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Those since `earlier` (an earlier reading of the same engine).
+    pub fn since(&self, earlier: &FirstTokens) -> FirstTokens {
+        FirstTokens {
+            requests: self.requests.saturating_sub(earlier.requests),
+            seconds: (self.seconds - earlier.seconds).max(0.0),
+        }
+    }
+
+    /// Their mean TTFT, seconds; `None` without any.
+    pub fn mean_s(&self) -> Option<f64> {
+        (self.requests > 0).then(|| self.seconds / self.requests as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The histogram's sums and counts are added over its endpoints; its buckets, other metrics
+    /// and comments are not read.
+    #[test]
+    fn first_tokens_are_read_from_the_metrics_text() {
+        let text = "\
+# HELP strata_ttft_seconds Request arrival to first output token
+# TYPE strata_ttft_seconds histogram
+strata_ttft_seconds_bucket{endpoint=\"completions\",le=\"0.5\"} 3
+strata_ttft_seconds_sum{endpoint=\"completions\"} 1.25
+strata_ttft_seconds_count{endpoint=\"completions\"} 4
+strata_ttft_seconds_sum{endpoint=\"chat\"} 0.75
+strata_ttft_seconds_count{endpoint=\"chat\"} 1
+strata_e2e_seconds_sum{endpoint=\"chat\"} 9
+strata_e2e_seconds_count{endpoint=\"chat\"} 1
+";
+        let read = FirstTokens::from_metrics(text);
+        assert_eq!(
+            read,
+            FirstTokens {
+                requests: 5,
+                seconds: 2.0
+            }
+        );
+        assert_eq!(read.mean_s(), Some(0.4));
+        let later = FirstTokens {
+            requests: 8,
+            seconds: 3.5,
+        };
+        assert_eq!(
+            later.since(&read),
+            FirstTokens {
+                requests: 3,
+                seconds: 1.5
+            }
+        );
+        assert_eq!(FirstTokens::from_metrics("").mean_s(), None);
     }
 }

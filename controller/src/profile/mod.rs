@@ -15,7 +15,7 @@ mod tests;
 
 pub use self::{
     endpoint::record_endpoint_run,
-    engine_process::{EngineProcess, SERVED_NAME},
+    engine_process::{EngineProcess, FirstTokens, SERVED_NAME},
     measure::{
         Capacity, CurvePoint, RunContext, RunOutcome, capacity_search, ensure_config,
         find_existing, load_spec, measure_shape, search_capacity, shape_json,

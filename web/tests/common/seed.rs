@@ -158,6 +158,8 @@ pub(crate) fn pilot_report(
         step_gap_s: Some(0.0021),
         observed_ttft_p50_s: Some(0.31),
         predicted_ttft_p50_s: Some(0.276),
+        client_ttft_mean_s: Some(0.33),
+        engine_ttft_mean_s: Some(0.296),
     };
     let replay = ReplayReport {
         load: replay_load(plan, false),
