@@ -56,14 +56,31 @@ fn decode_means(times: &StepTimes) -> Vec<(f64, f64)> {
 /// Seconds per prompt token, per step and per decoding request of the steps with prompt tokens,
 /// taken whole: the least-squares plane of their time on their prompt tokens and their decoding
 /// requests (whose tokens ride in the prompt's matrix products at a fraction of a decode-only step's
-/// cost). A term that would come out negative is not a time: the fit then holds it (or another) at 0,
-/// whichever leaves the least squares (see [`PlaneSums::plane`]).
+/// cost). A term that would come out negative is not a time: the fit drops the per-request term
+/// first (decode tokens then ride free), then the per-step one (the line through the origin).
 fn prompt_plane(times: &StepTimes) -> Option<(f64, f64, f64)> {
-    let sums = PlaneSums::of(times);
-    if sums.steps < MIN_PROMPT_STEPS as f64 {
+    let mut sums = PlaneSums::default();
+    for (batch, s) in times.prompt.iter().enumerate() {
+        sums.add(batch as f64, s);
+    }
+    if sums.steps < MIN_PROMPT_STEPS as f64 || sums.tt <= 0.0 {
         return None;
     }
-    sums.plane()
+    let is_time = |x: f64| x.is_finite() && x >= 0.0;
+    if let Some([step, token, decode]) = sums.solve3()
+        && token > 0.0
+        && is_time(step)
+        && is_time(decode)
+    {
+        return Some((token, step, decode));
+    }
+    if let Some([step, token]) = sums.solve2()
+        && token > 0.0
+        && is_time(step)
+    {
+        return Some((token, step, 0.0));
+    }
+    Some((sums.ts / sums.tt, 0.0, 0.0))
 }
 
 /// The sums the normal equations of `seconds = step + token x T + decode x B` need, over the steps
@@ -82,66 +99,6 @@ struct PlaneSums {
 }
 
 impl PlaneSums {
-    /// The sums over the steps with prompt tokens of `times`.
-    fn of(times: &StepTimes) -> Self {
-        let mut sums = PlaneSums::default();
-        for (batch, s) in times.prompt.iter().enumerate() {
-            sums.add(batch as f64, s);
-        }
-        sums
-    }
-
-    /// (token, step, decode) of the least-squares plane whose terms are all times (none negative,
-    /// and a prompt token that takes some): the plane itself when it is one, else the best of the
-    /// planes with the per-step term, the per-request term, or both held at 0. `None` when the
-    /// steps' prompt tokens tell nothing (none, or none that took time).
-    fn plane(&self) -> Option<(f64, f64, f64)> {
-        let is_time = |x: f64| x.is_finite() && x >= 0.0;
-        let candidates = [
-            self.solve3()
-                .map(|[step, token, decode]| (token, step, decode)),
-            self.solve_without_step()
-                .map(|[token, decode]| (token, 0.0, decode)),
-            self.solve2().map(|[step, token]| (token, step, 0.0)),
-            (self.tt > 0.0).then(|| (self.ts / self.tt, 0.0, 0.0)),
-        ];
-        candidates
-            .into_iter()
-            .flatten()
-            .filter(|&(token, step, decode)| token > 0.0 && is_time(step) && is_time(decode))
-            .min_by(|a, b| self.excess_squares(*a).total_cmp(&self.excess_squares(*b)))
-    }
-
-    /// The squared residuals of the plane (token, step, decode) over the steps, less their squared
-    /// seconds (the same for every plane, so planes compare by it alone).
-    fn excess_squares(&self, (token, step, decode): (f64, f64, f64)) -> f64 {
-        let x = [step, token, decode];
-        let a = [
-            [self.steps, self.t, self.b],
-            [self.t, self.tt, self.tb],
-            [self.b, self.tb, self.bb],
-        ];
-        let y = [self.s, self.ts, self.bs];
-        let quadratic: f64 = (0..3)
-            .map(|i| (0..3).map(|j| x[i] * a[i][j] * x[j]).sum::<f64>())
-            .sum();
-        let linear: f64 = (0..3).map(|i| x[i] * y[i]).sum();
-        quadratic - 2.0 * linear
-    }
-
-    /// (token, decode) of the plane through the origin, or `None` when the steps do not tell the
-    /// two apart.
-    fn solve_without_step(&self) -> Option<[f64; 2]> {
-        let det = self.tt * self.bb - self.tb * self.tb;
-        if det <= 1e-9 * self.tt * self.bb {
-            return None;
-        }
-        Some([
-            (self.ts * self.bb - self.tb * self.bs) / det,
-            (self.tt * self.bs - self.tb * self.ts) / det,
-        ])
-    }
-
     fn add(&mut self, batch: f64, p: &PromptSteps) {
         let n = p.steps as f64;
         self.steps += n;
@@ -369,43 +326,6 @@ mod tests {
             assert!(total.abs() < 1e-9, "{total} ({token} {step} {decode})");
         }
         assert!(token > 0.0 && step >= 0.0 && decode >= 0.0);
-    }
-
-    /// Steps whose least-squares plane would take a negative time a step are fitted on the face that
-    /// holds that term at 0: the plane through the origin on their tokens and decoding requests, whose
-    /// residuals are orthogonal to both (the old fallback, tokens alone, leaves more).
-    #[test]
-    fn a_negative_step_cost_is_held_at_zero() {
-        let mut times = StepTimes::with_max_batch(3);
-        let steps = [
-            (0, 60, 0.17),
-            (1, 120, 0.36),
-            (2, 200, 0.60),
-            (3, 90, 0.28),
-            (1, 300, 0.90),
-            (2, 40, 0.12),
-        ];
-        for &(b, p, s) in &steps {
-            times.record(b, p, s);
-        }
-        let (token, step, decode) = prompt_plane(&times).expect("a plane");
-        assert_eq!(step, 0.0);
-        assert!(token > 0.0 && decode > 0.0, "{token} {decode}");
-        let residual =
-            |&(b, p, s): &(usize, usize, f64)| s - (token * p as f64 + decode * b as f64);
-        let along_tokens: f64 = steps.iter().map(|x| residual(x) * x.1 as f64).sum();
-        let along_requests: f64 = steps.iter().map(|x| residual(x) * x.0 as f64).sum();
-        assert!(along_tokens.abs() < 1e-9 && along_requests.abs() < 1e-9);
-        let squares = |f: &dyn Fn(&(usize, usize, f64)) -> f64| {
-            steps.iter().map(|x| f(x).powi(2)).sum::<f64>()
-        };
-        let tokens_alone = {
-            let (ts, tt) = steps.iter().fold((0.0, 0.0), |(ts, tt), &(_, p, s)| {
-                (ts + s * p as f64, tt + (p * p) as f64)
-            });
-            ts / tt
-        };
-        assert!(squares(&residual) < squares(&|&(_, p, s)| s - tokens_alone * p as f64));
     }
 
     /// Steps that ran 1.25x (decode) and 1.5x (prompt) slower than a model come out as that drift,
