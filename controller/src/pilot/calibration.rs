@@ -130,23 +130,14 @@ pub(super) async fn sample_steps(
         seed,
         ..load_spec.clone()
     };
-    let read = async |moment: &str| {
-        engine
-            .step_times()
-            .await
-            .inspect_err(|e| {
-                tracing::warn!(error = %e, ?when, moment, "no step timings from the engine around a calibration sample");
-            })
-            .ok()
-    };
+    let read = async |moment: &str| logged(engine.step_times().await, "step timings", when, moment);
     let read_first_tokens = async |moment: &str| {
-        engine
-            .first_tokens()
-            .await
-            .inspect_err(|e| {
-                tracing::warn!(error = %e, ?when, moment, "no first-token timings from the engine around a calibration sample");
-            })
-            .ok()
+        logged(
+            engine.first_tokens().await,
+            "first-token timings",
+            when,
+            moment,
+        )
     };
     let Some(before) = read("before").await else {
         return Ok(None);
@@ -178,6 +169,21 @@ pub(super) async fn sample_steps(
         blocks,
         first_tokens,
     }))
+}
+
+/// The engine's reading, or `None` with a warning naming `what` could not be read, and at which
+/// `moment` of which sample.
+fn logged<T>(
+    reading: crate::profile::Result<T>,
+    what: &str,
+    when: SampleTime,
+    moment: &str,
+) -> Option<T> {
+    reading
+        .inspect_err(|e| {
+            tracing::warn!(error = %e, ?when, moment, "no {what} from the engine around a calibration sample");
+        })
+        .ok()
 }
 
 /// The calibration of the profile's step `model` by `samples`: their steps pooled against it, each
