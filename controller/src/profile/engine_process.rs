@@ -80,14 +80,11 @@ impl EngineProcess {
     /// # Errors
     /// When the server does not answer with them.
     pub async fn step_times(&self) -> Result<StepTimes> {
-        let failed = |e: reqwest::Error| ProfileError::Server(format!("step timings: {e}"));
-        reqwest::get(format!("{}/steps", self.base_url))
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .map_err(failed)?
+        self.get("/steps", "step timings")
+            .await?
             .json::<StepTimes>()
             .await
-            .map_err(failed)
+            .map_err(|e| ProfileError::Server(format!("step timings: {e}")))
     }
 
     /// The engine's first tokens so far, as its `/metrics` counts them.
@@ -95,15 +92,21 @@ impl EngineProcess {
     /// # Errors
     /// When the server does not answer with its metrics.
     pub async fn first_tokens(&self) -> Result<FirstTokens> {
-        let failed = |e: reqwest::Error| ProfileError::Server(format!("metrics: {e}"));
-        let text = reqwest::get(format!("{}/metrics", self.base_url))
-            .await
-            .and_then(reqwest::Response::error_for_status)
-            .map_err(failed)?
+        let text = self
+            .get("/metrics", "metrics")
+            .await?
             .text()
             .await
-            .map_err(failed)?;
+            .map_err(|e| ProfileError::Server(format!("metrics: {e}")))?;
         Ok(FirstTokens::from_metrics(&text))
+    }
+
+    /// The server's successful answer to a GET of `path`; an error naming `what` was asked otherwise.
+    async fn get(&self, path: &str, what: &str) -> Result<reqwest::Response> {
+        reqwest::get(format!("{}{path}", self.base_url))
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|e| ProfileError::Server(format!("{what}: {e}")))
     }
 
     /// The step model fitted to the steps run since `before` (an earlier [`Self::step_times`]);
